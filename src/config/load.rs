@@ -1,0 +1,304 @@
+//! Loading the layered configuration and collecting every problem at once.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Toml};
+use figment::value::Value;
+use figment::Figment;
+use serde::de::DeserializeOwned;
+
+use super::{
+    Config, LogConfig, MetricsConfig, RedisConfig, ShutdownConfig, SinkConfig, TriggerConfig,
+};
+
+/// Environment variables with this prefix override the file; `__` separates levels.
+pub const ENV_PREFIX: &str = "DELAY_BRIDGE_";
+
+/// One thing wrong with the configuration, with the key it is about and where that key came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted key path, e.g. `triggers[0].lease`.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+    /// The file or environment variable the key came from.
+    pub source: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} (in {})", self.key, self.message, self.source)
+    }
+}
+
+/// Every problem found in a configuration.
+#[derive(Debug)]
+pub struct ConfigError {
+    /// The problems, in the order they were found.
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid configuration ({} problem", self.problems.len())?;
+        if self.problems.len() != 1 {
+            write!(f, "s")?;
+        }
+        write!(f, "):")?;
+        for p in &self.problems {
+            write!(f, "\n  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Loads `path`, applies `DELAY_BRIDGE_...` environment overrides and validates the result.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let figment = Figment::new()
+        .merge(Toml::file_exact(path))
+        .merge(Env::prefixed(ENV_PREFIX).split("__"));
+    load_from(figment, path)
+}
+
+/// Like [`load`], from an already layered figment (tests use this with `figment::Jail`).
+pub fn load_from(figment: Figment, path: &Path) -> Result<Config, ConfigError> {
+    let mut loader = Loader {
+        figment,
+        file: path.to_path_buf(),
+        problems: Vec::new(),
+    };
+    let parsed = loader.extract();
+    let found = super::validate::validate(&parsed, &|key| loader.source_of(key));
+    loader.problems.extend(found);
+    if loader.problems.is_empty() {
+        Ok(parsed.config)
+    } else {
+        Err(ConfigError {
+            problems: loader.problems,
+        })
+    }
+}
+
+/// What extraction produced: a config whose broken parts hold defaults, and what was broken.
+pub(super) struct Parsed {
+    pub config: Config,
+    /// Position in the file of each entry of `config.triggers`.
+    pub trigger_index: Vec<usize>,
+    /// Sinks that failed to parse (already reported).
+    pub broken_sinks: Vec<String>,
+    /// `[redis]` failed to parse (already reported).
+    pub broken_redis: bool,
+    /// The file has at least one `[[triggers]]` entry, parsed or not.
+    pub had_triggers: bool,
+}
+
+struct Loader {
+    figment: Figment,
+    file: PathBuf,
+    problems: Vec<Problem>,
+}
+
+const SECTIONS: [&str; 6] = ["redis", "metrics", "log", "shutdown", "sinks", "triggers"];
+
+impl Loader {
+    /// Extracts section by section so that a bad value in one place does not hide the others;
+    /// a broken section is replaced by its defaults and remembered, so validation can go on.
+    fn extract(&mut self) -> Parsed {
+        let mut parsed = Parsed {
+            config: Config {
+                redis: RedisConfig::default(),
+                metrics: MetricsConfig::default(),
+                log: LogConfig::default(),
+                shutdown: ShutdownConfig::default(),
+                sinks: Default::default(),
+                triggers: Vec::new(),
+            },
+            trigger_index: Vec::new(),
+            broken_sinks: Vec::new(),
+            broken_redis: false,
+            had_triggers: false,
+        };
+        let root = match self.figment.extract::<Value>() {
+            Ok(root) => root,
+            Err(e) => {
+                self.push_figment("", e);
+                parsed.broken_redis = true;
+                return parsed;
+            }
+        };
+        if let Some(dict) = root.as_dict() {
+            for key in dict.keys() {
+                if !SECTIONS.contains(&key.as_str()) {
+                    self.push(
+                        key,
+                        format!(
+                            "unknown section `{key}`, expected one of {}",
+                            SECTIONS.join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+        let c = &mut parsed.config;
+        match self.section::<RedisConfig>("redis") {
+            Some(v) => c.redis = v,
+            None => parsed.broken_redis = true,
+        }
+        c.metrics = self.section("metrics").unwrap_or_default();
+        c.log = self.section("log").unwrap_or_default();
+        c.shutdown = self.section("shutdown").unwrap_or_default();
+
+        if let Some(value) = root.find_ref("sinks") {
+            match value.as_dict() {
+                Some(dict) => {
+                    for (name, value) in dict {
+                        match self.value::<SinkConfig>(&format!("sinks.{name}"), value) {
+                            Some(sink) => {
+                                c.sinks.insert(name.clone(), sink);
+                            }
+                            None => parsed.broken_sinks.push(name.clone()),
+                        }
+                    }
+                }
+                None => self.push("sinks", "expected a table of sinks ([sinks.NAME])".into()),
+            }
+        }
+
+        if let Some(value) = root.find_ref("triggers") {
+            match value {
+                Value::Array(_, items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        if let Some(t) =
+                            self.value::<TriggerConfig>(&format!("triggers[{i}]"), item)
+                        {
+                            c.triggers.push(t);
+                            parsed.trigger_index.push(i);
+                        }
+                    }
+                    if items.is_empty() {
+                        parsed.trigger_index.clear();
+                    }
+                }
+                _ => self.push(
+                    "triggers",
+                    "expected an array of tables ([[triggers]])".into(),
+                ),
+            }
+        }
+        parsed.had_triggers = root
+            .find_ref("triggers")
+            .is_some_and(|v| matches!(v, Value::Array(_, items) if !items.is_empty()));
+        parsed
+    }
+
+    fn section<T: DeserializeOwned + Default>(&mut self, name: &str) -> Option<T> {
+        if self.figment.find_value(name).is_err() {
+            return Some(T::default());
+        }
+        match self.figment.extract_inner::<T>(name) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.push_figment(name, e);
+                None
+            }
+        }
+    }
+
+    fn value<T: DeserializeOwned>(&mut self, prefix: &str, value: &Value) -> Option<T> {
+        match value.deserialize::<T>() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                for err in e {
+                    let mut key = prefix.to_string();
+                    for part in &err.path {
+                        key.push('.');
+                        key.push_str(part);
+                    }
+                    let source = self.source_of(prefix);
+                    self.problems.push(Problem {
+                        key: field_key(&key, &err.kind),
+                        message: err.kind.to_string(),
+                        source,
+                    });
+                }
+                None
+            }
+        }
+    }
+
+    fn push_figment(&mut self, prefix: &str, e: figment::Error) {
+        for err in e {
+            // figment reports the path with the extracted prefix in it, not always in order.
+            let own: Vec<&str> = prefix.split('.').collect();
+            let mut key = prefix.to_string();
+            for part in err.path.iter().filter(|p| !own.contains(&p.as_str())) {
+                if !key.is_empty() {
+                    key.push('.');
+                }
+                key.push_str(part);
+            }
+            let source = match &err.metadata {
+                Some(md) => describe_source(md, &self.file),
+                None => self.source_of(&key),
+            };
+            self.problems.push(Problem {
+                key: field_key(&key, &err.kind),
+                message: err.kind.to_string(),
+                source,
+            });
+        }
+    }
+
+    fn push(&mut self, key: &str, message: String) {
+        let source = self.source_of(key);
+        self.problems.push(Problem {
+            key: key.to_string(),
+            message,
+            source,
+        });
+    }
+
+    /// The file or environment variable a key came from, falling back to the config file.
+    fn source_of(&self, key: &str) -> String {
+        let top = key.split(['.', '[']).next().unwrap_or(key);
+        let lookup = if key.contains('[') { top } else { key };
+        match self.figment.find_metadata(lookup) {
+            Some(md) => describe_source(md, &self.file),
+            None => self.file.display().to_string(),
+        }
+    }
+}
+
+/// Unknown and missing fields name the field itself, not only its parent.
+fn field_key(key: &str, kind: &figment::error::Kind) -> String {
+    use figment::error::Kind;
+    let field = match kind {
+        Kind::UnknownField(field, _) | Kind::MissingField(std::borrow::Cow::Owned(field)) => {
+            Some(field.as_str())
+        }
+        Kind::MissingField(std::borrow::Cow::Borrowed(field)) => Some(*field),
+        _ => None,
+    };
+    match field {
+        Some(field) if !key.ends_with(field) => {
+            if key.is_empty() {
+                field.to_string()
+            } else {
+                format!("{key}.{field}")
+            }
+        }
+        _ => key.to_string(),
+    }
+}
+
+fn describe_source(md: &figment::Metadata, file: &Path) -> String {
+    match &md.source {
+        Some(figment::Source::File(p)) => p.display().to_string(),
+        Some(other) => other.to_string(),
+        None if md.name.contains("environment") => format!("{ENV_PREFIX}* environment variables"),
+        None => file.display().to_string(),
+    }
+}

@@ -1,0 +1,26 @@
+//! delay-bridge turns Redis sorted sets into delayed message queues for RabbitMQ and Kafka.
+//!
+//! Producers `ZADD key <due-epoch-ms> <member>`; each configured trigger runs workers that
+//! atomically claim due members (`store`, Lua scripts in `scripts/`), publish them to a sink
+//! (`sink::amqp`, `sink::kafka`) and remove them from Redis only after the broker confirmed.
+//!
+//! Layout: `config` (schema, loading, validation), `keys` (derived key names), `store`
+//! (the scripts), `sink` (brokers), `worker` (claim/publish/settle loop), `notify` (keyspace
+//! wake-ups), `bridge` (the daemon), `http` and `metrics` (observability), `cli` (commands).
+//!
+//! Delivery guarantee: at-least-once. A member leaves Redis only after its broker
+//! confirmation; a crash between confirmation and ack, or an expired lease, redelivers it.
+//! Duplicates are possible, loss is not.
+
+pub mod backoff;
+pub mod bridge;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod keys;
+pub mod metrics;
+pub mod notify;
+pub mod secret;
+pub mod sink;
+pub mod store;
+pub mod worker;

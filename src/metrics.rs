@@ -1,0 +1,197 @@
+//! Every Prometheus metric of the bridge, registered in one registry that is passed in.
+
+use prometheus::{
+    exponential_buckets, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Handles to the bridge's metrics. Labels are bounded: trigger, sink, reason, state.
+#[derive(Clone)]
+pub struct Metrics {
+    /// The registry all metrics live in.
+    pub registry: Registry,
+    /// Messages confirmed by the broker and removed from Redis.
+    pub forwarded: IntCounterVec,
+    /// Messages that failed and were scheduled again, by reason.
+    pub retried: IntCounterVec,
+    /// Messages moved to the dead-letter set, by reason.
+    pub dead_lettered: IntCounterVec,
+    /// Expired leases recovered (messages delivered again after a crash or lost reply).
+    pub redelivered: IntCounterVec,
+    /// Messages put back unattempted (shutdown, connection loss).
+    pub put_back: IntCounterVec,
+    /// Broker confirmation time minus due time.
+    pub lateness: HistogramVec,
+    /// Publish of one batch until its last confirmation.
+    pub publish_duration: HistogramVec,
+    /// Duration of one claim script call.
+    pub claim_duration: HistogramVec,
+    /// Members per non-empty claim.
+    pub claim_batch_size: HistogramVec,
+    /// Claims that found nothing due.
+    pub empty_claims: IntCounterVec,
+    /// Times an idle worker was woken by a keyspace notification.
+    pub notify_wakeups: IntCounterVec,
+    /// Redis errors by trigger and kind.
+    pub redis_errors: IntCounterVec,
+    /// Queue sizes by state: due, scheduled, inflight, dead.
+    pub backlog: IntGaugeVec,
+    /// Age of the oldest overdue member.
+    pub oldest_due_age: prometheus::GaugeVec,
+    /// 1 while the sink is connected.
+    pub sink_up: IntGaugeVec,
+    /// 1 while Redis answers.
+    pub redis_up: IntGauge,
+    /// Constant 1 with the version label.
+    pub build_info: IntGaugeVec,
+    /// 1 while keyspace notifications are in use.
+    pub notifications_enabled: Gauge,
+}
+
+const PREFIX: &str = "delay_bridge";
+
+impl Metrics {
+    /// Creates and registers every metric in a new registry.
+    pub fn new() -> Self {
+        let registry = Registry::new_custom(Some(PREFIX.into()), None).expect("valid prefix");
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let histogram = |name: &str, help: &str, labels: &[&str], buckets: Vec<f64>| {
+            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+                .expect("valid metric");
+            registry
+                .register(Box::new(h.clone()))
+                .expect("unique metric");
+            h
+        };
+        let int_gauge = |name: &str, help: &str, labels: &[&str]| {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
+            g
+        };
+        // 1 ms .. ~5.5 min
+        let lateness_buckets = exponential_buckets(0.001, 2.0, 19).expect("valid buckets");
+        let latency_buckets = exponential_buckets(0.0001, 2.0, 18).expect("valid buckets");
+        let size_buckets = exponential_buckets(1.0, 2.0, 14).expect("valid buckets");
+
+        let oldest_due_age = GaugeVec::new(
+            Opts::new(
+                "oldest_due_age_seconds",
+                "Age of the oldest member that is due and not yet claimed",
+            ),
+            &["trigger"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(oldest_due_age.clone()))
+            .expect("unique metric");
+        let redis_up =
+            IntGauge::new("redis_up", "1 while Redis answers, else 0").expect("valid metric");
+        registry
+            .register(Box::new(redis_up.clone()))
+            .expect("unique metric");
+        let notifications_enabled = Gauge::new(
+            "keyspace_notifications_enabled",
+            "1 while workers are woken by Redis keyspace notifications, 0 when they rely on the guard interval",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(notifications_enabled.clone()))
+            .expect("unique metric");
+
+        let m = Self {
+            forwarded: counter(
+                "messages_forwarded_total",
+                "Messages confirmed by the broker and removed from Redis",
+                &["trigger", "sink"],
+            ),
+            retried: counter(
+                "messages_retried_total",
+                "Messages that failed and were scheduled again after a backoff",
+                &["trigger", "reason"],
+            ),
+            dead_lettered: counter(
+                "messages_dead_lettered_total",
+                "Messages moved to the dead-letter set",
+                &["trigger", "reason"],
+            ),
+            redelivered: counter(
+                "messages_redelivered_total",
+                "In-flight messages whose lease expired and were put back to be delivered again",
+                &["trigger"],
+            ),
+            put_back: counter(
+                "messages_put_back_total",
+                "Claimed messages returned unattempted or unconfirmed (shutdown, broker connection lost)",
+                &["trigger"],
+            ),
+            lateness: histogram(
+                "lateness_seconds",
+                "Broker confirmation time minus due time",
+                &["trigger"],
+                lateness_buckets,
+            ),
+            publish_duration: histogram(
+                "publish_duration_seconds",
+                "Time from publishing a batch to its last confirmation",
+                &["trigger", "sink"],
+                latency_buckets.clone(),
+            ),
+            claim_duration: histogram(
+                "claim_duration_seconds",
+                "Duration of one claim script call",
+                &["trigger"],
+                latency_buckets,
+            ),
+            claim_batch_size: histogram(
+                "claim_batch_size",
+                "Members taken by one non-empty claim",
+                &["trigger"],
+                size_buckets,
+            ),
+            empty_claims: counter("empty_claims_total", "Claims that found nothing due", &["trigger"]),
+            notify_wakeups: counter(
+                "notify_wakeups_total",
+                "Idle waits ended early by a keyspace notification",
+                &["trigger"],
+            ),
+            redis_errors: counter("redis_errors_total", "Failed Redis calls by kind", &["trigger", "kind"]),
+            backlog: int_gauge(
+                "backlog_messages",
+                "Members per state: due, scheduled, inflight, dead",
+                &["trigger", "state"],
+            ),
+            oldest_due_age,
+            sink_up: int_gauge("sink_up", "1 while the sink's broker is connected, else 0", &["sink"]),
+            redis_up,
+            build_info: int_gauge("build_info", "Always 1; the version label names the build", &["version"]),
+            notifications_enabled,
+            registry,
+        };
+        m.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        m
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed metrics.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,169 @@
+//! Keyspace notifications: wake a trigger's idle worker as soon as a producer `ZADD`s to its key.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::ConnectionManager;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::worker::Trigger;
+
+/// Flags the bridge needs in `notify-keyspace-events`: keyspace channel (K), sorted-set events (z).
+const NEEDED: [char; 2] = ['K', 'z'];
+
+/// True when the flags deliver sorted-set events on the keyspace channel (`A` includes `z`).
+pub fn flags_suffice(flags: &str) -> bool {
+    flags.contains('K') && (flags.contains('z') || flags.contains('A'))
+}
+
+/// The flags with what the bridge needs added, keeping the existing ones.
+pub fn with_needed_flags(flags: &str) -> String {
+    let mut out = flags.to_string();
+    for c in NEEDED {
+        if c == 'z' && flags.contains('A') {
+            continue;
+        }
+        if !out.contains(c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Checks `notify-keyspace-events`, enabling it when allowed; returns whether notifications will arrive.
+pub async fn ensure_enabled(conn: &mut ConnectionManager, enable: bool) -> bool {
+    let current: Result<(String, String), _> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("notify-keyspace-events")
+        .query_async(conn)
+        .await;
+    let flags = match current {
+        Ok((_, flags)) => flags,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read notify-keyspace-events; idle workers will rely on guard_interval");
+            return false;
+        }
+    };
+    if flags_suffice(&flags) {
+        return true;
+    }
+    if !enable {
+        tracing::warn!(
+            current = %flags,
+            "Redis keyspace notifications for sorted sets are off (notify-keyspace-events lacks Kz): \
+             messages added earlier than the queue head may wait up to guard_interval; \
+             set [redis] enable_keyspace_events = true or run CONFIG SET notify-keyspace-events Kz"
+        );
+        return false;
+    }
+    let wanted = with_needed_flags(&flags);
+    let set: Result<(), _> = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg(&wanted)
+        .query_async(conn)
+        .await;
+    match set {
+        Ok(()) => {
+            tracing::info!(flags = %wanted, "enabled Redis keyspace notifications");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not enable keyspace notifications; idle workers will rely on guard_interval");
+            false
+        }
+    }
+}
+
+/// Subscribes to the keyspace channel of every trigger key and wakes the trigger's idle worker
+/// on each sorted-set write. Resubscribes after connection loss.
+pub async fn listen(
+    client: redis::Client,
+    db: i64,
+    triggers: Vec<Arc<Trigger>>,
+    metrics: Metrics,
+    stop: CancellationToken,
+) {
+    let mut by_channel: HashMap<Vec<u8>, Vec<Arc<Trigger>>> = HashMap::new();
+    for t in triggers {
+        let channel = format!("__keyspace@{db}__:{}", t.store.keys().source).into_bytes();
+        by_channel.entry(channel).or_default().push(t);
+    }
+    let mut failures = 0u32;
+    while !stop.is_cancelled() {
+        match subscribe(&client, &by_channel, &metrics, &stop, &mut failures).await {
+            Ok(()) => {}
+            Err(e) => {
+                metrics.notifications_enabled.set(0.0);
+                failures += 1;
+                if failures == 1 {
+                    tracing::warn!(error = %e, "keyspace notification subscription lost, resubscribing");
+                }
+            }
+        }
+        // Messages scheduled while unsubscribed are caught by the next claim or guard tick.
+        for list in by_channel.values() {
+            for t in list {
+                t.head_changed.notify_one();
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100 * u64::from(failures.min(50)))) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+
+    async fn subscribe(
+        client: &redis::Client,
+        by_channel: &HashMap<Vec<u8>, Vec<Arc<Trigger>>>,
+        metrics: &Metrics,
+        stop: &CancellationToken,
+        failures: &mut u32,
+    ) -> redis::RedisResult<()> {
+        let mut pubsub = client.get_async_pubsub().await?;
+        for channel in by_channel.keys() {
+            pubsub.subscribe(channel.as_slice()).await?;
+        }
+        *failures = 0;
+        metrics.notifications_enabled.set(1.0);
+        let mut messages = pubsub.on_message();
+        loop {
+            tokio::select! {
+                msg = messages.next() => {
+                    let Some(msg) = msg else {
+                        return Err(redis::RedisError::from((redis::ErrorKind::IoError, "subscription closed")));
+                    };
+                    let event = msg.get_payload_bytes();
+                    if !matches!(event, b"zadd" | b"zincr" | b"zunionstore" | b"zinterstore" | b"zdiffstore" | b"zrangestore" | b"rename_to" | b"restore") {
+                        continue;
+                    }
+                    if let Some(list) = by_channel.get(msg.get_channel_name().as_bytes()) {
+                        for t in list {
+                            t.head_changed.notify_one();
+                        }
+                    }
+                }
+                _ = stop.cancelled() => return Ok(()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_added_not_replaced() {
+        assert!(!flags_suffice(""));
+        assert!(!flags_suffice("Ex"));
+        assert!(flags_suffice("KA"));
+        assert!(flags_suffice("Kz"));
+        assert_eq!(with_needed_flags(""), "Kz");
+        assert_eq!(with_needed_flags("Ex"), "ExKz");
+        assert_eq!(with_needed_flags("EA"), "EAK");
+    }
+}

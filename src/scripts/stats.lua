@@ -1,0 +1,12 @@
+-- Stats: one consistent, read-only snapshot of a queue's sizes (ZCOUNT/ZCARD only).
+-- KEYS: source, inflight, dead
+-- Reply: {now, due, total, inflight, dead, oldest_due_score or ""}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local due = redis.call('ZCOUNT', KEYS[1], '-inf', now)
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local oldest = ''
+if due > 0 and head[2] then
+  oldest = head[2]
+end
+return {now, due, redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest}

@@ -1,0 +1,271 @@
+//! RabbitMQ sink: persistent, mandatory publishes on confirm-mode channels.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::FuturesUnordered;
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
+use lapin::publisher_confirm::Confirmation;
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use tokio_util::sync::CancellationToken;
+
+use super::{await_confirms, OutMessage, PublishError, Route};
+use crate::backoff::Backoff;
+use crate::config::{AmqpDeclare, AmqpSinkConfig};
+use crate::metrics::Metrics;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A RabbitMQ connection shared by the workers; each worker publishes on its own channel.
+pub struct AmqpSink {
+    name: String,
+    url: String,
+    declare: Vec<AmqpDeclare>,
+    reconnect_max: Duration,
+    conn: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    up: AtomicBool,
+}
+
+impl AmqpSink {
+    /// Reads the password file, if any; does not connect yet.
+    pub fn new(name: &str, config: &AmqpSinkConfig) -> anyhow::Result<Self> {
+        let mut url = url::Url::parse(&config.url)?;
+        if let Some(file) = &config.password_file {
+            let password = crate::secret::read_file(file)?;
+            url.set_password(Some(&password))
+                .map_err(|_| anyhow::anyhow!("sinks.{name}.url cannot carry a password"))?;
+        }
+        Ok(Self {
+            name: name.to_string(),
+            url: url.to_string(),
+            declare: config.declare.clone(),
+            reconnect_max: config.reconnect_max,
+            conn: tokio::sync::Mutex::new(None),
+            up: AtomicBool::new(false),
+        })
+    }
+
+    /// The sink's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// True while the connection is open.
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// The open connection, connecting (and declaring the topology) if there is none.
+    async fn connection(&self) -> Result<Arc<Connection>, PublishError> {
+        let mut guard = self.conn.lock().await;
+        if let Some(conn) = guard.as_ref() {
+            if conn.status().connected() {
+                return Ok(conn.clone());
+            }
+            self.up.store(false, Ordering::Relaxed);
+        }
+        let props = ConnectionProperties::default()
+            .with_executor(tokio_executor_trait::Tokio::current())
+            .with_reactor(tokio_reactor_trait::Tokio)
+            .with_connection_name(format!("delay-bridge/{}", self.name).into());
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(&self.url, props))
+            .await
+            .map_err(|_| PublishError::Connection("connect timed out".into()))?
+            .map_err(|e| PublishError::Connection(e.to_string()))?;
+        declare(&conn, &self.declare)
+            .await
+            .map_err(|e| PublishError::Connection(format!("declaring topology: {e}")))?;
+        let conn = Arc::new(conn);
+        *guard = Some(conn.clone());
+        self.up.store(true, Ordering::Relaxed);
+        Ok(conn)
+    }
+
+    /// Connects at start and reconnects with capped backoff whenever the connection drops,
+    /// so readiness recovers even when no worker is publishing.
+    pub async fn supervise(&self, metrics: Metrics, cancel: CancellationToken) {
+        let gauge = metrics.sink_up.with_label_values(&[&self.name]);
+        let backoff = Backoff {
+            initial: Duration::from_millis(100),
+            max: self.reconnect_max,
+        };
+        let mut failures = 0u32;
+        loop {
+            let wait = match self.connection().await {
+                Ok(_) => {
+                    if failures > 0 {
+                        tracing::info!(sink = %self.name, "connected to RabbitMQ");
+                    }
+                    failures = 0;
+                    gauge.set(1);
+                    Duration::from_millis(250)
+                }
+                Err(e) => {
+                    gauge.set(0);
+                    failures += 1;
+                    if failures == 1 || failures.is_power_of_two() {
+                        tracing::warn!(sink = %self.name, error = %e, failures, "RabbitMQ unreachable, retrying");
+                    }
+                    backoff.delay(failures)
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = cancel.cancelled() => return,
+            }
+        }
+    }
+
+    /// Opens a confirm-mode channel for one worker.
+    pub async fn publisher(&self) -> Result<AmqpPublisher, PublishError> {
+        let conn = self.connection().await?;
+        let open = async {
+            let channel = conn.create_channel().await?;
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await?;
+            Ok::<_, lapin::Error>(channel)
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, open).await {
+            Ok(Ok(channel)) => Ok(AmqpPublisher { channel }),
+            Ok(Err(e)) => Err(PublishError::Connection(e.to_string())),
+            Err(_) => Err(PublishError::Connection(
+                "opening a channel timed out".into(),
+            )),
+        }
+    }
+}
+
+async fn declare(conn: &Connection, declare: &[AmqpDeclare]) -> Result<(), lapin::Error> {
+    if declare.is_empty() {
+        return Ok(());
+    }
+    let channel = conn.create_channel().await?;
+    for d in declare {
+        let kind = match d.kind.as_str() {
+            "topic" => ExchangeKind::Topic,
+            "fanout" => ExchangeKind::Fanout,
+            "headers" => ExchangeKind::Headers,
+            _ => ExchangeKind::Direct,
+        };
+        let durable = ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        channel
+            .exchange_declare(&d.exchange, kind, durable, FieldTable::default())
+            .await?;
+        if let Some(queue) = &d.queue {
+            let opts = QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            };
+            channel
+                .queue_declare(queue, opts, FieldTable::default())
+                .await?;
+            let binding = d.binding_key.as_deref().unwrap_or(queue);
+            channel
+                .queue_bind(
+                    queue,
+                    &d.exchange,
+                    binding,
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+        }
+    }
+    channel.close(200, "declared").await?;
+    Ok(())
+}
+
+/// A confirm-mode channel owned by one worker.
+pub struct AmqpPublisher {
+    channel: Channel,
+}
+
+impl AmqpPublisher {
+    /// False once the channel was closed by the broker or the connection dropped.
+    pub fn is_usable(&self) -> bool {
+        self.channel.status().connected()
+    }
+
+    /// Publishes the whole batch back to back, then collects the confirmations.
+    pub async fn publish_batch(
+        &mut self,
+        trigger: &str,
+        route: &Route,
+        messages: &[OutMessage<'_>],
+        timeout: Duration,
+        abort: &CancellationToken,
+    ) -> Vec<Result<(), PublishError>> {
+        let mut results: Vec<Result<(), PublishError>> =
+            vec![Err(PublishError::Timeout); messages.len()];
+        let Route::Amqp {
+            exchange,
+            routing_key,
+        } = route
+        else {
+            results.fill(Err(PublishError::BadPayload(
+                "route is not an AMQP route".into(),
+            )));
+            return results;
+        };
+        let pending = FuturesUnordered::new();
+        let trigger_value = AMQPValue::LongString(trigger.into());
+        let options = BasicPublishOptions {
+            mandatory: true,
+            ..Default::default()
+        };
+        for (i, m) in messages.iter().enumerate() {
+            let mut headers = FieldTable::default();
+            headers.insert(ShortString::from("x-delay-trigger"), trigger_value.clone());
+            headers.insert(
+                ShortString::from("x-delay-due-ms"),
+                AMQPValue::LongLongInt(m.due_ms),
+            );
+            headers.insert(
+                ShortString::from("x-delay-attempt"),
+                AMQPValue::LongLongInt(m.attempt.into()),
+            );
+            let props = BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_message_id(m.id.into())
+                .with_headers(headers);
+            match self
+                .channel
+                .basic_publish(exchange, routing_key, options, m.payload, props)
+                .await
+            {
+                Ok(confirm) => pending.push(async move {
+                    let r =
+                        match confirm.await {
+                            Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => Ok(()),
+                            Ok(Confirmation::Ack(Some(ret)))
+                            | Ok(Confirmation::Nack(Some(ret))) => Err(PublishError::Returned(
+                                format!("{} {}", ret.reply_code, ret.reply_text),
+                            )),
+                            Ok(Confirmation::Nack(None)) => Err(PublishError::Nack),
+                            Err(e) => Err(PublishError::Connection(e.to_string())),
+                        };
+                    (i, r)
+                }),
+                Err(e) => {
+                    // The channel is gone: nothing after this message was sent either.
+                    let err = PublishError::Connection(e.to_string());
+                    for r in &mut results[i..] {
+                        *r = Err(err.clone());
+                    }
+                    break;
+                }
+            }
+        }
+        await_confirms(&mut results, pending, timeout, abort).await;
+        results
+    }
+}
