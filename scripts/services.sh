@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Makes sure the services the tests need run on loopback: Redis, RabbitMQ and a
+# Kafka-protocol broker (tansu, installed from crates.io into a cache on first use).
+# Usage: scripts/services.sh start|stop
+set -euo pipefail
+
+CACHE="${DELAY_BRIDGE_CACHE:-$HOME/.cache/delay-bridge}"
+TANSU_ROOT="$CACHE/tansu"
+TANSU="$TANSU_ROOT/bin/tansu"
+KAFKA_ADDR="${DELAY_BRIDGE_TEST_KAFKA:-127.0.0.1:9092}"
+TANSU_PID="$CACHE/tansu.pid"
+
+port_open() { (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
+
+wait_port() {
+  for _ in $(seq 1 "${2:-150}"); do
+    port_open "$1" && return 0
+    sleep 0.2
+  done
+  echo "timed out waiting for $1" >&2
+  return 1
+}
+
+start_redis() {
+  port_open 127.0.0.1:6379 && return 0
+  echo "starting redis-server on 127.0.0.1:6379"
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  wait_port 127.0.0.1:6379
+}
+
+start_rabbitmq() {
+  port_open 127.0.0.1:5672 && return 0
+  echo "starting rabbitmq-server"
+  rabbitmq-server -detached
+  wait_port 127.0.0.1:5672 300
+}
+
+install_tansu() {
+  [ -x "$TANSU" ] && return 0
+  echo "installing tansu 0.6.0 into $TANSU_ROOT (once per machine, several minutes)"
+  mkdir -p "$CACHE"
+  cargo install tansu@0.6.0 --locked --features dynostore --root "$TANSU_ROOT" --quiet
+}
+
+start_tansu() {
+  port_open "$KAFKA_ADDR" && return 0
+  install_tansu
+  echo "starting tansu on $KAFKA_ADDR"
+  mkdir -p "$CACHE/tansu-run"
+  # Run from an empty directory with explicit flags: tansu also reads ./.env.
+  (cd "$CACHE/tansu-run" && env -u RUST_LOG nohup "$TANSU" broker \
+      --listener-url "tcp://$KAFKA_ADDR" \
+      --advertised-listener-url "tcp://$KAFKA_ADDR" \
+      --storage-engine memory://tansu/ >"$CACHE/tansu.log" 2>&1 &
+    echo $! >"$TANSU_PID")
+  wait_port "$KAFKA_ADDR"
+}
+
+stop_tansu() {
+  if [ -f "$TANSU_PID" ]; then
+    kill "$(cat "$TANSU_PID")" 2>/dev/null || true
+    rm -f "$TANSU_PID"
+  fi
+}
+
+case "${1:-start}" in
+  start)
+    start_redis
+    start_rabbitmq
+    start_tansu
+    ;;
+  stop)
+    stop_tansu
+    ;;
+  tansu-path)
+    echo "$TANSU"
+    ;;
+  *)
+    echo "usage: $0 start|stop|tansu-path" >&2
+    exit 2
+    ;;
+esac
