@@ -57,6 +57,8 @@ pub enum Command {
     /// Inspect and replay dead letters.
     #[command(subcommand)]
     DeadLetter(DeadLetter),
+    /// Measure forwarding rate, lateness and idle cost against the local Redis and a broker.
+    Bench(crate::bench::BenchArgs),
     /// Print messages arriving on a RabbitMQ queue with their lateness (for trying the bridge out).
     Consume {
         /// AMQP URL.

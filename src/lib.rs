@@ -13,6 +13,7 @@
 //! Duplicates are possible, loss is not.
 
 pub mod backoff;
+pub mod bench;
 pub mod bridge;
 pub mod cli;
 pub mod config;
