@@ -168,6 +168,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
             members,
             limit,
         }) => with_config(&config.config, |c| dead_requeue(c, trigger, members, limit)).await,
+        Command::Bench(args) => crate::bench::run(args).await,
         Command::Consume {
             url,
             queue,
