@@ -11,7 +11,7 @@ use tracing::Instrument;
 use crate::backoff::{jitter_down, Backoff};
 use crate::config::TriggerConfig;
 use crate::metrics::Metrics;
-use crate::sink::{message_id, Disposition, OutMessage, PublishError, Publisher, Route, Sink};
+use crate::sink::{Disposition, MessageId, OutMessage, PublishError, Publisher, Route, Sink};
 use crate::store::{ClaimBatch, FailOutcome, Settlement, Store};
 
 /// Everything the workers of one trigger share.
@@ -94,8 +94,10 @@ pub async fn run(
     abort: CancellationToken,
 ) {
     let span = tracing::info_span!("worker", trigger = %trigger.name(), worker);
+    let batch = AdaptiveBatch::new(trigger.config.batch);
     Worker {
         t: trigger,
+        batch,
         publisher: None,
         stop,
         abort,
@@ -107,9 +109,38 @@ pub async fn run(
 
 struct Worker {
     t: Arc<Trigger>,
+    batch: AdaptiveBatch,
     publisher: Option<Publisher>,
     stop: CancellationToken,
     abort: CancellationToken,
+}
+
+/// How long one claim script may take before batches shrink: keeps Redis responsive.
+const CLAIM_TARGET: Duration = Duration::from_millis(4);
+
+/// Claim size between 1 and the configured `batch`: doubles while full claims stay under
+/// [`CLAIM_TARGET`] (a backlog is draining), halves when a claim takes more than twice that.
+#[derive(Debug, Clone, Copy)]
+struct AdaptiveBatch {
+    size: usize,
+    max: usize,
+}
+
+impl AdaptiveBatch {
+    fn new(max: usize) -> Self {
+        Self {
+            size: max.min(32),
+            max,
+        }
+    }
+
+    fn adapt(&mut self, claimed: usize, took: Duration) {
+        if took > CLAIM_TARGET * 2 {
+            self.size = (self.size / 2).max(1);
+        } else if claimed >= self.size && took < CLAIM_TARGET {
+            self.size = (self.size * 2).min(self.max);
+        }
+    }
 }
 
 const ERROR_BACKOFF: Backoff = Backoff {
@@ -174,11 +205,14 @@ impl Worker {
                 }
             };
             let claimed_at = Instant::now();
+            let took = claimed_at - started;
             self.t
                 .metrics
                 .claim_duration
                 .with_label_values(&[self.t.name()])
-                .observe((claimed_at - started).as_secs_f64());
+                .observe(took.as_secs_f64());
+            let asked = self.batch.size;
+            self.batch.adapt(batch.items.len(), took);
             self.t.note_head(&batch, claimed_at);
             if batch.items.is_empty() {
                 self.t
@@ -194,7 +228,7 @@ impl Worker {
                 .claim_batch_size
                 .with_label_values(&[self.t.name()])
                 .observe(batch.items.len() as f64);
-            let more_due = batch.items.len() >= self.t.config.batch
+            let more_due = batch.items.len() >= asked
                 || batch.next_head_ms.is_some_and(|h| h <= batch.now_ms as f64);
             if more_due {
                 self.t.backlog.notify_waiters();
@@ -239,15 +273,31 @@ impl Worker {
     async fn forward(&mut self, batch: ClaimBatch, claimed_at: Instant) {
         let t = self.t.clone();
         let cfg = &t.config;
-        let ids: Vec<String> = batch
+        let ids: Vec<MessageId> = batch
             .items
             .iter()
-            .map(|c| message_id(&cfg.key, &c.member))
+            .map(|c| MessageId::new(&cfg.key, &c.member))
             .collect();
+        let pointed: Vec<Result<String, PublishError>> = match &cfg.routing_key_pointer {
+            Some(pointer) => batch
+                .items
+                .iter()
+                .map(|c| routing_key_at(&c.member, pointer))
+                .collect(),
+            None => Vec::new(),
+        };
         let mut results: Vec<Result<(), PublishError>> = Vec::with_capacity(batch.items.len());
         let mut out = Vec::with_capacity(batch.items.len());
         let mut slots = Vec::with_capacity(batch.items.len());
         for (i, c) in batch.items.iter().enumerate() {
+            let routing_key = match pointed.get(i) {
+                Some(Ok(rk)) => Some(rk.as_str()),
+                Some(Err(e)) => {
+                    results.push(Err(e.clone()));
+                    continue;
+                }
+                None => None,
+            };
             if c.member.len() > cfg.max_message_bytes {
                 results.push(Err(PublishError::TooLarge));
             } else {
@@ -257,7 +307,8 @@ impl Worker {
                     payload: &c.member,
                     due_ms: c.due_ms,
                     attempt: c.attempt,
-                    id: &ids[i],
+                    id: ids[i].as_str(),
+                    routing_key,
                 });
             }
         }
@@ -395,6 +446,22 @@ impl Worker {
     }
 }
 
+/// The string at JSON Pointer `pointer` in a JSON payload: a per-message routing key.
+fn routing_key_at(payload: &[u8], pointer: &str) -> Result<String, PublishError> {
+    let value: serde_json::Value = serde_json::from_slice(payload)
+        .map_err(|e| PublishError::BadPayload(format!("not JSON: {e}")))?;
+    match value.pointer(pointer) {
+        Some(serde_json::Value::String(s)) if s.len() <= 255 => Ok(s.clone()),
+        Some(serde_json::Value::String(_)) => Err(PublishError::BadPayload(format!(
+            "{pointer} is longer than 255 bytes"
+        ))),
+        Some(_) => Err(PublishError::BadPayload(format!(
+            "{pointer} is not a string"
+        ))),
+        None => Err(PublishError::BadPayload(format!("{pointer} is missing"))),
+    }
+}
+
 /// Recovers expired leases of one trigger until `stop` (any bridge instance may do this).
 pub async fn recover_loop(t: Arc<Trigger>, stop: CancellationToken) {
     let interval = (t.config.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
@@ -464,6 +531,56 @@ pub async fn stats_loop(t: Arc<Trigger>, interval: Duration, stop: CancellationT
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = stop.cancelled() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_grow_while_full_and_fast_and_shrink_when_slow() {
+        let mut b = AdaptiveBatch::new(256);
+        assert_eq!(b.size, 32);
+        b.adapt(32, Duration::from_millis(1));
+        assert_eq!(b.size, 64);
+        b.adapt(10, Duration::from_millis(1));
+        assert_eq!(
+            b.size, 64,
+            "a partial claim means the backlog is drained: keep the size"
+        );
+        for _ in 0..10 {
+            b.adapt(b.size, Duration::from_micros(500));
+        }
+        assert_eq!(b.size, 256, "never above the configured batch");
+        b.adapt(256, Duration::from_millis(20));
+        assert_eq!(b.size, 128);
+        for _ in 0..20 {
+            b.adapt(b.size, Duration::from_millis(50));
+        }
+        assert_eq!(b.size, 1, "never below one");
+        let mut one = AdaptiveBatch::new(1);
+        one.adapt(1, Duration::ZERO);
+        assert_eq!(one.size, 1);
+    }
+
+    #[test]
+    fn routing_keys_come_from_the_pointer() {
+        assert_eq!(
+            routing_key_at(br#"{"type":"a.b"}"#, "/type").unwrap(),
+            "a.b"
+        );
+        assert_eq!(routing_key_at(br#"{"m":{"k":"x"}}"#, "/m/k").unwrap(), "x");
+        for bad in [
+            &b"not json"[..],
+            br#"{"type":1}"#,
+            br#"{"other":"x"}"#,
+            b"\xff",
+        ] {
+            let e = routing_key_at(bad, "/type").unwrap_err();
+            assert_eq!(e.reason(), "bad_payload");
+            assert_eq!(e.disposition(), Disposition::DeadLetter);
         }
     }
 }

@@ -272,6 +272,11 @@ pub struct TriggerConfig {
     /// AMQP: routing key (default `""`).
     #[serde(default)]
     pub routing_key: Option<String>,
+    /// AMQP: take each message's routing key from this JSON Pointer (RFC 6901, e.g. `/type`)
+    /// into the payload instead; payloads that are not JSON or lack a string there are
+    /// dead-lettered with reason `bad_payload`.
+    #[serde(default)]
+    pub routing_key_pointer: Option<String>,
     /// Kafka: topic to produce to.
     #[serde(default)]
     pub topic: Option<String>,

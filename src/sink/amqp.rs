@@ -239,7 +239,13 @@ impl AmqpPublisher {
                 .with_headers(headers);
             match self
                 .channel
-                .basic_publish(exchange, routing_key, options, m.payload, props)
+                .basic_publish(
+                    exchange,
+                    m.routing_key.unwrap_or(routing_key),
+                    options,
+                    m.payload,
+                    props,
+                )
                 .await
             {
                 Ok(confirm) => pending.push(async move {
