@@ -448,3 +448,180 @@ pub fn metric_value(body: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     }
     total
 }
+
+/// One sample of a Prometheus text scrape: series name, labels in order, value.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+/// Parses every sample line of a text scrape (label values may hold escaped quotes).
+pub fn parse_samples(body: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in body.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let value = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v.parse().unwrap_or(f64::NAN),
+        };
+        let (name, rest) = match series.split_once('{') {
+            Some((n, r)) => (n, r.strip_suffix('}').unwrap_or(r)),
+            None => (series, ""),
+        };
+        let mut labels = Vec::new();
+        let mut chars = rest.chars().peekable();
+        while chars.peek().is_some() {
+            let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+            if chars.next() != Some('"') {
+                break;
+            }
+            let mut val = String::new();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => val.extend(chars.next()),
+                    '"' => break,
+                    c => val.push(c),
+                }
+            }
+            labels.push((key.trim_start_matches(',').to_string(), val));
+            if chars.peek() == Some(&',') {
+                chars.next();
+            }
+        }
+        out.push(Sample {
+            name: name.to_string(),
+            labels,
+            value,
+        });
+    }
+    out
+}
+
+/// The cumulative buckets `(le, count)` of a histogram, sorted by `le`, for series matching `labels`.
+pub fn histogram_buckets(body: &str, name: &str, labels: &[(&str, &str)]) -> Vec<(f64, f64)> {
+    let bucket = format!("{name}_bucket");
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for s in parse_samples(body) {
+        if s.name != bucket
+            || !labels
+                .iter()
+                .all(|(k, v)| s.labels.iter().any(|(lk, lv)| lk == k && lv == v))
+        {
+            continue;
+        }
+        let Some((_, le)) = s.labels.iter().find(|(k, _)| k == "le") else {
+            continue;
+        };
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().unwrap()
+        };
+        match out.iter_mut().find(|(l, _)| *l == le) {
+            Some((_, c)) => *c += s.value,
+            None => out.push((le, s.value)),
+        }
+    }
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// Scrapes `/metrics` until `f` holds or `timeout` passes; returns whether it held and the last body.
+pub async fn wait_scrape<F: FnMut(&str) -> bool>(
+    port: u16,
+    timeout: Duration,
+    mut f: F,
+) -> (bool, String) {
+    let end = Instant::now() + timeout;
+    let mut last = String::new();
+    loop {
+        if let Some((200, body)) = http_get(port, "/metrics").await {
+            if f(&body) {
+                return (true, body);
+            }
+            last = body;
+        }
+        if Instant::now() >= end {
+            return (false, last);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// GETs `path` until `f(status, body)` holds or `timeout` passes; returns the last answer.
+pub async fn wait_http<F: FnMut(u16, &str) -> bool>(
+    port: u16,
+    path: &str,
+    timeout: Duration,
+    mut f: F,
+) -> (bool, Option<(u16, String)>) {
+    let end = Instant::now() + timeout;
+    loop {
+        let got = http_get(port, path).await;
+        if let Some((status, body)) = &got {
+            if f(*status, body) {
+                return (true, got);
+            }
+        }
+        if Instant::now() >= end {
+            return (false, got);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `host:port` of the test RabbitMQ.
+pub fn amqp_addr() -> String {
+    let url = url::Url::parse(&amqp_url()).unwrap();
+    format!(
+        "{}:{}",
+        url.host_str().unwrap_or("127.0.0.1"),
+        url.port().unwrap_or(5672)
+    )
+}
+
+/// A TCP proxy from a loopback port to `target`: lets a test make a broker appear on a
+/// port the bridge already knows; dropping it closes the listener and every connection.
+pub struct TcpForwarder {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TcpForwarder {
+    /// Listens on `127.0.0.1:port` and forwards each connection to `target`.
+    pub async fn start(port: u16, target: String) -> Self {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("forwarder port is free");
+        let task = tokio::spawn(async move {
+            // Owned here so aborting the accept loop also ends every proxied connection.
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                let target = target.clone();
+                conns.spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                while conns.try_join_next().is_some() {}
+            }
+        });
+        Self { task }
+    }
+}
+
+impl Drop for TcpForwarder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

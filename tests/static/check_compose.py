@@ -10,7 +10,13 @@ Checks, without Docker or network access:
     that compose mounts into the Grafana container;
   * docker/Dockerfile has a HEALTHCHECK, EXPOSE 9464 and a non-root USER in its
     final stage;
-  * the dashboard JSON parses, and every panel query has an expression.
+  * the dashboard JSON parses, and every panel query has an expression;
+  * the pieces agree with each other: the bridge service mounts the config
+    file its command (or the image's CMD) names; that config listens on all
+    interfaces on the port the image EXPOSEs, health-checks and Prometheus
+    scrapes; its shutdown timeout fits in the service's stop_grace_period;
+    Redis runs with appendonly and noeviction; Kafka's KRaft settings are
+    complete; Prometheus rule files exist and are mounted next to its config.
 
 Usage:
   check_compose.py                       run the checks, print "compose: ok"
@@ -26,8 +32,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # pragma: no cover - Python < 3.11
+    tomllib = None
 
 try:
     import yaml  # type: ignore[import-untyped]
@@ -42,7 +54,17 @@ PROVISIONING = Path("grafana/provisioning")
 DASHBOARD = Path("grafana/dashboards/delay-bridge.json")
 METRICS_PORT = "9464"
 
+BRIDGE_SERVICE = "bridge"
+PROMETHEUS_CONFIG_IN_CONTAINER = "/etc/prometheus/prometheus.yml"
+# Docker's default when a service sets no stop_grace_period.
+DEFAULT_GRACE_SECONDS = 10.0
+# The bridge needs a little longer than [shutdown] timeout: it settles aborted
+# batches (up to 5 s) and flushes sinks after the deadline.
+SHUTDOWN_MARGIN_SECONDS = 7.0
+
 METRIC_RE = re.compile(r"delay_bridge_[a-z_]+")
+DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|us|h|m|s)")
+
 HISTOGRAM_SUFFIX_RE = re.compile(r"_(bucket|sum|count)$")
 
 
@@ -335,6 +357,167 @@ class Checker:
             out.append((op.upper(), arg.strip()))
         return out
 
+    # ---- consistency between the files ------------------------------------
+
+    def check_stack(self, compose: dict | None, mounts: dict, prom: dict | None) -> None:
+        if compose is None:
+            return
+        services = compose.get("services") or {}
+        bridge = services.get(BRIDGE_SERVICE)
+        if not isinstance(bridge, dict):
+            self.fail(f"{COMPOSE}: no {BRIDGE_SERVICE!r} service")
+            return
+        where = f"{COMPOSE}: service {BRIDGE_SERVICE}"
+        dockerfile = self._dockerfile_instructions((self.root / DOCKERFILE).read_text(encoding="utf-8")) \
+            if (self.root / DOCKERFILE).is_file() else []
+
+        command = bridge.get("command")
+        if command is None:
+            cmds = [arg for op, arg in dockerfile if op == "CMD"]
+            command = self._exec_form(cmds[-1]) if cmds else []
+        elif isinstance(command, str):
+            command = shlex.split(command)
+        config_path = self._flag_value([str(c) for c in command], ("--config", "-c"))
+        if config_path is None:
+            self.fail(f"{where}: the command names no --config file")
+            return
+        host = next((h for h, t in mounts.get(BRIDGE_SERVICE, []) if t.split(":")[0] == config_path), None)
+        if host is None:
+            self.fail(f"{where}: nothing is mounted at {config_path}, the config the command reads")
+            return
+        if tomllib is None or not host.is_file():
+            return
+        try:
+            config = tomllib.loads(host.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as err:
+            self.fail(f"{self.rel(host)}: invalid TOML: {err}")
+            return
+        env = bridge.get("environment") or {}
+        if isinstance(env, list):
+            env = dict(str(e).split("=", 1) for e in env if "=" in str(e))
+        listen = str(env.get("DELAY_BRIDGE_METRICS__LISTEN")
+                     or (config.get("metrics") or {}).get("listen") or "127.0.0.1:9464")
+        listen_host, _, port = listen.rpartition(":")
+        if listen_host.strip("[]") in ("127.0.0.1", "localhost", "::1"):
+            self.fail(f"{self.rel(host)}: metrics.listen = {listen!r} is loopback: neither Prometheus "
+                      f"nor the published port can reach it; use 0.0.0.0:{port}")
+        if port != METRICS_PORT:
+            self.fail(f"{self.rel(host)}: metrics.listen port {port} is not {METRICS_PORT}, the port "
+                      f"{DOCKERFILE} exposes and health-checks")
+        for op, arg in dockerfile:
+            if op == "HEALTHCHECK" and f":{METRICS_PORT}/healthz" not in arg:
+                self.fail(f"{DOCKERFILE}: HEALTHCHECK does not poll :{METRICS_PORT}/healthz")
+        if prom is not None:
+            targets = [str(t) for job in prom.get("scrape_configs") or []
+                       for sc in job.get("static_configs") or [] for t in sc.get("targets") or []]
+            if f"{BRIDGE_SERVICE}:{port}" not in targets:
+                self.fail(f"{PROMETHEUS}: no job scrapes {BRIDGE_SERVICE}:{port}")
+
+        timeout = self._seconds(str((config.get("shutdown") or {}).get("timeout", "30s")))
+        grace_raw = bridge.get("stop_grace_period")
+        grace = self._seconds(str(grace_raw)) if grace_raw is not None else DEFAULT_GRACE_SECONDS
+        if timeout is not None and grace is not None and timeout + SHUTDOWN_MARGIN_SECONDS > grace:
+            self.fail(f"{where}: stop_grace_period ({grace:g}s) leaves no room for the bridge's drain: "
+                      f"[shutdown] timeout is {timeout:g}s plus up to {SHUTDOWN_MARGIN_SECONDS:g}s to "
+                      f"settle; Docker would SIGKILL it mid-drain")
+
+        self._check_redis(services.get("redis"))
+        self._check_kafka(services.get("kafka"))
+
+    def _check_redis(self, redis) -> None:
+        if not isinstance(redis, dict):
+            return
+        command = redis.get("command") or []
+        args = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+        if self._flag_value(args, ("--appendonly",)) != "yes":
+            self.fail(f"{COMPOSE}: service redis: needs --appendonly yes (scheduled messages must survive a restart)")
+        if self._flag_value(args, ("--maxmemory-policy",)) != "noeviction":
+            self.fail(f"{COMPOSE}: service redis: needs --maxmemory-policy noeviction "
+                      f"(an evicted key is a lost message)")
+
+    def _check_kafka(self, kafka) -> None:
+        if not isinstance(kafka, dict):
+            return
+        where = f"{COMPOSE}: service kafka"
+        env = kafka.get("environment") or {}
+        if isinstance(env, list):
+            env = dict(str(e).split("=", 1) for e in env if "=" in str(e))
+        env = {k: str(v) for k, v in env.items()}
+        required = ["KAFKA_NODE_ID", "KAFKA_PROCESS_ROLES", "KAFKA_LISTENERS", "KAFKA_ADVERTISED_LISTENERS",
+                    "KAFKA_CONTROLLER_LISTENER_NAMES", "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP",
+                    "KAFKA_CONTROLLER_QUORUM_VOTERS"]
+        missing = [k for k in required if not env.get(k)]
+        if missing:
+            self.fail(f"{where}: KRaft mode needs {', '.join(missing)}")
+            return
+        roles = {r.strip() for r in env["KAFKA_PROCESS_ROLES"].split(",")}
+        if roles != {"broker", "controller"}:
+            self.fail(f"{where}: a single node needs KAFKA_PROCESS_ROLES=broker,controller")
+
+        def names(value: str) -> list[str]:
+            return [item.split("://", 1)[0].split(":", 1)[0].strip() for item in value.split(",") if item.strip()]
+
+        listeners = names(env["KAFKA_LISTENERS"])
+        protocol_map = names(env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"])
+        for name in listeners:
+            if name not in protocol_map:
+                self.fail(f"{where}: listener {name} has no entry in KAFKA_LISTENER_SECURITY_PROTOCOL_MAP")
+        controller = env["KAFKA_CONTROLLER_LISTENER_NAMES"].split(",")[0].strip()
+        if controller not in listeners:
+            self.fail(f"{where}: controller listener {controller} is not in KAFKA_LISTENERS")
+        for name in names(env["KAFKA_ADVERTISED_LISTENERS"]):
+            if name not in listeners:
+                self.fail(f"{where}: advertised listener {name} is not in KAFKA_LISTENERS")
+            if name == controller:
+                self.fail(f"{where}: the controller listener must not be advertised to clients")
+        voters = [v.split("@", 1)[0] for v in env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")]
+        if env["KAFKA_NODE_ID"] not in voters:
+            self.fail(f"{where}: KAFKA_NODE_ID {env['KAFKA_NODE_ID']} is not among the quorum voters")
+        for key in ("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"):
+            if env.get(key) != "1":
+                self.fail(f"{where}: a single broker needs {key}=1")
+
+    def check_rule_files(self, prom: dict | None, mounts: dict) -> None:
+        if prom is None:
+            return
+        config_dir = PROMETHEUS_CONFIG_IN_CONTAINER.rsplit("/", 1)[0]
+        targets = {t.split(":")[0] for _, t in mounts.get("prometheus", [])}
+        for rule_file in prom.get("rule_files") or []:
+            local = (self.root / PROMETHEUS).parent / rule_file
+            if not local.is_file():
+                self.fail(f"{PROMETHEUS}: rule file {rule_file!r} -> {self.rel(local)} does not exist")
+            in_container = rule_file if rule_file.startswith("/") else f"{config_dir}/{rule_file}"
+            if mounts and in_container not in targets:
+                self.fail(f"{PROMETHEUS}: rule file {rule_file!r} is not mounted at {in_container} "
+                          f"in the prometheus service of {COMPOSE}")
+
+    @staticmethod
+    def _exec_form(arg: str) -> list[str]:
+        try:
+            value = json.loads(arg)
+            return [str(v) for v in value] if isinstance(value, list) else []
+        except json.JSONDecodeError:
+            return shlex.split(arg)
+
+    @staticmethod
+    def _flag_value(args: list[str], flags: tuple[str, ...]) -> str | None:
+        for i, arg in enumerate(args):
+            if arg in flags and i + 1 < len(args):
+                return args[i + 1]
+            for flag in flags:
+                if arg.startswith(flag + "="):
+                    return arg.split("=", 1)[1]
+        return None
+
+    @staticmethod
+    def _seconds(text: str) -> float | None:
+        """Seconds in a compose or humantime duration such as 30s, 1m30s or 500ms."""
+        parts = DURATION_PART_RE.findall(text)
+        if not parts or DURATION_PART_RE.sub("", text).strip():
+            return None
+        scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+        return sum(float(n) * scale[unit] for n, unit in parts)
+
     # ---- dashboard ---------------------------------------------------------
 
     def dashboard_queries(self, dash: dict) -> list[str]:
@@ -406,7 +589,10 @@ def main(argv: list[str]) -> int:
     has_health = checker.check_dockerfile()
     compose = checker.load_yaml(COMPOSE)
     mounts = checker.check_compose(compose, has_health)
-    checker.check_prometheus(checker.load_yaml(PROMETHEUS), compose)
+    prom = checker.load_yaml(PROMETHEUS)
+    checker.check_prometheus(prom, compose)
+    checker.check_rule_files(prom, mounts)
+    checker.check_stack(compose, mounts, prom)
     checker.check_provisioning(mounts)
     checker.check_dashboard(checker.load_dashboard())
 
