@@ -253,11 +253,15 @@ impl Store {
         &self,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, i64, Option<String>)>, StoreError> {
+        if limit == 0 {
+            // ZRANGE 0 -1 would list everything.
+            return Ok(Vec::new());
+        }
         let mut conn = self.conn.clone();
         let items: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
             .arg(&self.keys.dead)
             .arg(0)
-            .arg(limit.saturating_sub(1) as i64)
+            .arg(limit as i64 - 1)
             .arg("WITHSCORES")
             .query_async(&mut conn)
             .await?;

@@ -9,6 +9,25 @@ local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'L
 local n = #items / 2
 local out = {now, deadline, ''}
 if n > 0 then
+  -- The deadline is the batch's ownership token for settle. A member the producer re-added
+  -- while in flight may still be leased by an unsettled batch that claimed it in this same
+  -- millisecond: move this batch's deadline past such a lease so the two stay distinct.
+  local held = {}
+  for i = 1, n, 1000 do
+    local chunk = {}
+    for j = i, math.min(i + 999, n) do
+      chunk[#chunk + 1] = items[2 * j - 1]
+    end
+    for _, score in ipairs(redis.call('ZMSCORE', KEYS[2], unpack(chunk))) do
+      if score then
+        held[tonumber(score)] = true
+      end
+    end
+  end
+  while held[deadline] do
+    deadline = deadline + 1
+  end
+  out[2] = deadline
   -- The claimed members are exactly the lowest n ranks.
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
   local args = {}

@@ -9,7 +9,8 @@ if #ARGV > 1 then
   for i = 2, #ARGV do
     members[#members + 1] = ARGV[i]
   end
-else
+elseif tonumber(ARGV[1]) > 0 then
+  -- A limit of 0 must move nothing: ZRANGE 0 -1 would mean the whole set.
   members = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[1]) - 1)
 end
 local moved = 0
