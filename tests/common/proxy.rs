@@ -1,0 +1,178 @@
+//! A loopback TCP proxy for fault injection: forward, cut every connection, or blackhole.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// What the proxy does with traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Forward bytes both ways.
+    Pass,
+    /// Reset every open connection and every new one: the peer is gone.
+    Drop,
+    /// Accept connections but forward nothing: bytes stay where they are (a blackhole, or a
+    /// broker that stopped reading). Switching back to `Pass` delivers what was held.
+    Stall,
+}
+
+/// A proxy listening on a free loopback port, forwarding to `upstream`.
+pub struct Proxy {
+    addr: SocketAddr,
+    mode: watch::Sender<Mode>,
+    accepted: Arc<AtomicUsize>,
+    accept_task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Starts forwarding to `upstream` (e.g. `127.0.0.1:5672`).
+    pub async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (mode, rx) = watch::channel(Mode::Pass);
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        let accept_task = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                count.fetch_add(1, Ordering::Relaxed);
+                if *rx.borrow() == Mode::Drop {
+                    reset(&client);
+                    continue;
+                }
+                tokio::spawn(connection(client, upstream, rx.clone()));
+            }
+        });
+        Self {
+            addr,
+            mode,
+            accepted,
+            accept_task,
+        }
+    }
+
+    /// The port clients should connect to.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Switches every connection, open or future, to `mode`.
+    pub fn set(&self, mode: Mode) {
+        self.mode.send_replace(mode);
+    }
+
+    /// Connections accepted so far (refused ones included): shows that a client reconnected.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept_task.abort();
+        // Every connection task watches the mode channel; dropping the last sender ends them,
+        // but reset them first so clients notice at once.
+        self.mode.send_replace(Mode::Drop);
+    }
+}
+
+/// Closes with RST rather than FIN: a cut cable, not a polite goodbye.
+fn reset(stream: &TcpStream) {
+    let _ = stream.set_linger(Some(Duration::ZERO));
+}
+
+/// Waits until the mode is `Pass` (true) or `Drop` / proxy gone (false).
+async fn wait_pass(mode: &mut watch::Receiver<Mode>) -> bool {
+    loop {
+        match *mode.borrow_and_update() {
+            Mode::Pass => return true,
+            Mode::Drop => return false,
+            Mode::Stall => {}
+        }
+        if mode.changed().await.is_err() {
+            return false;
+        }
+    }
+}
+
+async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>) {
+    // A connection accepted during a stall is held before it even reaches the upstream.
+    if !wait_pass(&mut mode).await {
+        reset(&client);
+        return;
+    }
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        reset(&client);
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (client_rd, mut client_wr) = client.into_split();
+    let (server_rd, mut server_wr) = server.into_split();
+    let dropped = tokio::select! {
+        d = pump(client_rd, &mut server_wr, mode.clone()) => d,
+        d = pump(server_rd, &mut client_wr, mode.clone()) => d,
+    };
+    if dropped {
+        reset(client_wr.as_ref());
+        reset(server_wr.as_ref());
+    }
+}
+
+/// Copies `from` into `to` while the mode allows; returns true when cut by `Drop`,
+/// false when a side closed by itself.
+async fn pump(
+    mut from: OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    mut mode: watch::Receiver<Mode>,
+) -> bool {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if !wait_pass(&mut mode).await {
+            return true;
+        }
+        let n = tokio::select! {
+            r = from.read(&mut buf) => match r {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => n,
+            },
+            changed = mode.changed() => {
+                if changed.is_err() {
+                    return true;
+                }
+                continue;
+            }
+        };
+        // Bytes read just before a stall are held, not forwarded, until it ends.
+        if !wait_pass(&mut mode).await {
+            return true;
+        }
+        tokio::select! {
+            r = to.write_all(&buf[..n]) => if r.is_err() {
+                return false;
+            },
+            _ = wait_drop(mode.clone()) => return true,
+        }
+    }
+}
+
+/// Resolves once the mode is `Drop` or the proxy is gone.
+async fn wait_drop(mut mode: watch::Receiver<Mode>) {
+    loop {
+        if *mode.borrow_and_update() == Mode::Drop {
+            return;
+        }
+        if mode.changed().await.is_err() {
+            return;
+        }
+    }
+}
