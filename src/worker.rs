@@ -98,6 +98,7 @@ pub async fn run(
     Worker {
         t: trigger,
         batch,
+        broken_batches: 0,
         publisher: None,
         stop,
         abort,
@@ -110,6 +111,8 @@ pub async fn run(
 struct Worker {
     t: Arc<Trigger>,
     batch: AdaptiveBatch,
+    /// Consecutive batches that ended with the sink failing; the worker backs off by it.
+    broken_batches: u32,
     publisher: Option<Publisher>,
     stop: CancellationToken,
     abort: CancellationToken,
@@ -155,7 +158,7 @@ impl Worker {
         while !self.stop.is_cancelled() {
             if !self.publisher.as_ref().is_some_and(Publisher::is_usable) {
                 self.publisher = None;
-                match self.t.sink.publisher().await {
+                match self.t.sink.publisher(&self.t.route).await {
                     Ok(p) => {
                         self.publisher = Some(p);
                         sink_failures = 0;
@@ -163,8 +166,9 @@ impl Worker {
                     Err(e) => {
                         // Messages stay in Redis while the broker is away: no claim without a publisher.
                         sink_failures += 1;
-                        if sink_failures == 1 {
-                            tracing::warn!(sink = %self.t.sink.name(), error = %e, "sink unavailable, not claiming");
+                        if sink_failures == 1 || sink_failures.is_power_of_two() {
+                            tracing::warn!(sink = %self.t.sink.name(), error = %e,
+                                failures = sink_failures, "sink unavailable, not claiming");
                         }
                         self.pause(ERROR_BACKOFF.delay(sink_failures)).await;
                         continue;
@@ -375,11 +379,19 @@ impl Worker {
         for (entry, reason) in settlement.fail.iter_mut().zip(&fail_reasons) {
             entry.2 = reason;
         }
-        if sink_broken {
-            tracing::warn!(sink = %t.sink.name(), "broker connection lost mid-batch; unconfirmed messages go back");
-            self.publisher = None;
-        }
         self.settle(&batch, &settlement, &fail_reasons).await;
+        if sink_broken {
+            self.broken_batches += 1;
+            tracing::warn!(sink = %t.sink.name(), confirmed = settlement.ack.len(),
+                "broker connection failed mid-batch; unconfirmed messages went back");
+            self.publisher = None;
+            if self.broken_batches > 1 {
+                t.sink.reset().await;
+            }
+            self.pause(ERROR_BACKOFF.delay(self.broken_batches)).await;
+        } else {
+            self.broken_batches = 0;
+        }
     }
 
     /// Runs the settle script, retrying Redis errors until the lease would expire anyway

@@ -284,3 +284,74 @@ backoff_max = "200ms"
     drop(bridge);
     cleanup_keys(&mut r, &key).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_exchange_keeps_messages_in_redis_until_it_is_declared() {
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("noex").await;
+    let key = format!("{}:{{noex}}", unique("delay"));
+    let port = free_port();
+    let exchange = unique("declared-later");
+    let trigger = format!(
+        "\n[[triggers]]\nname = \"noex\"\nkey = \"{key}\"\nsink = \"rabbit\"\nexchange = \"{exchange}\"\nrouting_key = \"noex\"\n"
+    );
+    let mut bridge = Bridge::start(&(base_config(port) + &trigger), port);
+    assert!(
+        bridge.wait_ready(Duration::from_secs(15)).await,
+        "{}",
+        bridge.log()
+    );
+    let now = redis_now(&mut r).await;
+    let _: i64 = redis::cmd("ZADD")
+        .arg(&key)
+        .arg(now)
+        .arg("waiting")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || bridge
+            .log()
+            .contains("does not exist"))
+        .await,
+        "the missing exchange is reported: {}",
+        bridge.log()
+    );
+    let keys = delay_bridge::keys::QueueKeys::derive(&key).unwrap();
+    let (left, inflight, attempts): (i64, i64, i64) = redis::pipe()
+        .zcard(&keys.source)
+        .zcard(&keys.inflight)
+        .hlen(&keys.attempts)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(
+        (left, inflight, attempts),
+        (1, 0, 0),
+        "not claimed, not counted as an attempt"
+    );
+
+    // The operator declares the exchange: the message goes out.
+    let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.exchange_declare(
+        &exchange,
+        lapin::ExchangeKind::Direct,
+        Default::default(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    capture.bind(&exchange, "noex").await;
+    assert!(
+        wait_until(Duration::from_secs(20), || capture.count() == 1).await,
+        "{}",
+        bridge.log()
+    );
+    ch.exchange_delete(&exchange, Default::default())
+        .await
+        .unwrap();
+    cleanup_keys(&mut r, &key).await;
+}

@@ -42,7 +42,7 @@ impl AmqpSink {
         }
         Ok(Self {
             name: name.to_string(),
-            url: url.to_string(),
+            url: with_heartbeat(url).to_string(),
             declare: config.declare.clone(),
             reconnect_max: config.reconnect_max,
             conn: tokio::sync::Mutex::new(None),
@@ -58,6 +58,16 @@ impl AmqpSink {
     /// True while the connection is open.
     pub fn is_up(&self) -> bool {
         self.up.load(Ordering::Relaxed)
+    }
+
+    /// Forgets the connection if a worker found it unusable; the next call reconnects.
+    pub async fn reset(&self) {
+        let mut guard = self.conn.lock().await;
+        if let Some(conn) = guard.take() {
+            self.up.store(false, Ordering::Relaxed);
+            let _ =
+                tokio::time::timeout(Duration::from_secs(1), conn.close(320, "reconnecting")).await;
+        }
     }
 
     /// The open connection, connecting (and declaring the topology) if there is none.
@@ -121,24 +131,68 @@ impl AmqpSink {
         }
     }
 
-    /// Opens a confirm-mode channel for one worker.
-    pub async fn publisher(&self) -> Result<AmqpPublisher, PublishError> {
+    /// Opens a confirm-mode channel for one worker, after checking (passively) that the
+    /// exchange it will publish to exists: a missing exchange is an operator's fix, so the
+    /// worker does not claim (messages wait in Redis) rather than fail every message.
+    pub async fn publisher(&self, exchange: &str) -> Result<AmqpPublisher, PublishError> {
         let conn = self.connection().await?;
         let open = async {
+            if !exchange.is_empty() {
+                let probe = conn.create_channel().await?;
+                let passive = ExchangeDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                };
+                let kind = ExchangeKind::Direct;
+                match probe
+                    .exchange_declare(exchange, kind, passive, FieldTable::default())
+                    .await
+                {
+                    Ok(()) => {
+                        let _ = probe.close(200, "checked").await;
+                    }
+                    Err(lapin::Error::ProtocolError(e)) if e.get_id() == 404 => {
+                        return Ok(Err(PublishError::NoExchange(exchange.to_string())));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
             let channel = conn.create_channel().await?;
             channel
                 .confirm_select(ConfirmSelectOptions::default())
                 .await?;
-            Ok::<_, lapin::Error>(channel)
+            Ok::<_, lapin::Error>(Ok(channel))
         };
-        match tokio::time::timeout(CONNECT_TIMEOUT, open).await {
-            Ok(Ok(channel)) => Ok(AmqpPublisher { channel }),
-            Ok(Err(e)) => Err(PublishError::Connection(e.to_string())),
-            Err(_) => Err(PublishError::Connection(
-                "opening a channel timed out".into(),
-            )),
+        let err = match tokio::time::timeout(CONNECT_TIMEOUT, open).await {
+            Ok(Ok(Ok(channel))) => return Ok(AmqpPublisher { channel }),
+            Ok(Ok(Err(missing))) => return Err(missing),
+            Ok(Err(e)) => PublishError::Connection(e.to_string()),
+            Err(_) => PublishError::Connection("opening a channel timed out".into()),
+        };
+        // A connection that cannot open a channel is as good as dead: drop it so the next
+        // attempt reconnects, and report the sink down meanwhile.
+        let mut guard = self.conn.lock().await;
+        if guard.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
+            *guard = None;
+            self.up.store(false, Ordering::Relaxed);
         }
+        Err(err)
     }
+}
+
+/// A failed confirmation means the channel or connection is gone (the broker closes the
+/// channel on errors such as a deleted exchange): the message goes back untried.
+fn classify(e: lapin::Error) -> PublishError {
+    PublishError::Connection(e.to_string())
+}
+
+/// Adds a 10 s heartbeat unless the URL sets one, so a silently dead connection is noticed
+/// in seconds rather than the broker's default minute.
+fn with_heartbeat(mut url: url::Url) -> url::Url {
+    if !url.query_pairs().any(|(k, _)| k == "heartbeat") {
+        url.query_pairs_mut().append_pair("heartbeat", "10");
+    }
+    url
 }
 
 async fn declare(conn: &Connection, declare: &[AmqpDeclare]) -> Result<(), lapin::Error> {
@@ -263,7 +317,7 @@ impl AmqpPublisher {
                 }),
                 Err(e) => {
                     // The channel is gone: nothing after this message was sent either.
-                    let err = PublishError::Connection(e.to_string());
+                    let err = classify(e);
                     for r in &mut results[i..] {
                         *r = Err(err.clone());
                     }
@@ -273,5 +327,18 @@ impl AmqpPublisher {
         }
         await_confirms(&mut results, pending, timeout, abort).await;
         results
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_is_added_unless_set() {
+        let u = with_heartbeat(url::Url::parse("amqp://g:p@h:5672/%2f").unwrap());
+        assert_eq!(u.as_str(), "amqp://g:p@h:5672/%2f?heartbeat=10");
+        let u = with_heartbeat(url::Url::parse("amqp://h/%2f?heartbeat=3").unwrap());
+        assert_eq!(u.as_str(), "amqp://h/%2f?heartbeat=3");
     }
 }

@@ -70,6 +70,9 @@ pub enum PublishError {
         /// Retrying cannot help (too large, unknown topic, not authorized).
         permanent: bool,
     },
+    /// The AMQP exchange does not exist: nothing is claimed until an operator declares it.
+    #[error("exchange `{0}` does not exist")]
+    NoExchange(String),
     /// Larger than the trigger's `max_message_bytes`.
     #[error("message is larger than max_message_bytes")]
     TooLarge,
@@ -100,6 +103,7 @@ impl PublishError {
             PublishError::Returned(_) => "unroutable".into(),
             PublishError::Timeout => "timeout".into(),
             PublishError::Connection(_) => "connection".into(),
+            PublishError::NoExchange(_) => "no_exchange".into(),
             PublishError::Kafka { code, .. } => format!("kafka_{code}").into(),
             PublishError::TooLarge => "too_large".into(),
             PublishError::BadPayload(_) => "bad_payload".into(),
@@ -121,13 +125,16 @@ impl PublishError {
             }
             | PublishError::TooLarge
             | PublishError::BadPayload(_) => Disposition::DeadLetter,
-            PublishError::Connection(_) | PublishError::Aborted => Disposition::PutBack,
+            PublishError::Connection(_) | PublishError::NoExchange(_) | PublishError::Aborted => {
+                Disposition::PutBack
+            }
         }
     }
 
-    /// True when the sink itself is unhealthy and the worker should reconnect before claiming again.
+    /// True when the sink itself is suspect and the worker should get a fresh publisher
+    /// (channel) and back off before claiming again.
     pub fn breaks_sink(&self) -> bool {
-        matches!(self, PublishError::Connection(_))
+        matches!(self, PublishError::Connection(_) | PublishError::Timeout)
     }
 }
 
@@ -172,11 +179,25 @@ impl Sink {
         }
     }
 
-    /// A publisher for one worker; fails while the broker is unreachable.
-    pub async fn publisher(&self) -> Result<Publisher, PublishError> {
+    /// A publisher for one worker publishing to `route`; fails while the broker is
+    /// unreachable or the route's exchange is missing.
+    pub async fn publisher(&self, route: &Route) -> Result<Publisher, PublishError> {
         match self {
-            Sink::Amqp(s) => Ok(Publisher::Amqp(s.publisher().await?)),
+            Sink::Amqp(s) => {
+                let exchange = match route {
+                    Route::Amqp { exchange, .. } => exchange.as_str(),
+                    Route::Kafka { .. } => "",
+                };
+                Ok(Publisher::Amqp(s.publisher(exchange).await?))
+            }
             Sink::Kafka(s) => Ok(Publisher::Kafka(s.publisher()?)),
+        }
+    }
+
+    /// Called when a worker's publisher broke: an AMQP connection is dropped and re-made.
+    pub async fn reset(&self) {
+        if let Sink::Amqp(s) = self {
+            s.reset().await;
         }
     }
 

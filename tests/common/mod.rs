@@ -625,3 +625,20 @@ impl Drop for TcpForwarder {
         self.task.abort();
     }
 }
+
+impl AmqpCapture {
+    /// Binds the capture's (exclusive) queue to another exchange, on the queue's own connection.
+    pub async fn bind(&self, exchange: &str, routing_key: &str) {
+        let ch = self._conn.create_channel().await.unwrap();
+        ch.queue_bind(
+            &self.queue,
+            exchange,
+            routing_key,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        let _ = ch.close(200, "bound").await;
+    }
+}
