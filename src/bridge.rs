@@ -173,27 +173,31 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
     stop.cancelled().await;
     tracing::info!(timeout = ?config.shutdown.timeout, "stopping: no new claims; waiting for outstanding confirmations");
     workers.close();
-    let deadline = tokio::time::sleep(config.shutdown.timeout);
-    tokio::pin!(deadline);
+    // Everything, putting back the aborted batches included, fits in shutdown.timeout:
+    // confirmations may take all but a margin, the margin is for the put-back scripts.
+    let timeout = config.shutdown.timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let margin = (timeout / 5).min(Duration::from_secs(2));
     tokio::select! {
         _ = workers.wait() => {}
-        _ = &mut deadline => {
+        _ = tokio::time::sleep_until(deadline - margin) => {
             tracing::warn!("shutdown timeout reached: putting unconfirmed messages back");
             abort.cancel();
-            // Settling the aborted batches is one script call each.
-            if tokio::time::timeout(Duration::from_secs(5), workers.wait()).await.is_err() {
+            if tokio::time::timeout_at(deadline, workers.wait()).await.is_err() {
                 tracing::warn!("workers did not finish; their leases will expire and be recovered");
             }
         }
     }
     for sink in sinks.values() {
-        sink.flush(Duration::from_secs(1)).await;
+        // Kafka: records handed to librdkafka before the abort still get their chance.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        sink.flush(left.max(Duration::from_millis(100))).await;
     }
     sink_stop.cancel();
     tasks.close();
-    let _ = tokio::time::timeout(Duration::from_secs(2), tasks.wait()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), tasks.wait()).await;
     http_stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
+    let _ = tokio::time::timeout(Duration::from_millis(500), http).await;
     tracing::info!("stopped");
     Ok(())
 }
