@@ -1,0 +1,435 @@
+//! The bench phases: ceilings, forwarding a backlog, lateness under steady load, idle cost, memory.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+use super::process::{free_port, histogram_bound, BridgeProcess};
+use super::redis_ops::{self, CommandCounter};
+use super::report::{Forward, Idle, Lateness, Machine, PhaseError, Rate, Report, Rss, Settings};
+use super::tally::{payload, quantile};
+use super::{Bench, BridgeToml, Phase, Window};
+use crate::config::Config;
+
+/// How long the bridge may take to connect to Redis and the broker.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a stopping bridge may take to drain.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often completion is checked (the resolution of the measured times).
+const POLL: Duration = Duration::from_millis(2);
+/// Share of the steady load scheduled earlier than the queue head (10 ms to 1 s ahead).
+const EARLY_SHARE: f64 = 0.1;
+
+fn now_ms() -> i64 {
+    super::tally::now_us() / 1000
+}
+
+/// Time allowed for moving `n` messages: generous, so only a stall fails a phase.
+fn budget(n: u64) -> Duration {
+    Duration::from_secs(60) + Duration::from_millis(n)
+}
+
+impl Bench {
+    /// Runs every phase not skipped, recording results and failures in `report`.
+    pub(super) async fn run_phases(&self, report: &mut Report) {
+        let mut conn = self.conn.clone();
+        report.machine = Machine {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model: std::fs::read_to_string("/proc/cpuinfo")
+                .ok()
+                .and_then(|c| {
+                    c.lines()
+                        .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
+                        .map(|(_, m)| m.trim().to_string())
+                })
+                .unwrap_or_default(),
+            redis_version: redis_ops::info_field(&mut conn, "server", "redis_version")
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        };
+        report.settings = Settings {
+            sink: format!("{:?}", self.args.sink).to_lowercase(),
+            messages: self.args.messages,
+            payload_bytes: self.args.payload_bytes,
+            workers: self.trigger.workers,
+            batch: self.trigger.batch,
+            rate: self.args.rate,
+            duration_s: self.args.duration.as_secs_f64(),
+        };
+        let run = |p: Phase| !self.args.skip.contains(&p);
+        let mut fail = |phase: &str, e: anyhow::Error| {
+            eprintln!("bench: {phase} failed: {e:#}");
+            report.errors.push(PhaseError {
+                phase: phase.into(),
+                error: format!("{e:#}"),
+            });
+        };
+        let mut results = Report::default();
+        if run(Phase::Broker) {
+            match self.broker_ceiling().await {
+                Ok(r) => results.broker_ceiling = Some(r),
+                Err(e) => fail("broker", e),
+            }
+        }
+        if run(Phase::Redis) {
+            match self.redis_ceiling().await {
+                Ok(r) => results.redis_ceiling = Some(r),
+                Err(e) => fail("redis", e),
+            }
+        }
+        if run(Phase::Forward) {
+            match self.forward().await {
+                Ok(r) => results.forward = Some(r),
+                Err(e) => fail("forward", e),
+            }
+        }
+        if run(Phase::Lateness) {
+            let modes: &[bool] = if self.args.no_notify {
+                &[true, false]
+            } else {
+                &[true]
+            };
+            for &on in modes {
+                match self.lateness(on).await {
+                    Ok(r) => results.lateness.push(r),
+                    Err(e) => fail(if on { "lateness" } else { "lateness-no-notify" }, e),
+                }
+            }
+        }
+        if run(Phase::Idle) {
+            match self.idle().await {
+                Ok(r) => results.idle = Some(r),
+                Err(e) => fail("idle", e),
+            }
+        }
+        if self.args.big {
+            match self.big_rss().await {
+                Ok(r) => results.rss = Some(r),
+                Err(e) => fail("rss", e),
+            }
+        }
+        report.broker_ceiling = results.broker_ceiling;
+        report.redis_ceiling = results.redis_ceiling;
+        report.forward = results.forward;
+        report.lateness = results.lateness;
+        report.idle = results.idle;
+        report.rss = results.rss;
+    }
+
+    /// Starts a bridge with one trigger per key and waits until it is ready.
+    async fn start_bridge(
+        &self,
+        name: &str,
+        keys: &[String],
+        notifications: bool,
+    ) -> anyhow::Result<(BridgeProcess, Config)> {
+        let port = free_port()?;
+        let (path, config) = BridgeToml {
+            args: &self.args,
+            broker: &self.broker,
+            keys,
+            notifications,
+            metrics_port: port,
+        }
+        .write(&self.dir, name)?;
+        let mut bridge = BridgeProcess::spawn(&path, port, &self.dir.join(format!("{name}.log")))?;
+        bridge.wait_ready(READY_TIMEOUT).await?;
+        Ok((bridge, config))
+    }
+
+    /// Waits until the consumer holds `n` distinct messages of the current phase.
+    async fn wait_received(&self, n: u64, timeout: Duration) -> anyhow::Result<()> {
+        let end = Instant::now() + timeout;
+        while self.tally.distinct() < n {
+            if Instant::now() >= end {
+                bail!(
+                    "the consumer received {} of {n} messages within {timeout:?}",
+                    self.tally.distinct()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(())
+    }
+
+    async fn broker_ceiling(&self) -> anyhow::Result<Rate> {
+        let n = self.args.messages;
+        eprintln!("bench: broker ceiling, {n} messages");
+        let window = |base, count| Window {
+            key: "delay-bridge-bench:ceiling".into(),
+            base,
+            count,
+            payload_bytes: self.args.payload_bytes,
+            due_ms: now_ms(),
+            workers: self.trigger.workers,
+            batch: self.trigger.batch,
+        };
+        // A first round trip outside the timing: the consumer's first fetch and the broker's
+        // first writes to a new queue or topic are not the broker's rate.
+        let warm = n.min(1000);
+        let base = self.next_base();
+        self.tally.reset(base, warm);
+        self.broker.publish_ceiling(&window(base, warm)).await?;
+        self.wait_received(warm, budget(warm)).await?;
+        let base = self.next_base();
+        self.tally.reset(base, n);
+        let start = self.broker.publish_ceiling(&window(base, n)).await?;
+        self.wait_received(n, budget(n)).await?;
+        Ok(Rate::new(n, start.elapsed().as_secs_f64()))
+    }
+
+    async fn redis_ceiling(&self) -> anyhow::Result<Rate> {
+        let n = self.args.messages;
+        eprintln!("bench: redis ceiling, {n} messages");
+        let key = self.new_key("claim");
+        let mut conn = self.conn.clone();
+        let due = now_ms() - 1000;
+        let base = self.next_base();
+        redis_ops::load(&mut conn, &key, base, n, self.args.payload_bytes, |_| due).await?;
+        let cm = redis::aio::ConnectionManager::new(self.client.clone()).await?;
+        let start = Instant::now();
+        let claimed =
+            redis_ops::claim_ceiling(cm, &key, self.trigger.workers, self.trigger.batch).await?;
+        let secs = start.elapsed().as_secs_f64();
+        redis_ops::unlink_queue(&mut conn, &key).await?;
+        if claimed != n {
+            bail!("claimed {claimed} of {n} members");
+        }
+        Ok(Rate::new(n, secs))
+    }
+
+    async fn forward(&self) -> anyhow::Result<Forward> {
+        let n = self.args.messages;
+        eprintln!("bench: forwarding, {n} messages");
+        let key = self.new_key("forward");
+        // Loaded beside the queue and renamed into it once the bridge is ready, so neither
+        // loading nor start-up is timed; the last member's ZADD wakes the idle workers.
+        let staging = format!("{key}:staging");
+        let mut conn = self.conn.clone();
+        let due = now_ms() - 1000;
+        let base = self.next_base();
+        redis_ops::load(
+            &mut conn,
+            &staging,
+            base,
+            n - 1,
+            self.args.payload_bytes,
+            |_| due,
+        )
+        .await?;
+        let (bridge, _) = self
+            .start_bridge("forward", std::slice::from_ref(&key), true)
+            .await?;
+        self.tally.reset(base, n);
+        let cpu_before = bridge.cpu_seconds()?;
+        let start = Instant::now();
+        if n > 1 {
+            redis::cmd("RENAME")
+                .arg(&staging)
+                .arg(&key)
+                .query_async::<()>(&mut conn)
+                .await?;
+        }
+        redis::cmd("ZADD")
+            .arg(&key)
+            .arg(due)
+            .arg(payload(base + n - 1, self.args.payload_bytes))
+            .query_async::<()>(&mut conn)
+            .await?;
+        let end = start + budget(n);
+        loop {
+            if self.tally.distinct() >= n && redis_ops::queue_len(&mut conn, &key).await? == 0 {
+                break;
+            }
+            if Instant::now() >= end {
+                bail!(
+                    "the consumer received {} of {n} within {:?}; {}",
+                    self.tally.distinct(),
+                    budget(n),
+                    bridge.log_tail()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let cpu = bridge.cpu_seconds()? - cpu_before;
+        let memory = bridge.memory()?;
+        bridge.stop(STOP_TIMEOUT).await?;
+        redis_ops::unlink_queue(&mut conn, &key).await?;
+        Ok(Forward {
+            rate: Rate::new(n, secs),
+            cpu_seconds: cpu,
+            cpu_seconds_per_100k: cpu * 100_000.0 / n as f64,
+            peak_rss_bytes: memory.peak_bytes,
+            duplicates: self.tally.summary().duplicates,
+        })
+    }
+
+    async fn lateness(&self, notifications: bool) -> anyhow::Result<Lateness> {
+        let mut conn = self.conn.clone();
+        let flags = if notifications {
+            crate::notify::with_needed_flags(&self.original_flags)
+        } else {
+            // Without the keyspace channel the bridge has no notifications, whatever else is set.
+            self.original_flags.replace('K', "")
+        };
+        if flags != self.original_flags {
+            redis_ops::set_notify_flags(&mut conn, &flags).await?;
+        }
+        let result = self.steady_load(notifications).await;
+        if flags != self.original_flags {
+            redis_ops::set_notify_flags(&mut conn, &self.original_flags).await?;
+        }
+        result
+    }
+
+    async fn steady_load(&self, notifications: bool) -> anyhow::Result<Lateness> {
+        let (rate, duration) = (self.args.rate, self.args.duration);
+        eprintln!(
+            "bench: steady load, {rate} msg/s for {duration:?}, notifications {}",
+            if notifications { "on" } else { "off" }
+        );
+        let key = self.new_key(if notifications {
+            "steady"
+        } else {
+            "steady-off"
+        });
+        let (bridge, config) = self
+            .start_bridge("steady", std::slice::from_ref(&key), notifications)
+            .await?;
+        let guard = config.triggers[0].guard_interval;
+        let capacity = (rate as f64 * duration.as_secs_f64()).ceil() as u64 + rate;
+        let base = self.next_base();
+        self.tally.reset(base, capacity);
+        let cpu_before = bridge.cpu_seconds()?;
+        let mut conn = self.conn.clone();
+        let mut rng = rand::rngs::StdRng::from_entropy();
+        let mut tick = tokio::time::interval(Duration::from_millis(2));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let start = Instant::now();
+        let mut sent = 0u64;
+        while start.elapsed() < duration {
+            tick.tick().await;
+            let target = ((rate as f64 * start.elapsed().as_secs_f64()) as u64).min(capacity);
+            if target == sent {
+                continue;
+            }
+            // One ZADD per message, as producers do: each is its own keyspace event.
+            let mut pipe = redis::pipe();
+            let now = now_ms();
+            for seq in sent..target {
+                let ahead = if rng.gen_bool(EARLY_SHARE) {
+                    rng.gen_range(10..1000)
+                } else {
+                    rng.gen_range(1000..=5000)
+                };
+                pipe.cmd("ZADD")
+                    .arg(&key)
+                    .arg(now + ahead)
+                    .arg(payload(base + seq, self.args.payload_bytes))
+                    .ignore();
+            }
+            pipe.query_async::<()>(&mut conn).await?;
+            sent = target;
+        }
+        self.wait_received(sent, Duration::from_secs(35))
+            .await
+            .with_context(|| bridge.log_tail())?;
+        let cpu = bridge.cpu_seconds()? - cpu_before;
+        let confirm_p99 = bridge.metrics().await.and_then(|m| {
+            histogram_bound(&m, "delay_bridge_lateness_seconds", 0.99).map(|s| s * 1000.0)
+        });
+        bridge.stop(STOP_TIMEOUT).await?;
+        redis_ops::unlink_queue(&mut conn, &key).await?;
+        let s = self.tally.summary();
+        let ms = |q: f64| quantile(&s.late_us, q).unwrap_or(0) as f64 / 1000.0;
+        Ok(Lateness {
+            notifications,
+            messages: sent,
+            duplicates: s.duplicates,
+            p50_ms: ms(0.5),
+            p99_ms: ms(0.99),
+            max_ms: ms(1.0),
+            confirm_p99_le_ms: confirm_p99,
+            guard_interval_ms: guard.as_secs_f64() * 1000.0,
+            cpu_seconds: cpu,
+        })
+    }
+
+    async fn idle(&self) -> anyhow::Result<Idle> {
+        let triggers = self.args.idle_triggers;
+        let window = self.args.idle_window;
+        eprintln!("bench: idle, {triggers} triggers for {window:?}");
+        let keys: Vec<String> = (0..triggers)
+            .map(|i| self.new_key(&format!("idle-{i}")))
+            .collect();
+        let (bridge, config) = self.start_bridge("idle", &keys, true).await?;
+        // Start-up (script loads, first claims, config checks) is not the idle cost.
+        let guard = config.triggers[0].guard_interval;
+        tokio::time::sleep(guard * 2).await;
+        let mut conn = self.conn.clone();
+        let counter = CommandCounter::start(&self.client).await;
+        let total = |v: Option<String>| v.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let total_before =
+            total(redis_ops::info_field(&mut conn, "stats", "total_commands_processed").await?);
+        let cpu_before = bridge.cpu_seconds()?;
+        tokio::time::sleep(window).await;
+        let cpu = bridge.cpu_seconds()? - cpu_before;
+        let total_after =
+            total(redis_ops::info_field(&mut conn, "stats", "total_commands_processed").await?);
+        let counts = match counter {
+            Ok(c) => Some(c.finish().await),
+            Err(e) => {
+                eprintln!("bench: MONITOR unavailable ({e}); counting every client's commands");
+                None
+            }
+        };
+        let ports = bridge.ports_to(self.redis_port);
+        bridge.stop(STOP_TIMEOUT).await?;
+        let (commands, attribution) = match counts {
+            Some(counts) if !ports.is_empty() => {
+                (ports.iter().filter_map(|p| counts.get(p)).sum(), "monitor")
+            }
+            // Without MONITOR or /proc: every client's commands, less the first INFO.
+            _ => (total_after.saturating_sub(total_before + 1), "global"),
+        };
+        let secs = window.as_secs_f64();
+        Ok(Idle {
+            triggers,
+            window_s: secs,
+            commands,
+            commands_per_s: commands as f64 / secs,
+            commands_per_s_per_trigger: commands as f64 / secs / triggers as f64,
+            attribution: attribution.into(),
+            cpu_seconds: cpu,
+            cpu_share: cpu / secs,
+        })
+    }
+
+    async fn big_rss(&self) -> anyhow::Result<Rss> {
+        let n = self.args.big_messages;
+        eprintln!("bench: RSS with {n} messages scheduled (loading)");
+        let key = self.new_key("big");
+        let mut conn = self.conn.clone();
+        let later = now_ms() + 3_600_000;
+        let base = self.next_base();
+        redis_ops::load(&mut conn, &key, base, n, self.args.payload_bytes, |_| later).await?;
+        let (bridge, config) = self
+            .start_bridge("big", std::slice::from_ref(&key), true)
+            .await?;
+        // Long enough for every periodic task (claims, recovery, backlog gauges) to have run.
+        tokio::time::sleep(config.metrics.backlog_interval.max(Duration::from_secs(5))).await;
+        let memory = bridge.memory()?;
+        bridge.stop(STOP_TIMEOUT).await?;
+        redis_ops::unlink_queue(&mut conn, &key).await?;
+        Ok(Rss {
+            scheduled: n,
+            rss_bytes: memory.rss_bytes,
+            peak_bytes: memory.peak_bytes,
+        })
+    }
+}

@@ -1,0 +1,212 @@
+//! The Redis side of the bench: loading queues, the claim-script ceiling, counting commands.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use tokio_util::sync::CancellationToken;
+
+use super::tally::payload;
+use crate::keys::QueueKeys;
+use crate::store::{Settlement, Store};
+
+/// Members per `ZADD` and `ZADD`s per round trip while loading.
+const LOAD_CHUNK: u64 = 1000;
+const LOAD_PIPELINE: u64 = 8;
+
+/// `ZADD`s `count` bench payloads (sequence `base..base + count`) to `key`, scored by `due(i)`.
+pub async fn load(
+    conn: &mut MultiplexedConnection,
+    key: &str,
+    base: u64,
+    count: u64,
+    payload_bytes: usize,
+    due: impl Fn(u64) -> i64,
+) -> redis::RedisResult<()> {
+    let mut i = 0;
+    while i < count {
+        let mut pipe = redis::pipe();
+        for _ in 0..LOAD_PIPELINE {
+            if i >= count {
+                break;
+            }
+            let end = (i + LOAD_CHUNK).min(count);
+            let zadd = pipe.cmd("ZADD").arg(key);
+            for j in i..end {
+                zadd.arg(due(j)).arg(payload(base + j, payload_bytes));
+            }
+            zadd.ignore();
+            i = end;
+        }
+        pipe.query_async::<()>(conn).await?;
+    }
+    Ok(())
+}
+
+/// Deletes a queue's source set and every key derived from it (`UNLINK`: large sets are freed
+/// in the background instead of blocking Redis).
+pub async fn unlink_queue(conn: &mut MultiplexedConnection, key: &str) -> redis::RedisResult<()> {
+    let Ok(k) = QueueKeys::derive(key) else {
+        return Ok(());
+    };
+    redis::cmd("UNLINK")
+        .arg(&k.source)
+        .arg(&k.inflight)
+        .arg(&k.attempts)
+        .arg(&k.dead)
+        .arg(&k.dead_reasons)
+        .query_async(conn)
+        .await
+}
+
+/// Members in the source and in-flight sets of a queue.
+pub async fn queue_len(conn: &mut MultiplexedConnection, key: &str) -> redis::RedisResult<u64> {
+    let k = QueueKeys::derive(key).map_err(|e| {
+        redis::RedisError::from((redis::ErrorKind::ClientError, "key", e.to_string()))
+    })?;
+    let (a, b): (u64, u64) = redis::pipe()
+        .zcard(&k.source)
+        .zcard(&k.inflight)
+        .query_async(conn)
+        .await?;
+    Ok(a + b)
+}
+
+/// Drains `key` with the bridge's own claim and settle scripts and nothing else: `workers`
+/// concurrent loops of claim(`batch`) then ack-all; returns the members claimed.
+pub async fn claim_ceiling(
+    conn: ConnectionManager,
+    key: &str,
+    workers: usize,
+    batch: usize,
+) -> anyhow::Result<u64> {
+    let store = Store::new(conn, QueueKeys::derive(key)?);
+    let lease = Duration::from_secs(60);
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut claimed = 0u64;
+            loop {
+                let b = store.claim(batch, lease).await?;
+                if b.items.is_empty() {
+                    return Ok::<_, anyhow::Error>(claimed);
+                }
+                claimed += b.items.len() as u64;
+                let s = Settlement {
+                    ack: b.items.iter().map(|c| c.member.as_slice()).collect(),
+                    ..Default::default()
+                };
+                store.settle(b.deadline_ms, 10, &s).await?;
+            }
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    Ok(total)
+}
+
+/// `CONFIG GET notify-keyspace-events`.
+pub async fn notify_flags(conn: &mut MultiplexedConnection) -> redis::RedisResult<String> {
+    let (_, flags): (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("notify-keyspace-events")
+        .query_async(conn)
+        .await?;
+    Ok(flags)
+}
+
+/// `CONFIG SET notify-keyspace-events <flags>`.
+pub async fn set_notify_flags(
+    conn: &mut MultiplexedConnection,
+    flags: &str,
+) -> redis::RedisResult<()> {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg(flags)
+        .query_async(conn)
+        .await
+}
+
+/// A field of `INFO <section>`, e.g. `redis_version` or `total_commands_processed`.
+pub async fn info_field(
+    conn: &mut MultiplexedConnection,
+    section: &str,
+    field: &str,
+) -> redis::RedisResult<Option<String>> {
+    let text: String = redis::cmd("INFO").arg(section).query_async(conn).await?;
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string()))
+}
+
+/// Counts the commands every client sends, by client port, until `stop` (`MONITOR`).
+pub struct CommandCounter {
+    counts: Arc<std::sync::Mutex<HashMap<u16, u64>>>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CommandCounter {
+    /// Starts monitoring; fails when `MONITOR` is not allowed.
+    pub async fn start(client: &redis::Client) -> redis::RedisResult<Self> {
+        let mut monitor = client.get_async_monitor().await?;
+        monitor.monitor().await?;
+        let counts = Arc::new(std::sync::Mutex::new(HashMap::new()));
+        let stop = CancellationToken::new();
+        let (c, s) = (counts.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut lines = monitor.into_on_message::<String>();
+            loop {
+                let line = tokio::select! {
+                    l = lines.next() => match l { Some(l) => l, None => return },
+                    _ = s.cancelled() => return,
+                };
+                if let Some(port) = client_port(&line) {
+                    *c.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry(port)
+                        .or_insert(0) += 1;
+                }
+            }
+        });
+        Ok(Self { counts, stop, task })
+    }
+
+    /// Stops monitoring; returns the commands counted per client port.
+    pub async fn finish(self) -> HashMap<u16, u64> {
+        self.stop.cancel();
+        let _ = self.task.await;
+        let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        counts.clone()
+    }
+}
+
+/// The client port of a `MONITOR` line: `1700000000.123456 [0 127.0.0.1:54321] "PING"`.
+/// Commands run by scripts (`[0 lua]`) have none: they are part of the `EVALSHA` counted already.
+fn client_port(line: &str) -> Option<u16> {
+    let rest = line.split_once('[')?.1;
+    let addr = rest.split_whitespace().nth(1)?.strip_suffix(']')?;
+    addr.rsplit_once(':')?.1.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monitor_lines_name_the_client_port() {
+        let l = r#"1700000000.123456 [0 127.0.0.1:54321] "EVALSHA" "abc" "3""#;
+        assert_eq!(client_port(l), Some(54321));
+        let l6 = r#"1700000000.123456 [0 [::1]:40000] "PING""#;
+        assert_eq!(client_port(l6), Some(40000));
+        assert_eq!(client_port(r#"1700000000.1 [0 lua] "ZRANGE""#), None);
+        assert_eq!(client_port("OK"), None);
+    }
+}

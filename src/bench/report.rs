@@ -1,0 +1,485 @@
+//! The bench's results: one table with ceilings, ratios and goals, or the same as JSON.
+
+use serde::Serialize;
+
+/// Everything one bench run measured.
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    /// Where it ran.
+    pub machine: Machine,
+    /// What it ran with.
+    pub settings: Settings,
+    /// A plain publisher with the bridge's confirm semantics (the broker's limit).
+    pub broker_ceiling: Option<Rate>,
+    /// The claim and settle scripts alone (Redis's limit).
+    pub redis_ceiling: Option<Rate>,
+    /// The bridge draining a backlog.
+    pub forward: Option<Forward>,
+    /// Steady load, with and without keyspace notifications.
+    pub lateness: Vec<Lateness>,
+    /// Nothing due.
+    pub idle: Option<Idle>,
+    /// A large schedule held in Redis.
+    pub rss: Option<Rss>,
+    /// Phases that failed, with why.
+    pub errors: Vec<PhaseError>,
+}
+
+/// The machine and servers.
+#[derive(Debug, Default, Serialize)]
+pub struct Machine {
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// `model name` from /proc/cpuinfo.
+    pub cpu_model: String,
+    /// `INFO server` redis_version.
+    pub redis_version: String,
+}
+
+/// The parameters of the run.
+#[derive(Debug, Default, Serialize)]
+pub struct Settings {
+    /// `amqp` or `kafka`.
+    pub sink: String,
+    /// Messages in the backlog phases.
+    pub messages: u64,
+    /// Bytes per payload.
+    pub payload_bytes: usize,
+    /// Worker tasks of the bench trigger (and publisher tasks of the ceiling).
+    pub workers: usize,
+    /// Claim batch of the bench trigger (and publish window of the ceiling).
+    pub batch: usize,
+    /// Steady load, messages per second.
+    pub rate: u64,
+    /// Steady load duration, seconds.
+    pub duration_s: f64,
+}
+
+/// Messages moved in some time.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rate {
+    /// Messages.
+    pub messages: u64,
+    /// Wall-clock seconds, until the consumer had every message.
+    pub seconds: f64,
+    /// messages / seconds.
+    pub msg_per_s: f64,
+}
+
+impl Rate {
+    /// `messages` in `seconds`.
+    pub fn new(messages: u64, seconds: f64) -> Self {
+        Self {
+            messages,
+            seconds,
+            msg_per_s: messages as f64 / seconds.max(1e-9),
+        }
+    }
+}
+
+/// The bridge draining a backlog due now.
+#[derive(Debug, Serialize)]
+pub struct Forward {
+    /// From the first due member to the consumer holding all of them and Redis empty.
+    pub rate: Rate,
+    /// Bridge CPU (user + system) over that time.
+    pub cpu_seconds: f64,
+    /// Bridge CPU per 100,000 messages.
+    pub cpu_seconds_per_100k: f64,
+    /// Bridge peak RSS (VmHWM) at the end.
+    pub peak_rss_bytes: u64,
+    /// Messages the consumer received more than once.
+    pub duplicates: u64,
+}
+
+/// Lateness under a steady load: consumer receive time minus due time.
+#[derive(Debug, Serialize)]
+pub struct Lateness {
+    /// Keyspace notifications on (or the guard interval only).
+    pub notifications: bool,
+    /// Messages scheduled and received.
+    pub messages: u64,
+    /// Messages received more than once.
+    pub duplicates: u64,
+    /// Median, milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile, milliseconds.
+    pub p99_ms: f64,
+    /// Worst, milliseconds.
+    pub max_ms: f64,
+    /// The bridge's own view: upper bound of the histogram bucket holding the 99th percentile
+    /// of broker confirmation time minus due time, milliseconds (leaves out the consumer's path).
+    pub confirm_p99_le_ms: Option<f64>,
+    /// The trigger's guard interval, milliseconds.
+    pub guard_interval_ms: f64,
+    /// Bridge CPU seconds during the load.
+    pub cpu_seconds: f64,
+}
+
+/// The bridge with nothing due.
+#[derive(Debug, Serialize)]
+pub struct Idle {
+    /// Triggers configured.
+    pub triggers: usize,
+    /// Measurement window, seconds.
+    pub window_s: f64,
+    /// Redis commands the bridge sent in the window.
+    pub commands: u64,
+    /// commands / window.
+    pub commands_per_s: f64,
+    /// commands / window / triggers.
+    pub commands_per_s_per_trigger: f64,
+    /// `monitor` (the bridge's own connections) or `global` (every client of Redis).
+    pub attribution: String,
+    /// Bridge CPU seconds in the window.
+    pub cpu_seconds: f64,
+    /// cpu_seconds / window: the share of one core.
+    pub cpu_share: f64,
+}
+
+/// Bridge memory while many messages wait in Redis.
+#[derive(Debug, Serialize)]
+pub struct Rss {
+    /// Members scheduled in the future.
+    pub scheduled: u64,
+    /// VmRSS after the bridge ran a while.
+    pub rss_bytes: u64,
+    /// VmHWM at the same moment.
+    pub peak_bytes: u64,
+}
+
+/// A phase that did not complete.
+#[derive(Debug, Serialize)]
+pub struct PhaseError {
+    /// The phase.
+    pub phase: String,
+    /// What went wrong.
+    pub error: String,
+}
+
+/// One line of the table.
+#[derive(Debug, Default, Serialize)]
+pub struct Row {
+    /// What was measured.
+    pub measurement: String,
+    /// The bridge's value.
+    pub bridge: String,
+    /// The ceiling it is compared with.
+    pub ceiling: String,
+    /// bridge / ceiling.
+    pub ratio: String,
+    /// The goal, if this line has one.
+    pub goal: String,
+    /// PASS or MISS when there is a goal.
+    pub result: String,
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+/// Goals (floors) the bench checks.
+const AMQP_MIN_RATIO: f64 = 0.8;
+const KAFKA_MIN_RATIO: f64 = 0.5;
+const KAFKA_MIN_RATE: f64 = 100_000.0;
+const LATE_P99_MS: f64 = 5.0;
+const LATE_MAX_MS: f64 = 50.0;
+const IDLE_CMDS_PER_TRIGGER: f64 = 2.0;
+/// "No measurable CPU": under 1% of one core.
+const IDLE_CPU_SHARE: f64 = 0.01;
+const RSS_LIMIT_MIB: f64 = 64.0;
+
+fn rate(r: f64) -> String {
+    format!("{r:.0} msg/s")
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / MIB)
+}
+
+fn verdict(pass: bool) -> String {
+    if pass { "PASS" } else { "MISS" }.into()
+}
+
+impl Report {
+    /// The table's lines; the ones with a goal carry PASS or MISS.
+    pub fn rows(&self) -> Vec<Row> {
+        let mut rows = Vec::new();
+        let kafka = self.settings.sink == "kafka";
+        let broker = self.broker_ceiling.as_ref().map(|r| r.msg_per_s);
+        let redis = self.redis_ceiling.as_ref().map(|r| r.msg_per_s);
+        if let Some(b) = broker {
+            rows.push(Row {
+                measurement: format!("broker ceiling ({} plain publisher)", self.settings.sink),
+                ceiling: rate(b),
+                ..Row::default()
+            });
+        }
+        if let Some(r) = redis {
+            rows.push(Row {
+                measurement: "redis ceiling (claim + settle scripts only)".into(),
+                ceiling: rate(r),
+                ..Row::default()
+            });
+        }
+        if let Some(f) = &self.forward {
+            let v = f.rate.msg_per_s;
+            let lower = match (broker, redis) {
+                (Some(b), Some(r)) => Some(b.min(r)),
+                (b, r) => b.or(r),
+            };
+            let (ceiling, min_ratio, goal) = if kafka {
+                (lower, KAFKA_MIN_RATIO, "bridge >= 50% of lower ceiling")
+            } else {
+                (broker, AMQP_MIN_RATIO, "bridge >= 80% of broker ceiling")
+            };
+            rows.push(Row {
+                measurement: format!("forwarding rate ({} messages)", f.rate.messages),
+                bridge: rate(v),
+                ceiling: ceiling.map(rate).unwrap_or_default(),
+                ratio: ceiling.map_or(String::new(), |c| format!("{:.0}%", 100.0 * v / c)),
+                goal: ceiling.map_or(String::new(), |_| goal.into()),
+                result: ceiling.map_or(String::new(), |c| verdict(v >= min_ratio * c)),
+            });
+            if kafka {
+                rows.push(Row {
+                    measurement: "forwarding rate, absolute".into(),
+                    bridge: rate(v),
+                    goal: format!(">= {KAFKA_MIN_RATE:.0} msg/s"),
+                    result: verdict(v >= KAFKA_MIN_RATE),
+                    ..Row::default()
+                });
+            } else if let Some(r) = redis {
+                rows.push(Row {
+                    measurement: "forwarding rate vs redis ceiling".into(),
+                    bridge: rate(v),
+                    ceiling: rate(r),
+                    ratio: format!("{:.0}%", 100.0 * v / r),
+                    ..Row::default()
+                });
+            }
+            rows.push(Row {
+                measurement: "bridge CPU per 100k messages".into(),
+                bridge: format!("{:.2} s", f.cpu_seconds_per_100k),
+                ..Row::default()
+            });
+            rows.push(Row {
+                measurement: "bridge peak RSS while forwarding".into(),
+                bridge: mib(f.peak_rss_bytes),
+                ..Row::default()
+            });
+        }
+        for l in &self.lateness {
+            let label = if l.notifications {
+                "notifications on"
+            } else {
+                "notifications off"
+            };
+            rows.push(Row {
+                measurement: format!("lateness p50 ({label}, {} msgs)", l.messages),
+                bridge: format!("{:.1} ms", l.p50_ms),
+                ..Row::default()
+            });
+            let (goal, pass) = if l.notifications {
+                (format!("<= {LATE_P99_MS} ms"), l.p99_ms <= LATE_P99_MS)
+            } else {
+                (
+                    format!("<= guard interval {} ms", l.guard_interval_ms),
+                    l.p99_ms <= l.guard_interval_ms,
+                )
+            };
+            rows.push(Row {
+                measurement: format!("lateness p99 ({label})"),
+                bridge: format!("{:.1} ms", l.p99_ms),
+                goal,
+                result: verdict(pass),
+                ..Row::default()
+            });
+            if let Some(c) = l.confirm_p99_le_ms {
+                rows.push(Row {
+                    measurement: format!("  p99 at broker confirm, bridge histogram ({label})"),
+                    bridge: format!("<= {c} ms"),
+                    ..Row::default()
+                });
+            }
+            let mut max = Row {
+                measurement: format!("lateness max ({label})"),
+                bridge: format!("{:.1} ms", l.max_ms),
+                ..Row::default()
+            };
+            if l.notifications {
+                max.goal = format!("<= {LATE_MAX_MS} ms");
+                max.result = verdict(l.max_ms <= LATE_MAX_MS);
+            }
+            rows.push(max);
+        }
+        if let Some(i) = &self.idle {
+            rows.push(Row {
+                measurement: format!(
+                    "idle redis commands/s per trigger ({} triggers, {})",
+                    i.triggers, i.attribution
+                ),
+                bridge: format!("{:.2}", i.commands_per_s_per_trigger),
+                goal: format!("<= {IDLE_CMDS_PER_TRIGGER}"),
+                result: verdict(i.commands_per_s_per_trigger <= IDLE_CMDS_PER_TRIGGER),
+                ..Row::default()
+            });
+            rows.push(Row {
+                measurement: "idle bridge CPU (share of one core)".into(),
+                bridge: format!("{:.2}%", 100.0 * i.cpu_share),
+                goal: format!("< {:.0}%", 100.0 * IDLE_CPU_SHARE),
+                result: verdict(i.cpu_share < IDLE_CPU_SHARE),
+                ..Row::default()
+            });
+        }
+        if let Some(r) = &self.rss {
+            rows.push(Row {
+                measurement: format!("bridge RSS with {} scheduled", r.scheduled),
+                bridge: mib(r.rss_bytes.max(r.peak_bytes)),
+                goal: format!("< {RSS_LIMIT_MIB} MiB"),
+                result: verdict((r.rss_bytes.max(r.peak_bytes) as f64) < RSS_LIMIT_MIB * MIB),
+                ..Row::default()
+            });
+        }
+        rows
+    }
+
+    /// True when no goal was missed and no phase failed.
+    pub fn all_passed(&self) -> bool {
+        self.errors.is_empty() && self.rows().iter().all(|r| r.result != "MISS")
+    }
+
+    /// The human-readable report.
+    pub fn table(&self) -> String {
+        let m = &self.machine;
+        let s = &self.settings;
+        let mut out = format!(
+            "delay-bridge bench: sink {}, {} messages of {} B, workers {}, batch {}, steady {} msg/s for {}s\n\
+             machine: {} CPUs, {}, Redis {}\n\n",
+            s.sink, s.messages, s.payload_bytes, s.workers, s.batch, s.rate, s.duration_s,
+            m.cpus, m.cpu_model, m.redis_version
+        );
+        let header = Row {
+            measurement: "MEASUREMENT".into(),
+            bridge: "BRIDGE".into(),
+            ceiling: "CEILING".into(),
+            ratio: "RATIO".into(),
+            goal: "GOAL".into(),
+            result: "RESULT".into(),
+        };
+        let rows: Vec<Row> = std::iter::once(header).chain(self.rows()).collect();
+        let cols = |r: &Row| {
+            [
+                r.measurement.clone(),
+                r.bridge.clone(),
+                r.ceiling.clone(),
+                r.ratio.clone(),
+                r.goal.clone(),
+                r.result.clone(),
+            ]
+        };
+        let mut width = [0usize; 6];
+        for r in &rows {
+            for (w, c) in width.iter_mut().zip(cols(r)) {
+                *w = (*w).max(c.len());
+            }
+        }
+        for r in &rows {
+            let c = cols(r);
+            let line = format!(
+                "{:<w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {:<w4$}  {}",
+                c[0],
+                c[1],
+                c[2],
+                c[3],
+                c[4],
+                c[5],
+                w0 = width[0],
+                w1 = width[1],
+                w2 = width[2],
+                w3 = width[3],
+                w4 = width[4],
+            );
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        for e in &self.errors {
+            out.push_str(&format!("\nphase {} failed: {}\n", e.phase, e.error));
+        }
+        out
+    }
+
+    /// The report as JSON, with the table's goal lines under `goals`.
+    pub fn json(&self) -> serde_json::Result<String> {
+        let mut v = serde_json::to_value(self)?;
+        let goals: Vec<Row> = self
+            .rows()
+            .into_iter()
+            .filter(|r| !r.result.is_empty())
+            .collect();
+        v["goals"] = serde_json::to_value(goals)?;
+        v["all_passed"] = self.all_passed().into();
+        serde_json::to_string_pretty(&v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn amqp_report(forward: f64) -> Report {
+        Report {
+            settings: Settings {
+                sink: "amqp".into(),
+                ..Settings::default()
+            },
+            broker_ceiling: Some(Rate::new(1000, 1.0)),
+            redis_ceiling: Some(Rate::new(5000, 1.0)),
+            forward: Some(Forward {
+                rate: Rate::new(forward as u64, 1.0),
+                cpu_seconds: 0.1,
+                cpu_seconds_per_100k: 10.0,
+                peak_rss_bytes: 10 << 20,
+                duplicates: 0,
+            }),
+            ..Report::default()
+        }
+    }
+
+    #[test]
+    fn forwarding_is_judged_against_the_broker_ceiling() {
+        let pass = amqp_report(850.0);
+        let row = pass
+            .rows()
+            .into_iter()
+            .find(|r| r.measurement.starts_with("forwarding rate ("))
+            .unwrap();
+        assert_eq!((row.ratio.as_str(), row.result.as_str()), ("85%", "PASS"));
+        assert!(pass.all_passed());
+        assert!(!amqp_report(700.0).all_passed());
+    }
+
+    #[test]
+    fn kafka_uses_the_lower_ceiling_and_an_absolute_floor() {
+        let mut r = amqp_report(600.0);
+        r.settings.sink = "kafka".into();
+        r.redis_ceiling = Some(Rate::new(1100, 1.0));
+        let rows = r.rows();
+        let rel = rows
+            .iter()
+            .find(|r| r.measurement.starts_with("forwarding rate ("))
+            .unwrap();
+        assert_eq!((rel.ratio.as_str(), rel.result.as_str()), ("60%", "PASS"));
+        let abs = rows
+            .iter()
+            .find(|r| r.measurement == "forwarding rate, absolute")
+            .unwrap();
+        assert_eq!(abs.result, "MISS");
+    }
+
+    #[test]
+    fn json_lists_the_goals() {
+        let v: serde_json::Value =
+            serde_json::from_str(&amqp_report(900.0).json().unwrap()).unwrap();
+        assert_eq!(v["goals"].as_array().unwrap().len(), 1);
+        assert_eq!(v["all_passed"], true);
+        assert_eq!(v["broker_ceiling"]["msg_per_s"], 1000.0);
+    }
+}
