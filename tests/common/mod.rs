@@ -642,3 +642,29 @@ impl AmqpCapture {
         let _ = ch.close(200, "bound").await;
     }
 }
+
+impl Bridge {
+    /// Like [`Bridge::start`], with extra environment variables (e.g. `DELAY_BRIDGE_...` overrides).
+    pub fn start_with_env(config: &str, metrics_port: u16, env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bridge.toml");
+        std::fs::write(&path, config).unwrap();
+        let log = dir.path().join(format!("bridge-{}.log", unique("run")));
+        let child = Command::new(binary())
+            .args(["run", "--config"])
+            .arg(&path)
+            .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start delay-bridge");
+        Self {
+            child,
+            config: path,
+            metrics_port,
+            log,
+            _dir: dir,
+        }
+    }
+}

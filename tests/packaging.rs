@@ -1,0 +1,292 @@
+//! The shipped packaging agrees with the binary: compose config, dashboard and alert queries, promtool.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// Every `delay_bridge_...` name in `text`, scanned by hand (metric names are `[a-z_]`).
+fn metric_names(text: &str) -> BTreeSet<String> {
+    const PREFIX: &str = "delay_bridge_";
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(PREFIX) {
+        let tail = &rest[at..];
+        let end = tail[PREFIX.len()..]
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .map_or(tail.len(), |i| i + PREFIX.len());
+        out.insert(tail[..end].trim_end_matches('_').to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// The PromQL of a dashboard (panel targets and variable queries) and all its other text.
+fn dashboard_text(v: &serde_json::Value, queries: &mut Vec<String>, prose: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    ("expr" | "query" | "definition", serde_json::Value::String(s)) => {
+                        queries.push(s.clone())
+                    }
+                    (_, serde_json::Value::String(s)) => prose.push(s.clone()),
+                    (_, v) => dashboard_text(v, queries, prose),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for v in items {
+                dashboard_text(v, queries, prose);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn the_compose_bridge_config_is_mounted_and_accepted_by_check() {
+    let compose = std::fs::read_to_string(repo("docker/compose.yaml")).unwrap();
+    // The `bridge:` service block: from its header to the next service at the same indent.
+    let start = compose
+        .lines()
+        .position(|l| l == "  bridge:")
+        .expect("compose has a bridge service");
+    let block: Vec<&str> = compose
+        .lines()
+        .skip(start + 1)
+        .take_while(|l| l.is_empty() || l.starts_with("   ") || l.starts_with("  #"))
+        .collect();
+    let mount = block
+        .iter()
+        .filter_map(|l| l.trim().strip_prefix("- "))
+        .find(|m| m.contains("bridge.toml:"))
+        .expect("the bridge service mounts a bridge.toml");
+    let mut parts = mount.split(':');
+    let (host, target) = (parts.next().unwrap(), parts.next().unwrap());
+    assert_eq!(
+        repo("docker").join(host).canonicalize().unwrap(),
+        repo("docker/bridge.toml").canonicalize().unwrap(),
+        "{mount}"
+    );
+    let command = block
+        .iter()
+        .find(|l| l.trim_start().starts_with("command:"))
+        .expect("the bridge service has a command");
+    assert!(
+        command.contains(&format!("\"{target}\"")),
+        "the command reads the mounted file {target}: {command}"
+    );
+    let dockerfile = std::fs::read_to_string(repo("docker/Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains(&format!("CMD [\"run\", \"--config\", \"{target}\"]")),
+        "the image's default command reads {target} as well"
+    );
+
+    let out = Command::new(binary())
+        .args(["check", "--config"])
+        .arg(repo("docker/bridge.toml"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("metrics: http://0.0.0.0:9464/metrics"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("sink rabbit: amqp") && stdout.contains("sink kafka: kafka"));
+    assert!(
+        stdout.contains("trigger orders:") && stdout.contains("trigger reminders:"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("guest:guest"),
+        "password redacted: {stdout}"
+    );
+}
+
+#[test]
+fn prometheus_config_and_alert_rules_pass_promtool() {
+    let promtool = |args: &[&str]| {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("promtool must be installed (Debian package `prometheus`)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    promtool(&["check", "config", "docker/prometheus.yml"]);
+    promtool(&["check", "rules", "docker/alerts.yml"]);
+    promtool(&["test", "rules", "tests/static/alerts_test.yml"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_and_alerts_query_only_metrics_the_bridge_exports() {
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("dash").await;
+    let key = format!("{}:{{dash}}", unique("delay"));
+    let bad_key = format!("{}:{{dash-bad}}", unique("delay"));
+    let port = free_port();
+    // A healthy trigger and one whose messages are unroutable (a retry, then a dead letter),
+    // so every counter and histogram has a series.
+    let config = base_config(port)
+        + &amqp_trigger("dash", &key, &capture, "batch = 8")
+        + &format!(
+            r#"
+[[triggers]]
+name = "dash-bad"
+key = "{bad_key}"
+sink = "rabbit"
+exchange = "{exchange}"
+routing_key = "nobody-listens"
+max_attempts = 2
+backoff_initial = "50ms"
+backoff_max = "50ms"
+lease = "2s"
+publish_timeout = "1s"
+"#,
+            exchange = capture.exchange
+        );
+    let mut bridge = Bridge::start(&config, port);
+    assert!(
+        bridge.wait_ready(Duration::from_secs(15)).await,
+        "{}",
+        bridge.log()
+    );
+    let now = redis_now(&mut r).await;
+    for i in 0..5 {
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&key)
+            .arg(now - i)
+            .arg(format!("dash-{i}"))
+            .query_async(&mut r)
+            .await
+            .unwrap();
+    }
+    let bad = delay_bridge::keys::QueueKeys::derive(&bad_key).unwrap();
+    // An expired lease, as a crashed bridge leaves it: recovered and redelivered.
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(&bad_key)
+        .arg(now)
+        .arg("unroutable")
+        .cmd("ZADD")
+        .arg(&bad.inflight)
+        .arg(now - 60_000)
+        .arg("orphan")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let bad_t = [("trigger", "dash-bad")];
+    let (all_there, body) = wait_scrape(port, Duration::from_secs(20), |b| {
+        metric_value(
+            b,
+            "delay_bridge_messages_forwarded_total",
+            &[("trigger", "dash")],
+        ) == 5.0
+            && metric_value(b, "delay_bridge_messages_retried_total", &bad_t) >= 1.0
+            && metric_value(b, "delay_bridge_messages_dead_lettered_total", &bad_t) >= 2.0
+            && metric_value(b, "delay_bridge_messages_redelivered_total", &bad_t) >= 1.0
+            && metric_value(
+                b,
+                "delay_bridge_backlog_messages",
+                &[("trigger", "dash-bad"), ("state", "dead")],
+            ) == 2.0
+    })
+    .await;
+    assert!(
+        all_there,
+        "not every metric moved:\n{body}\n{}",
+        bridge.log()
+    );
+
+    let samples: BTreeSet<String> = parse_samples(&body).into_iter().map(|s| s.name).collect();
+    let families: BTreeSet<String> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo("grafana/dashboards/delay-bridge.json")).unwrap(),
+    )
+    .expect("dashboard JSON parses");
+    let (mut queries, mut prose) = (Vec::new(), Vec::new());
+    dashboard_text(&dashboard, &mut queries, &mut prose);
+    let alerts = std::fs::read_to_string(repo("docker/alerts.yml")).unwrap();
+    // PromQL must name series as scraped (a histogram only by its _bucket/_sum/_count);
+    // descriptions may name a histogram by its family.
+    let queried = metric_names(&(queries.join("\n") + "\n" + &alerts));
+    let mentioned = metric_names(&prose.join("\n"));
+    let missing: Vec<_> = queried.iter().filter(|m| !samples.contains(*m)).collect();
+    assert!(
+        missing.is_empty(),
+        "queried but not exported: {missing:?}\nexported: {samples:?}"
+    );
+    let unknown: Vec<_> = mentioned
+        .iter()
+        .filter(|m| !samples.contains(*m) && !families.contains(*m))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "described but not exported: {unknown:?}"
+    );
+
+    // The dashboard shows everything an operator needs at a glance.
+    let shown: BTreeSet<String> = metric_names(&queries.join("\n"))
+        .into_iter()
+        .map(|m| {
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .fold(m, |m, s| m.strip_suffix(s).map(str::to_string).unwrap_or(m))
+        })
+        .collect();
+    for needed in [
+        "delay_bridge_messages_forwarded_total",
+        "delay_bridge_messages_retried_total",
+        "delay_bridge_messages_dead_lettered_total",
+        "delay_bridge_messages_redelivered_total",
+        "delay_bridge_lateness_seconds",
+        "delay_bridge_publish_duration_seconds",
+        "delay_bridge_claim_duration_seconds",
+        "delay_bridge_claim_batch_size",
+        "delay_bridge_backlog_messages",
+        "delay_bridge_oldest_due_age_seconds",
+        "delay_bridge_sink_up",
+        "delay_bridge_redis_up",
+        "delay_bridge_build_info",
+    ] {
+        assert!(
+            shown.contains(needed),
+            "the dashboard does not show {needed}"
+        );
+    }
+    assert!(
+        queried.len() >= 15,
+        "the scan found the queries: {queried:?}"
+    );
+
+    bridge.signal(15);
+    assert_eq!(bridge.wait_exit(Duration::from_secs(15)).await, Some(0));
+    cleanup_keys(&mut r, &key).await;
+    cleanup_keys(&mut r, &bad_key).await;
+}
