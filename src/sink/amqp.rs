@@ -276,6 +276,9 @@ impl AmqpPublisher {
             mandatory: true,
             ..Default::default()
         };
+        // The timeout covers writing the batch too: a broker that stops reading fills the
+        // socket buffers and the publish itself blocks, past the lease and past shutdown.
+        let deadline = tokio::time::Instant::now() + timeout;
         for (i, m) in messages.iter().enumerate() {
             let mut headers = FieldTable::default();
             headers.insert(ShortString::from("x-delay-trigger"), trigger_value.clone());
@@ -291,17 +294,25 @@ impl AmqpPublisher {
                 .with_delivery_mode(2)
                 .with_message_id(m.id.into())
                 .with_headers(headers);
-            match self
-                .channel
-                .basic_publish(
-                    exchange,
-                    m.routing_key.unwrap_or(routing_key),
-                    options,
-                    m.payload,
-                    props,
-                )
-                .await
-            {
+            let publish = self.channel.basic_publish(
+                exchange,
+                m.routing_key.unwrap_or(routing_key),
+                options,
+                m.payload,
+                props,
+            );
+            // Frames are queued on the first poll; one abandoned here may still reach the
+            // broker later, which makes it a possible duplicate, never a loss.
+            let sent = tokio::select! {
+                sent = publish => sent,
+                // The rest stay `Timeout`, like unconfirmed messages.
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = abort.cancelled() => {
+                    results[i..].fill(Err(PublishError::Aborted));
+                    break;
+                }
+            };
+            match sent {
                 Ok(confirm) => pending.push(async move {
                     let r =
                         match confirm.await {
@@ -325,7 +336,8 @@ impl AmqpPublisher {
                 }
             }
         }
-        await_confirms(&mut results, pending, timeout, abort).await;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        await_confirms(&mut results, pending, left, abort).await;
         results
     }
 }
