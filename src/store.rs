@@ -310,7 +310,9 @@ impl Store {
             scheduled: total.saturating_sub(due),
             inflight: int(3)? as u64,
             dead: int(4)? as u64,
-            oldest_due_age_seconds: oldest.map_or(0.0, |o| ((now - o).max(0)) as f64 / 1000.0),
+            // A `-inf` score saturates to i64::MIN: subtracting it must not overflow.
+            oldest_due_age_seconds: oldest
+                .map_or(0.0, |o| now.saturating_sub(o).max(0) as f64 / 1000.0),
         })
     }
 }

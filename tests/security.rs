@@ -1,0 +1,395 @@
+//! Credentials: Redis ACL and RabbitMQ users by URL, `*_file` and environment; secrets never printed.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A password with every character that needs care in a URL.
+fn hostile_password() -> String {
+    format!("p@ss:w/rd#%?&+ {}", unique("x"))
+}
+
+/// A Redis ACL user on the shared Redis, deleted on drop.
+struct RedisUser {
+    name: String,
+    password: String,
+}
+
+impl RedisUser {
+    async fn create() -> Self {
+        let user = Self {
+            name: unique("bridge-user"),
+            password: hostile_password(),
+        };
+        let mut r = redis().await;
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&user.name)
+            .arg("on")
+            .arg(format!(">{}", user.password))
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        user
+    }
+
+    /// The test Redis URL with this user and `password` (percent-encoded).
+    fn url(&self, password: Option<&str>) -> String {
+        let mut u = url::Url::parse(&redis_url()).unwrap();
+        u.set_username(&self.name).unwrap();
+        u.set_password(password).unwrap();
+        u.to_string()
+    }
+}
+
+impl Drop for RedisUser {
+    fn drop(&mut self) {
+        if let Ok(mut c) = redis::Client::open(redis_url()).and_then(|c| c.get_connection()) {
+            let _: redis::RedisResult<i64> = redis::cmd("ACL")
+                .arg("DELUSER")
+                .arg(&self.name)
+                .query(&mut c);
+        }
+    }
+}
+
+/// A RabbitMQ user with full rights on vhost `/`, deleted on drop.
+struct RabbitUser {
+    name: String,
+    password: String,
+}
+
+fn rabbitmqctl(args: &[&str]) {
+    let out = Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .expect("rabbitmqctl must be installed next to the test RabbitMQ");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {}: {}",
+        args[0],
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl RabbitUser {
+    fn create() -> Self {
+        let user = Self {
+            name: unique("bridge-user"),
+            password: hostile_password(),
+        };
+        rabbitmqctl(&["add_user", &user.name, &user.password]);
+        rabbitmqctl(&["set_permissions", "-p", "/", &user.name, ".*", ".*", ".*"]);
+        user
+    }
+
+    fn url(&self, password: Option<&str>) -> String {
+        let mut u = url::Url::parse(&amqp_url()).unwrap();
+        u.set_username(&self.name).unwrap();
+        u.set_password(password).unwrap();
+        u.to_string()
+    }
+}
+
+impl Drop for RabbitUser {
+    fn drop(&mut self) {
+        let _ = Command::new("rabbitmqctl")
+            .args(["delete_user", &self.name])
+            .output();
+    }
+}
+
+/// Every form a secret could leak in: raw and percent-encoded.
+fn forms(secret: &str) -> Vec<String> {
+    let mut u = url::Url::parse("redis://h").unwrap();
+    u.set_password(Some(secret)).unwrap();
+    vec![secret.to_string(), u.password().unwrap().to_string()]
+}
+
+fn assert_hidden(what: &str, text: &str, secret: &str) {
+    for form in forms(secret) {
+        assert!(
+            !text.contains(&form),
+            "{what} shows the secret {form:?}:\n{text}"
+        );
+    }
+}
+
+/// `delay-bridge check` on `config` with `env`: (exit code, stdout + stderr).
+fn check(config: &str, env: &[(&str, &str)]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = Command::new(binary())
+        .args(["check", "--config"])
+        .arg(&path)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// How a credential reaches the bridge.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    Url,
+    File,
+    Env,
+}
+
+/// Starts a bridge, forwards one message through it and checks that `secret` appears in
+/// neither `check`, the log nor `/metrics`.
+async fn forward_once(config: &str, env: &[(&str, &str)], port: u16, secret: &str, what: &str) {
+    let (code, text) = check(config, env);
+    assert_eq!(code, 0, "{what}: check failed:\n{text}");
+    assert_hidden(&format!("{what}: check"), &text, secret);
+
+    let mut r = redis().await;
+    let key = config
+        .lines()
+        .find_map(|l| l.strip_prefix("key = \""))
+        .unwrap()
+        .trim_end_matches('"')
+        .to_string();
+    let mut bridge = Bridge::start_with_env(config, port, env);
+    assert!(
+        bridge.wait_ready(Duration::from_secs(20)).await,
+        "{what}: not ready\n{}",
+        bridge.log()
+    );
+    let body = format!("through {what}");
+    let _: i64 = redis::cmd("ZADD")
+        .arg(&key)
+        .arg(0)
+        .arg(&body)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(15);
+    loop {
+        let forwarded = bridge
+            .metric("delay_bridge_messages_forwarded_total", &[])
+            .await;
+        if forwarded >= 1.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "{what}: not forwarded\n{}",
+            bridge.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = bridge.get("/metrics").await.unwrap().1;
+    assert_hidden(&format!("{what}: /metrics"), &metrics, secret);
+    bridge.signal(15);
+    assert_eq!(bridge.wait_exit(Duration::from_secs(15)).await, Some(0));
+    assert_hidden(&format!("{what}: log"), &bridge.log(), secret);
+    cleanup_keys(&mut r, &key).await;
+}
+
+fn with_redis(config: &str, lines: &str) -> String {
+    let url_line = format!("url = \"{}\"\n", redis_url());
+    assert!(config.contains(&url_line));
+    config.replacen(&url_line, lines, 1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_acl_user_by_url_file_and_env_and_a_wrong_password_fails_clearly() {
+    let user = RedisUser::create().await;
+    let capture = AmqpCapture::start("sec.redis").await;
+    let dir = tempfile::tempdir().unwrap();
+    let pw_file = dir.path().join("redis-password");
+    // Editors add a trailing newline; it is not part of the password.
+    std::fs::write(&pw_file, format!("{}\n", user.password)).unwrap();
+
+    for via in [Via::Url, Via::File, Via::Env] {
+        let port = free_port();
+        let key = format!("{}:{{sec}}", unique("delay"));
+        let trigger = amqp_trigger("sec", &key, &capture, "workers = 1");
+        let full_url = user.url(Some(&user.password));
+        let (redis_lines, env): (String, Vec<(&str, &str)>) = match via {
+            Via::Url => (format!("url = \"{full_url}\"\n"), vec![]),
+            Via::File => (
+                format!(
+                    "url = \"{}\"\npassword_file = \"{}\"\n",
+                    user.url(None),
+                    pw_file.display()
+                ),
+                vec![],
+            ),
+            Via::Env => (
+                "url = \"redis://127.0.0.1:1/0\"\n".to_string(),
+                vec![("DELAY_BRIDGE_REDIS__URL", full_url.as_str())],
+            ),
+        };
+        let mut config = with_redis(&base_config(port), &redis_lines) + &trigger;
+        if matches!(via, Via::File) {
+            config = config.replace("[log]\n", "[log]\nformat = \"json\"\n");
+        }
+        forward_once(
+            &config,
+            &env,
+            port,
+            &user.password,
+            &format!("redis {via:?}"),
+        )
+        .await;
+    }
+    assert_eq!(capture.count(), 3);
+
+    // A wrong password: no panic, a clear log line, never ready, the password not echoed.
+    let wrong = hostile_password();
+    let port = free_port();
+    let key = unique("delay");
+    let config = with_redis(
+        &base_config(port),
+        &format!("url = \"{}\"\n", user.url(Some(&wrong))),
+    ) + &amqp_trigger("sec", &key, &capture, "");
+    let mut bridge = Bridge::start(&config, port);
+    let said = wait_until(Duration::from_secs(15), || {
+        let log = bridge.log().to_lowercase();
+        log.contains("wrongpass") || log.contains("auth")
+    })
+    .await;
+    let log = bridge.log();
+    assert!(said, "no authentication error logged:\n{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    assert_hidden("wrong-password log", &log, &wrong);
+    match bridge.get("/readyz").await {
+        Some((code, _)) => assert_ne!(code, 200, "ready without Redis"),
+        None => assert!(
+            bridge.child.try_wait().unwrap().is_some(),
+            "neither serving nor exited"
+        ),
+    }
+    if bridge.child.try_wait().unwrap().is_none() {
+        bridge.signal(15);
+        assert!(bridge.wait_exit(Duration::from_secs(15)).await.is_some());
+    }
+    assert_hidden("wrong-password log", &bridge.log(), &wrong);
+    drop(user);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_user_by_url_file_and_env_and_a_wrong_password_fails_clearly() {
+    let user = RabbitUser::create();
+    let capture = AmqpCapture::start("sec.amqp").await;
+    let dir = tempfile::tempdir().unwrap();
+    let pw_file = dir.path().join("amqp-password");
+    std::fs::write(&pw_file, format!("{}\r\n", user.password)).unwrap();
+    let amqp_line = format!("url = \"{}\"\n", amqp_url());
+
+    for via in [Via::Url, Via::File, Via::Env] {
+        let port = free_port();
+        let key = format!("{}:{{sec}}", unique("delay"));
+        let trigger = amqp_trigger("sec", &key, &capture, "workers = 1");
+        let full_url = user.url(Some(&user.password));
+        let (sink_lines, env): (String, Vec<(&str, &str)>) = match via {
+            Via::Url => (format!("url = \"{full_url}\"\n"), vec![]),
+            Via::File => (
+                format!(
+                    "url = \"{}\"\npassword_file = \"{}\"\n",
+                    user.url(None),
+                    pw_file.display()
+                ),
+                vec![],
+            ),
+            Via::Env => (
+                "url = \"amqp://nobody@127.0.0.1:1/%2f\"\n".to_string(),
+                vec![("DELAY_BRIDGE_SINKS__RABBIT__URL", full_url.as_str())],
+            ),
+        };
+        let base = base_config(port);
+        assert!(base.contains(&amqp_line));
+        let mut config = base.replacen(&amqp_line, &sink_lines, 1) + &trigger;
+        if matches!(via, Via::Url) {
+            config = config.replace("[log]\n", "[log]\nformat = \"json\"\n");
+        }
+        forward_once(
+            &config,
+            &env,
+            port,
+            &user.password,
+            &format!("amqp {via:?}"),
+        )
+        .await;
+    }
+    assert_eq!(capture.count(), 3);
+
+    let wrong = hostile_password();
+    let port = free_port();
+    let key = unique("delay");
+    let config = base_config(port).replacen(
+        &amqp_line,
+        &format!("url = \"{}\"\n", user.url(Some(&wrong))),
+        1,
+    ) + &amqp_trigger("sec", &key, &capture, "");
+    let mut bridge = Bridge::start(&config, port);
+    let said = wait_until(Duration::from_secs(15), || {
+        let log = bridge.log().to_lowercase();
+        log.contains("access_refused") || log.contains("auth") || log.contains("login")
+    })
+    .await;
+    let log = bridge.log();
+    assert!(said, "no authentication error logged:\n{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    assert_hidden("wrong-password log", &log, &wrong);
+    let (code, _) = bridge
+        .get("/readyz")
+        .await
+        .expect("serving while the sink is down");
+    assert_ne!(code, 200, "ready without RabbitMQ");
+    let metrics = bridge.get("/metrics").await.unwrap().1;
+    assert_eq!(
+        metric_value(&metrics, "delay_bridge_sink_up", &[("sink", "rabbit")]),
+        0.0
+    );
+    assert_hidden("wrong-password /metrics", &metrics, &wrong);
+    bridge.signal(15);
+    assert_eq!(bridge.wait_exit(Duration::from_secs(15)).await, Some(0));
+    assert_hidden("wrong-password log", &bridge.log(), &wrong);
+}
+
+#[test]
+fn kafka_sasl_password_is_not_shown_by_check() {
+    let secret = hostile_password();
+    let dir = tempfile::tempdir().unwrap();
+    let pw_file = dir.path().join("sasl");
+    std::fs::write(&pw_file, &secret).unwrap();
+    let config = format!(
+        r#"
+[sinks.k]
+type = "kafka"
+brokers = "127.0.0.1:9093"
+sasl_password_file = "{}"
+[sinks.k.properties]
+"security.protocol" = "SASL_SSL"
+"sasl.mechanisms" = "SCRAM-SHA-512"
+"sasl.username" = "bridge"
+"sasl.password" = "{secret}"
+"ssl.key.password" = "{secret}"
+"ssl.key.pem" = "{secret}"
+"sasl.oauthbearer.client.secret" = "{secret}"
+
+[[triggers]]
+name = "t"
+key = "k"
+sink = "k"
+topic = "x"
+"#,
+        pw_file.display()
+    );
+    let (code, text) = check(&config, &[]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("sasl.username=bridge"), "{text}");
+    assert_hidden("check", &text, &secret);
+}
