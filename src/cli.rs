@@ -11,6 +11,14 @@ use crate::keys::QueueKeys;
 use crate::secret::redact_url;
 use crate::store::Store;
 
+/// `println!` that ignores a closed stdout (`delay-bridge stats | head`) instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// Exit code for a bad configuration (EX_CONFIG).
 pub const EXIT_CONFIG: i32 = 78;
 
@@ -122,7 +130,7 @@ pub struct ConfigArg {
 /// Loads the config or prints every problem and returns the EX_CONFIG exit code.
 pub fn load_or_exit(path: &std::path::Path) -> Result<Config, i32> {
     config::load(path).map_err(|e: ConfigError| {
-        eprintln!("error: {}: {e}", path.display());
+        esay!("error: {}: {e}", path.display());
         EXIT_CONFIG
     })
 }
@@ -130,9 +138,17 @@ pub fn load_or_exit(path: &std::path::Path) -> Result<Config, i32> {
 /// Sets up tracing to stderr: `RUST_LOG` wins over `[log] level`.
 pub fn init_tracing(format: LogFormat, level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
+    let mut filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // lapin logs returned messages with their bodies and channel closes as errors; the
+    // bridge reports those itself, without payloads, so lapin stays quiet unless asked.
+    let asked = std::env::var("RUST_LOG").unwrap_or_else(|_| level.to_string());
+    if !asked.contains("lapin") {
+        if let Ok(d) = "lapin=off".parse() {
+            filter = filter.add_directive(d);
+        }
+    }
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -179,7 +195,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            esay!("error: {e:#}");
             1
         }
     }
@@ -216,7 +232,7 @@ async fn run(path: &std::path::Path) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "delay-bridge failed");
-            eprintln!("error: {e:#}");
+            esay!("error: {e:#}");
             1
         }
     }
@@ -244,12 +260,12 @@ fn check(path: &std::path::Path) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    println!("config {} is valid", path.display());
-    println!("redis: {}", redact_url(&config.redis.url));
-    println!("metrics: http://{}/metrics", config.metrics.listen);
+    say!("config {} is valid", path.display());
+    say!("redis: {}", redact_url(&config.redis.url));
+    say!("metrics: http://{}/metrics", config.metrics.listen);
     for (name, sink) in &config.sinks {
         match sink {
-            SinkConfig::Amqp(a) => println!("sink {name}: amqp {}", redact_url(&a.url)),
+            SinkConfig::Amqp(a) => say!("sink {name}: amqp {}", redact_url(&a.url)),
             SinkConfig::Kafka(k) => {
                 let props: Vec<String> = k
                     .properties
@@ -261,7 +277,7 @@ fn check(path: &std::path::Path) -> i32 {
                         format!("{key}={}", if secret { "***" } else { v.as_str() })
                     })
                     .collect();
-                println!("sink {name}: kafka {} [{}]", k.brokers, props.join(", "));
+                say!("sink {name}: kafka {} [{}]", k.brokers, props.join(", "));
             }
         }
     }
@@ -274,12 +290,15 @@ fn check(path: &std::path::Path) -> i32 {
                 t.routing_key.clone().unwrap_or_default()
             ),
             SinkConfig::Kafka(_) => format!(
-                "topic={:?} kafka_key={:?}",
+                "topic={:?} kafka_key={}",
                 t.topic.clone().unwrap_or_default(),
-                t.kafka_key.unwrap_or_default()
+                match t.kafka_key.unwrap_or_default() {
+                    crate::config::KafkaKey::None => "none",
+                    crate::config::KafkaKey::Member => "member",
+                }
             ),
         };
-        println!(
+        say!(
             "trigger {}: key={} inflight={} dead={} -> sink {} {dest} workers={} batch={} lease={} guard_interval={} \
              publish_timeout={} max_attempts={} backoff={}..{} max_message_bytes={}",
             t.name,
@@ -333,16 +352,26 @@ async fn stats(config: Config, json: bool) -> anyhow::Result<i32> {
             .iter()
             .map(|(name, s)| serde_json::json!({"trigger": name, "stats": s}))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        say!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!(
+        say!(
             "{:<24} {:>12} {:>10} {:>10} {:>10} {:>16}",
-            "TRIGGER", "SCHEDULED", "DUE", "INFLIGHT", "DEAD", "OLDEST_DUE_AGE"
+            "TRIGGER",
+            "SCHEDULED",
+            "DUE",
+            "INFLIGHT",
+            "DEAD",
+            "OLDEST_DUE_AGE"
         );
         for (name, s) in rows {
-            println!(
+            say!(
                 "{:<24} {:>12} {:>10} {:>10} {:>10} {:>15.3}s",
-                name, s.scheduled, s.due, s.inflight, s.dead, s.oldest_due_age_seconds
+                name,
+                s.scheduled,
+                s.due,
+                s.inflight,
+                s.dead,
+                s.oldest_due_age_seconds
             );
         }
     }
@@ -371,7 +400,7 @@ async fn enqueue(
         .arg(payload.as_bytes())
         .query_async(&mut conn)
         .await?;
-    println!("scheduled on {} due at {due}", store.keys().source);
+    say!("scheduled on {} due at {due}", store.keys().source);
     Ok(0)
 }
 
@@ -379,7 +408,7 @@ async fn dead_list(config: Config, trigger: String, limit: usize) -> anyhow::Res
     let conn = connect(&config).await?;
     let store = store_for(&config, conn, &trigger)?;
     for (member, at, reason) in store.list_dead(limit).await? {
-        println!(
+        say!(
             "{at}\t{}\t{}",
             reason.unwrap_or_else(|| "{}".into()),
             String::from_utf8_lossy(&member)
@@ -398,7 +427,7 @@ async fn dead_requeue(
     let store = store_for(&config, conn, &trigger)?;
     let members: Vec<Vec<u8>> = members.into_iter().map(String::into_bytes).collect();
     let n = store.requeue_dead(&members, limit.max(1)).await?;
-    println!("requeued {n} dead letter(s) on {}", store.keys().source);
+    say!("requeued {n} dead letter(s) on {}", store.keys().source);
     Ok(0)
 }
 
@@ -442,7 +471,7 @@ async fn consume(
                 _ => None,
             });
         let late = due.map_or_else(|| "?".to_string(), |d| format!("{}ms", now - d));
-        println!("late={late}\t{}", String::from_utf8_lossy(&delivery.data));
+        say!("late={late}\t{}", String::from_utf8_lossy(&delivery.data));
         delivery.ack(BasicAckOptions::default()).await?;
         seen += 1;
     }

@@ -44,6 +44,14 @@ pub async fn serve(
 }
 
 async fn metrics_handler(State(state): State<AppState>) -> impl IntoResponse {
+    // Readiness is read live; make the gauge agree with it at scrape time.
+    for sink in state.sinks.iter() {
+        state
+            .metrics
+            .sink_up
+            .with_label_values(&[sink.name()])
+            .set(i64::from(sink.is_up()));
+    }
     (
         [(
             header::CONTENT_TYPE,

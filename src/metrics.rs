@@ -76,8 +76,8 @@ impl Metrics {
                 .expect("unique metric");
             g
         };
-        // 1 ms .. ~5.5 min
-        let lateness_buckets = exponential_buckets(0.001, 2.0, 19).expect("valid buckets");
+        // 1 ms .. ~8.7 min
+        let lateness_buckets = exponential_buckets(0.001, 2.0, 20).expect("valid buckets");
         let latency_buckets = exponential_buckets(0.0001, 2.0, 18).expect("valid buckets");
         let size_buckets = exponential_buckets(1.0, 2.0, 14).expect("valid buckets");
 
