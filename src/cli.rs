@@ -130,7 +130,7 @@ pub struct ConfigArg {
 /// Loads the config or prints every problem and returns the EX_CONFIG exit code.
 pub fn load_or_exit(path: &std::path::Path) -> Result<Config, i32> {
     config::load(path).map_err(|e: ConfigError| {
-        esay!("error: {}: {e}", path.display());
+        eprintln!("error: {}: {e}", path.display());
         EXIT_CONFIG
     })
 }
@@ -195,7 +195,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            esay!("error: {e:#}");
+            eprintln!("error: {e:#}");
             1
         }
     }
@@ -232,7 +232,7 @@ async fn run(path: &std::path::Path) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "delay-bridge failed");
-            esay!("error: {e:#}");
+            eprintln!("error: {e:#}");
             1
         }
     }
