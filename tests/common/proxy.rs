@@ -86,6 +86,8 @@ impl Drop for Proxy {
 }
 
 /// Closes with RST rather than FIN: a cut cable, not a polite goodbye.
+// The deprecation warns that a lingering close blocks the thread; a zero linger never does.
+#[allow(deprecated)]
 fn reset(stream: &TcpStream) {
     let _ = stream.set_linger(Some(Duration::ZERO));
 }

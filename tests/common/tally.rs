@@ -57,19 +57,20 @@ pub async fn queue_sizes(
         .unwrap()
 }
 
-/// Every member still in the source set.
-pub async fn source_members(
+/// Every member still in Redis: in the source set or leased (in flight, to be recovered).
+pub async fn members_in_redis(
     conn: &mut redis::aio::MultiplexedConnection,
     key: &str,
 ) -> Vec<Vec<u8>> {
     let keys = delay_bridge::keys::QueueKeys::derive(key).unwrap();
-    redis::cmd("ZRANGE")
-        .arg(&keys.source)
-        .arg(0)
-        .arg(-1)
+    let (mut source, inflight): (Vec<Vec<u8>>, Vec<Vec<u8>>) = redis::pipe()
+        .zrange(&keys.source, 0, -1)
+        .zrange(&keys.inflight, 0, -1)
         .query_async(conn)
         .await
-        .unwrap()
+        .unwrap();
+    source.extend(inflight);
+    source
 }
 
 /// What a consumer saw.
@@ -289,6 +290,30 @@ pub fn config(
     trigger_extra: &str,
     shutdown_timeout: &str,
 ) -> String {
+    config_with_lease(
+        metrics_port,
+        redis_url,
+        amqp_url,
+        key,
+        tally,
+        trigger_extra,
+        shutdown_timeout,
+        ("2s", "1s"),
+    )
+}
+
+/// [`config`] with another `(lease, publish_timeout)`.
+#[allow(clippy::too_many_arguments)]
+pub fn config_with_lease(
+    metrics_port: u16,
+    redis_url: &str,
+    amqp_url: &str,
+    key: &str,
+    tally: &Tally,
+    trigger_extra: &str,
+    shutdown_timeout: &str,
+    (lease, publish_timeout): (&str, &str),
+) -> String {
     format!(
         r#"
 [redis]
@@ -318,8 +343,8 @@ key = "{key}"
 sink = "rabbit"
 exchange = "{exchange}"
 routing_key = "{rk}"
-lease = "2s"
-publish_timeout = "1s"
+lease = "{lease}"
+publish_timeout = "{publish_timeout}"
 max_attempts = 1000
 backoff_initial = "100ms"
 backoff_max = "1s"
