@@ -14,6 +14,14 @@ use crate::metrics::Metrics;
 use crate::sink::{Disposition, MessageId, OutMessage, PublishError, Publisher, Route, Sink};
 use crate::store::{ClaimBatch, FailOutcome, Settlement, Store};
 
+mod batch;
+mod maintenance;
+mod route;
+
+use batch::AdaptiveBatch;
+pub use maintenance::{recover_loop, stats_loop};
+use route::routing_key_at;
+
 /// Everything the workers of one trigger share.
 pub struct Trigger {
     /// The trigger's configuration.
@@ -81,6 +89,12 @@ impl Trigger {
         }
     }
 
+    /// Wakes every idle worker: there may be more due than one worker takes.
+    fn wake_all(&self) {
+        self.backlog.notify_waiters();
+        self.head_changed.notify_one();
+    }
+
     fn next_due(&self) -> Option<Instant> {
         *self.next_due.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -116,34 +130,6 @@ struct Worker {
     publisher: Option<Publisher>,
     stop: CancellationToken,
     abort: CancellationToken,
-}
-
-/// How long one claim script may take before batches shrink: keeps Redis responsive.
-const CLAIM_TARGET: Duration = Duration::from_millis(4);
-
-/// Claim size between 1 and the configured `batch`: doubles while full claims stay under
-/// [`CLAIM_TARGET`] (a backlog is draining), halves when a claim takes more than twice that.
-#[derive(Debug, Clone, Copy)]
-struct AdaptiveBatch {
-    size: usize,
-    max: usize,
-}
-
-impl AdaptiveBatch {
-    fn new(max: usize) -> Self {
-        Self {
-            size: max.min(32),
-            max,
-        }
-    }
-
-    fn adapt(&mut self, claimed: usize, took: Duration) {
-        if took > CLAIM_TARGET * 2 {
-            self.size = (self.size / 2).max(1);
-        } else if claimed >= self.size && took < CLAIM_TARGET {
-            self.size = (self.size * 2).min(self.max);
-        }
-    }
 }
 
 const ERROR_BACKOFF: Backoff = Backoff {
@@ -454,145 +440,6 @@ impl Worker {
                 }
                 FailOutcome::NotOwned => {}
             }
-        }
-    }
-}
-
-/// The string at JSON Pointer `pointer` in a JSON payload: a per-message routing key.
-fn routing_key_at(payload: &[u8], pointer: &str) -> Result<String, PublishError> {
-    let value: serde_json::Value = serde_json::from_slice(payload)
-        .map_err(|e| PublishError::BadPayload(format!("not JSON: {e}")))?;
-    match value.pointer(pointer) {
-        Some(serde_json::Value::String(s)) if s.len() <= 255 => Ok(s.clone()),
-        Some(serde_json::Value::String(_)) => Err(PublishError::BadPayload(format!(
-            "{pointer} is longer than 255 bytes"
-        ))),
-        Some(_) => Err(PublishError::BadPayload(format!(
-            "{pointer} is not a string"
-        ))),
-        None => Err(PublishError::BadPayload(format!("{pointer} is missing"))),
-    }
-}
-
-/// Recovers expired leases of one trigger until `stop` (any bridge instance may do this).
-pub async fn recover_loop(t: Arc<Trigger>, stop: CancellationToken) {
-    let interval = (t.config.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
-    let counter = t.metrics.redelivered.with_label_values(&[t.name()]);
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(jitter_down(interval)) => {}
-            _ = stop.cancelled() => return,
-        }
-        loop {
-            match t.store.recover(1000).await {
-                Ok(0) => break,
-                Ok(n) => {
-                    tracing::info!(trigger = %t.name(), recovered = n, "expired leases recovered");
-                    counter.inc_by(n);
-                    t.backlog.notify_waiters();
-                    t.head_changed.notify_one();
-                    if n < 1000 {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    t.metrics
-                        .redis_errors
-                        .with_label_values(&[t.name(), e.kind()])
-                        .inc();
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// Refreshes the backlog gauges of one trigger until `stop`.
-pub async fn stats_loop(t: Arc<Trigger>, interval: Duration, stop: CancellationToken) {
-    let name = t.name().to_string();
-    loop {
-        match t.store.stats().await {
-            Ok(s) => {
-                t.metrics.redis_up.set(1);
-                for (state, v) in [
-                    ("due", s.due),
-                    ("scheduled", s.scheduled),
-                    ("inflight", s.inflight),
-                    ("dead", s.dead),
-                ] {
-                    t.metrics
-                        .backlog
-                        .with_label_values(&[&name, state])
-                        .set(v as i64);
-                }
-                t.metrics
-                    .oldest_due_age
-                    .with_label_values(&[&name])
-                    .set(s.oldest_due_age_seconds);
-            }
-            Err(e) => {
-                if matches!(e.kind(), "connection" | "timeout") {
-                    t.metrics.redis_up.set(0);
-                }
-                t.metrics
-                    .redis_errors
-                    .with_label_values(&[&name, e.kind()])
-                    .inc();
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = stop.cancelled() => return,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batches_grow_while_full_and_fast_and_shrink_when_slow() {
-        let mut b = AdaptiveBatch::new(256);
-        assert_eq!(b.size, 32);
-        b.adapt(32, Duration::from_millis(1));
-        assert_eq!(b.size, 64);
-        b.adapt(10, Duration::from_millis(1));
-        assert_eq!(
-            b.size, 64,
-            "a partial claim means the backlog is drained: keep the size"
-        );
-        for _ in 0..10 {
-            b.adapt(b.size, Duration::from_micros(500));
-        }
-        assert_eq!(b.size, 256, "never above the configured batch");
-        b.adapt(256, Duration::from_millis(20));
-        assert_eq!(b.size, 128);
-        for _ in 0..20 {
-            b.adapt(b.size, Duration::from_millis(50));
-        }
-        assert_eq!(b.size, 1, "never below one");
-        let mut one = AdaptiveBatch::new(1);
-        one.adapt(1, Duration::ZERO);
-        assert_eq!(one.size, 1);
-    }
-
-    #[test]
-    fn routing_keys_come_from_the_pointer() {
-        assert_eq!(
-            routing_key_at(br#"{"type":"a.b"}"#, "/type").unwrap(),
-            "a.b"
-        );
-        assert_eq!(routing_key_at(br#"{"m":{"k":"x"}}"#, "/m/k").unwrap(), "x");
-        for bad in [
-            &b"not json"[..],
-            br#"{"type":1}"#,
-            br#"{"other":"x"}"#,
-            b"\xff",
-        ] {
-            let e = routing_key_at(bad, "/type").unwrap_err();
-            assert_eq!(e.reason(), "bad_payload");
-            assert_eq!(e.disposition(), Disposition::DeadLetter);
         }
     }
 }
