@@ -97,8 +97,12 @@ async fn odd_members_and_scores_are_delivered_kept_or_dead_lettered() {
             "8.64e15".into(),
             false,
         ),
+        // Exactly max_message_bytes (default 1 MiB) is still published.
+        (vec![b'y'; 1024 * 1024], format!("{}", now - 2), true),
     ];
     zadd(&mut r, &key, &format!("{}", now - 500), &huge).await;
+    let just_over = vec![b'z'; 1024 * 1024 + 1];
+    zadd(&mut r, &key, &format!("{}", now - 400), &just_over).await;
     for (member, score, _) in &cases {
         zadd(&mut r, &key, score, member).await;
     }
@@ -129,6 +133,11 @@ async fn odd_members_and_scores_are_delivered_kept_or_dead_lettered() {
     assert_eq!(reason["attempts"], 1, "{reason}");
     assert!(zscore(&mut r, &keys.dead, &huge).await.is_some());
     assert!(zscore(&mut r, &key, &huge).await.is_none(), "not retried");
+    let reason = dead_reason(&mut r, &key, &just_over).await;
+    assert_eq!(
+        reason.map(|r| r["reason"].clone()),
+        Some("too_large".into())
+    );
 
     // Let a late duplicate or an early delivery of the never-due members show up.
     let _ = wait_until(Duration::from_millis(1500), || {
@@ -178,7 +187,7 @@ async fn odd_members_and_scores_are_delivered_kept_or_dead_lettered() {
             "delay_bridge_messages_dead_lettered_total",
             &labels
         ),
-        1.0
+        2.0
     );
     assert_eq!(
         metric_value(

@@ -280,7 +280,7 @@ impl Case {
             )));
         };
         check!(
-            score >= lo as f64 && score <= hi as f64,
+            (lo as f64..=hi as f64).contains(&score),
             "{member:?} in {key} has score {score}, expected within [{lo}, {hi}]"
         );
         Ok(score)
@@ -573,7 +573,7 @@ impl Case {
         );
         for (m, d) in &leases[..n] {
             check!(
-                *d < t1 as f64,
+                d.total_cmp(&(t1 as f64)).is_lt(),
                 "recovered {m:?} whose lease {d} had not expired by {t1}"
             );
             self.m.inflight.remove(m);
