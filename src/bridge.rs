@@ -106,10 +106,18 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         loop {
             match connect_redis(&config, &client).await {
                 Ok(c) => break c,
+                // Wrong credentials do not heal by waiting: refuse to start, like a bad config.
+                Err(e) if is_auth_error(&e) => {
+                    sink_stop.cancel();
+                    http_stop.cancel();
+                    anyhow::bail!(
+                        "Redis rejected the credentials (check redis.url and redis.password_file): {e}"
+                    );
+                }
                 Err(e) => {
                     failures += 1;
-                    if failures == 1 {
-                        tracing::warn!(error = %e, "Redis unreachable, retrying");
+                    if failures == 1 || failures.is_power_of_two() {
+                        tracing::warn!(error = %e, failures, "Redis unreachable, retrying");
                     }
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -123,6 +131,16 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
             }
         }
     };
+    // Without a password the connection opens and only commands fail (NOAUTH): ask now.
+    if let Err(e) = redis::cmd("PING").query_async::<()>(&mut conn).await {
+        if is_auth_error(&e) {
+            sink_stop.cancel();
+            http_stop.cancel();
+            anyhow::bail!(
+                "Redis requires credentials (set them in redis.url or redis.password_file): {e}"
+            );
+        }
+    }
     metrics.redis_up.set(1);
     check_eviction_policy(&mut conn, config.redis.require_noeviction).await?;
     let notifications =
@@ -200,6 +218,12 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
     let _ = tokio::time::timeout(Duration::from_millis(500), http).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Wrong or missing Redis credentials: waiting will not fix them.
+fn is_auth_error(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
 }
 
 /// Warns (or refuses to start) when Redis may evict queued messages under memory pressure.

@@ -3,7 +3,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -314,79 +314,10 @@ async fn a_key_of_the_wrong_type_backs_off_while_other_triggers_forward() {
     cleanup_keys(&mut r, &good).await;
 }
 
-/// A `redis-server` of our own on a free loopback port, so its config can be anything.
-struct PrivateRedis {
-    port: u16,
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl PrivateRedis {
-    async fn start(extra: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(dir.path())
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed");
-        let url = format!("redis://127.0.0.1:{port}/0");
-        let end = Instant::now() + Duration::from_secs(10);
-        loop {
-            let client = redis::Client::open(url.as_str()).unwrap();
-            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut c).await;
-                if pong.is_ok() {
-                    break;
-                }
-            }
-            assert!(Instant::now() < end, "private redis-server did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Self {
-            port,
-            child,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_redis_is_warned_about_or_refused() {
     let redis =
-        PrivateRedis::start(&["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"]).await;
+        RedisServer::start(&["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"]).await;
     let mut r = redis.conn().await;
     let capture = AmqpCapture::start("evict.rk").await;
     let key = format!("{}:{{evict}}", unique("delay"));

@@ -668,3 +668,78 @@ impl Bridge {
         }
     }
 }
+
+/// A throwaway `redis-server` on a free loopback port (no persistence), so its config can be
+/// anything the shared Redis must not be changed to; killed on drop.
+pub struct RedisServer {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts `redis-server` with `extra` arguments (e.g. `--requirepass`) and waits for PING.
+    pub async fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed");
+        let url = format!("redis://127.0.0.1:{port}/0");
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let client = redis::Client::open(url.as_str()).unwrap();
+            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+                let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut c).await;
+                // With --requirepass it answers NOAUTH: up all the same.
+                if pong.is_ok() || matches!(&pong, Err(e) if e.code() == Some("NOAUTH")) {
+                    break;
+                }
+            }
+            assert!(Instant::now() < end, "private redis-server did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Self {
+            port,
+            child,
+            _dir: dir,
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// A connection (without credentials).
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
