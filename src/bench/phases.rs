@@ -265,7 +265,7 @@ impl Bench {
             cpu_seconds: cpu,
             cpu_seconds_per_100k: cpu * 100_000.0 / n as f64,
             peak_rss_bytes: memory.peak_bytes,
-            duplicates: self.tally.summary().duplicates,
+            duplicates: self.tally.summary(|_| false).duplicates,
         })
     }
 
@@ -312,6 +312,7 @@ impl Bench {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let start = Instant::now();
         let mut sent = 0u64;
+        let mut early = vec![false; capacity as usize];
         while start.elapsed() < duration {
             tick.tick().await;
             let target = ((rate as f64 * start.elapsed().as_secs_f64()) as u64).min(capacity);
@@ -323,6 +324,7 @@ impl Bench {
             let now = now_ms();
             for seq in sent..target {
                 let ahead = if rng.gen_bool(EARLY_SHARE) {
+                    early[seq as usize] = true;
                     rng.gen_range(10..1000)
                 } else {
                     rng.gen_range(1000..=5000)
@@ -345,8 +347,9 @@ impl Bench {
         });
         bridge.stop(STOP_TIMEOUT).await?;
         redis_ops::unlink_queue(&mut conn, &key).await?;
-        let s = self.tally.summary();
+        let s = self.tally.summary(|_| true);
         let ms = |q: f64| quantile(&s.late_us, q).unwrap_or(0) as f64 / 1000.0;
+        let e = self.tally.summary(|i| early[i as usize]);
         Ok(Lateness {
             notifications,
             messages: sent,
@@ -355,6 +358,8 @@ impl Bench {
             p99_ms: ms(0.99),
             max_ms: ms(1.0),
             confirm_p99_le_ms: confirm_p99,
+            early_messages: e.late_us.len() as u64,
+            early_p99_ms: quantile(&e.late_us, 0.99).unwrap_or(0) as f64 / 1000.0,
             guard_interval_ms: guard.as_secs_f64() * 1000.0,
             cpu_seconds: cpu,
         })

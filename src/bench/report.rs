@@ -110,6 +110,10 @@ pub struct Lateness {
     /// The bridge's own view: upper bound of the histogram bucket holding the 99th percentile
     /// of broker confirmation time minus due time, milliseconds (leaves out the consumer's path).
     pub confirm_p99_le_ms: Option<f64>,
+    /// Messages scheduled earlier than the queue head (10 ms to 1 s ahead): they need a wake-up.
+    pub early_messages: u64,
+    /// 99th percentile lateness of those, milliseconds.
+    pub early_p99_ms: f64,
     /// The trigger's guard interval, milliseconds.
     pub guard_interval_ms: f64,
     /// Bridge CPU seconds during the load.
@@ -255,6 +259,13 @@ impl Report {
                     ..Row::default()
                 });
             }
+            if f.duplicates > 0 {
+                rows.push(Row {
+                    measurement: "duplicates received while forwarding".into(),
+                    bridge: f.duplicates.to_string(),
+                    ..Row::default()
+                });
+            }
             rows.push(Row {
                 measurement: "bridge CPU per 100k messages".into(),
                 bridge: format!("{:.2} s", f.cpu_seconds_per_100k),
@@ -290,6 +301,14 @@ impl Report {
                 bridge: format!("{:.1} ms", l.p99_ms),
                 goal,
                 result: verdict(pass),
+                ..Row::default()
+            });
+            rows.push(Row {
+                measurement: format!(
+                    "  p99 of the {} scheduled before the head ({label})",
+                    l.early_messages
+                ),
+                bridge: format!("{:.1} ms", l.early_p99_ms),
                 ..Row::default()
             });
             if let Some(c) = l.confirm_p99_le_ms {

@@ -40,7 +40,8 @@ struct State {
     seen: Vec<bool>,
     distinct: u64,
     duplicates: u64,
-    late_us: Vec<i64>,
+    /// (index in the phase, lateness) of every first delivery.
+    late_us: Vec<(u64, i64)>,
 }
 
 /// A copy of the counts of the current phase.
@@ -80,7 +81,7 @@ impl Tally {
         }
         s.distinct += 1;
         if let Some(due) = due_ms {
-            s.late_us.push(received_us - due * 1000);
+            s.late_us.push((i, received_us - due * 1000));
         }
     }
 
@@ -92,13 +93,18 @@ impl Tally {
             .distinct
     }
 
-    /// The phase's counts, lateness sorted.
-    pub fn summary(&self) -> Summary {
+    /// The phase's counts; lateness of the messages whose index in the phase passes `select`, sorted.
+    pub fn summary(&self, select: impl Fn(u64) -> bool) -> Summary {
         let mut out = {
             let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
             Summary {
                 duplicates: s.duplicates,
-                late_us: s.late_us.clone(),
+                late_us: s
+                    .late_us
+                    .iter()
+                    .filter(|(i, _)| select(*i))
+                    .map(|(_, l)| *l)
+                    .collect(),
             }
         };
         out.late_us.sort_unstable();
@@ -137,9 +143,10 @@ mod tests {
         t.record(&payload(1002, 20), Some(5), 6000);
         t.record(&payload(999, 20), Some(5), 6000);
         t.record(&payload(1003, 20), None, 6000);
-        let s = t.summary();
+        let s = t.summary(|_| true);
         assert_eq!((t.distinct(), s.duplicates), (2, 1));
         assert_eq!(s.late_us, vec![1000, 2000]);
+        assert_eq!(t.summary(|i| i == 2).late_us, vec![1000]);
     }
 
     #[test]
