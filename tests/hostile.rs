@@ -284,6 +284,7 @@ async fn a_key_of_the_wrong_type_backs_off_while_other_triggers_forward() {
     let _ = wait_until(Duration::from_secs(3), || false).await;
     let body = bridge.get("/metrics").await.unwrap().1;
     let rate = (errors(&body) - first) / started.elapsed().as_secs_f64();
+    eprintln!("wrong_type errors: {first} at first look, then {rate:.1}/s while backing off");
     assert!(
         rate < 20.0,
         "{rate} wrong_type errors per second: not backing off"
