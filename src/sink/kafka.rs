@@ -90,11 +90,7 @@ impl ClientContext for HealthContext {
     fn error(&self, error: KafkaError, reason: &str) {
         match error.rdkafka_error_code() {
             Some(RDKafkaErrorCode::AllBrokersDown) => self.health.set_up(&self.name, false),
-            Some(RDKafkaErrorCode::Fatal) => {
-                self.health.fatal.store(true, Ordering::Relaxed);
-                tracing::warn!(sink = %self.name, reason, "fatal Kafka producer error; the producer will be replaced");
-                return;
-            }
+            Some(RDKafkaErrorCode::Fatal) => self.health.fatal.store(true, Ordering::Relaxed),
             _ => {}
         }
         tracing::warn!(sink = %self.name, error = %error, reason, "kafka client error");
@@ -189,6 +185,13 @@ impl KafkaSink {
         let mut last_rebuild: Option<tokio::time::Instant> = None;
         loop {
             let current = self.shared.current();
+            // The error callback carries the underlying code of a fatal error, not the fact
+            // that it is fatal: ask the client.
+            if let Some((code, reason)) = current.producer.client().fatal_error() {
+                if !current.health.fatal.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(sink = %self.shared.name, ?code, reason, "fatal Kafka producer error; replacing the producer");
+                }
+            }
             if current.health.fatal.load(Ordering::Relaxed)
                 && last_rebuild.is_none_or(|t| t.elapsed() >= REBUILD_BACKOFF)
             {
@@ -388,6 +391,9 @@ impl KafkaPublisher {
                         }
                     }
                     Err((e, _)) => {
+                        if e.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+                            health.fatal.store(true, Ordering::Relaxed);
+                        }
                         results[i] = Err(classify(&e));
                         break;
                     }
@@ -396,6 +402,9 @@ impl KafkaPublisher {
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         await_confirms(&mut results, pending, left, abort).await;
+        if producer.client().fatal_error().is_some() {
+            health.fatal.store(true, Ordering::Relaxed);
+        }
         if !health.is_up() {
             // The sink failed, not the messages: no attempt is counted, and the worker stops
             // claiming until a broker is back.
