@@ -105,7 +105,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (any::<usize>(), vec(disp(), 1..4)).prop_map(|(which, disp)| Op::Settle { which, disp }),
         1 => Just(Op::Expire),
         2 => (0usize..4).prop_map(|limit| Op::Recover { limit }),
-        1 => (vec(0..POOL.len(), 0..3), 0usize..3)
+        3 => (vec(0..POOL.len(), 0..3), 0usize..3)
             .prop_map(|(members, limit)| Op::Requeue { members, limit }),
     ]
 }
