@@ -13,35 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use proxy::{Mode, Proxy};
-use tally::{config, queue_sizes, report, schedule, Tally};
-
-type Conn = redis::aio::MultiplexedConnection;
-
-/// Polls `/readyz` until it answers `status`.
-async fn wait_readyz(bridge: &Bridge, status: u16, timeout: Duration) -> bool {
-    let end = Instant::now() + timeout;
-    loop {
-        if bridge.get("/readyz").await.map(|(s, _)| s) == Some(status) {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until the key's source and in-flight sets are both empty; returns the last sizes.
-async fn wait_drained(r: &mut Conn, key: &str, timeout: Duration) -> (u64, u64, u64) {
-    let end = Instant::now() + timeout;
-    loop {
-        let sizes = queue_sizes(r, key).await;
-        if (sizes.0, sizes.1) == (0, 0) || Instant::now() >= end {
-            return sizes;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use tally::{config, report, schedule, wait_drained, wait_readyz, Tally};
 
 const NAME: [(&str, &str); 1] = [("trigger", "faults")];
 

@@ -2,8 +2,9 @@
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use lapin::options::{
@@ -13,6 +14,9 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
 use tokio_util::sync::CancellationToken;
+
+use crate::common::{amqp_url, Bridge};
+use crate::proxy::Proxy;
 
 /// Body of message `i`: a fixed-width number, padded with `pad` bytes so tests can make
 /// messages large enough to fill socket buffers.
@@ -370,4 +374,97 @@ pub fn report(fault: &str, n: usize, pad: usize, tally: &Tally, extra: &str) {
         "{fault}: {lost} of {n} messages lost, e.g. {:?}",
         &missing[..missing.len().min(10)]
     );
+}
+
+/// The shared RabbitMQ's address, for a proxy in front of it.
+pub fn shared_amqp_addr() -> SocketAddr {
+    let url = url::Url::parse(&amqp_url()).unwrap();
+    let host = url.host_str().unwrap_or("127.0.0.1");
+    let host = if host == "localhost" {
+        "127.0.0.1"
+    } else {
+        host
+    };
+    SocketAddr::new(host.parse().unwrap(), url.port().unwrap_or(5672))
+}
+
+/// The shared broker's URL with the host and port replaced by a proxy's.
+pub fn via_proxy(proxy: &Proxy, query: &str) -> String {
+    let mut url = url::Url::parse(&amqp_url()).unwrap();
+    url.set_port(Some(proxy.port())).unwrap();
+    url.set_query(if query.is_empty() { None } else { Some(query) });
+    url.to_string()
+}
+
+/// Waits until the key's source and in-flight sets are both empty.
+pub async fn wait_drained(
+    r: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    timeout: Duration,
+) -> (u64, u64, u64) {
+    let end = Instant::now() + timeout;
+    loop {
+        let sizes = queue_sizes(r, key).await;
+        if (sizes.0, sizes.1) == (0, 0) || Instant::now() >= end {
+            return sizes;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Polls `/readyz` until it answers `status`.
+pub async fn wait_readyz(bridge: &Bridge, status: u16, timeout: Duration) -> bool {
+    let end = Instant::now() + timeout;
+    loop {
+        if bridge.get("/readyz").await.map(|(s, _)| s) == Some(status) {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Samples for `window` that nothing is claimed: in-flight stays empty and the source set
+/// keeps its size. Returns the source size seen.
+pub async fn assert_not_claiming(
+    r: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    window: Duration,
+    bridge: &Bridge,
+) -> u64 {
+    let end = Instant::now() + window;
+    let (first, _, _) = queue_sizes(r, key).await;
+    while Instant::now() < end {
+        let (source, inflight, _) = queue_sizes(r, key).await;
+        assert_eq!(
+            inflight,
+            0,
+            "claimed while the sink is down\n{}",
+            bridge.log()
+        );
+        assert_eq!(
+            source, first,
+            "members left the source set while the sink is down"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first
+}
+
+/// Waits until the in-flight set is empty.
+pub async fn wait_drained_inflight(
+    r: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    timeout: Duration,
+) -> (u64, u64, u64) {
+    let end = Instant::now() + timeout;
+    loop {
+        let sizes = queue_sizes(r, key).await;
+        if sizes.1 == 0 || Instant::now() >= end {
+            return sizes;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
