@@ -68,6 +68,11 @@ async fn rabbitmq_connection_cut_then_blackholed() {
         bridge.log()
     );
     let recovered = healed_at.elapsed();
+    // reconnect_max = 1s caps the wait between attempts, however long the outage was.
+    assert!(
+        recovered < Duration::from_secs(5),
+        "reconnected after {recovered:?}"
+    );
     let resumed_from = tally.distinct();
     assert!(
         wait_until(Duration::from_secs(30), || tally.distinct()
