@@ -91,6 +91,8 @@ pub(super) struct Parsed {
     pub broken_sinks: Vec<String>,
     /// `[redis]` failed to parse (already reported).
     pub broken_redis: bool,
+    /// The file itself does not parse (already reported); nothing else is checked.
+    pub unparsable: bool,
     /// The file has at least one `[[triggers]]` entry, parsed or not.
     pub had_triggers: bool,
 }
@@ -119,13 +121,15 @@ impl Loader {
             trigger_index: Vec::new(),
             broken_sinks: Vec::new(),
             broken_redis: false,
+            unparsable: false,
             had_triggers: false,
         };
         let root = match self.figment.extract::<Value>() {
             Ok(root) => root,
             Err(e) => {
+                // The file does not parse: that is the one problem worth reporting.
                 self.push_figment("", e);
-                parsed.broken_redis = true;
+                parsed.unparsable = true;
                 return parsed;
             }
         };
@@ -155,7 +159,7 @@ impl Loader {
             match value.as_dict() {
                 Some(dict) => {
                     for (name, value) in dict {
-                        match self.value::<SinkConfig>(&format!("sinks.{name}"), value) {
+                        match self.sink(name, value) {
                             Some(sink) => {
                                 c.sinks.insert(name.clone(), sink);
                             }
@@ -202,6 +206,42 @@ impl Loader {
             Ok(v) => Some(v),
             Err(e) => {
                 self.push_figment(name, e);
+                None
+            }
+        }
+    }
+
+    /// A sink, deserialized by hand on its `type` so that errors name the field
+    /// (`sinks.NAME.url`), which serde's internally tagged enums lose.
+    fn sink(&mut self, name: &str, value: &Value) -> Option<SinkConfig> {
+        let prefix = format!("sinks.{name}");
+        let Some(dict) = value.as_dict() else {
+            self.push(&prefix, "expected a table".into());
+            return None;
+        };
+        let mut rest = dict.clone();
+        let kind = rest.remove("type");
+        let rest = Value::from(rest);
+        match kind.as_ref().and_then(Value::as_str) {
+            Some("amqp") => self.value(&prefix, &rest).map(SinkConfig::Amqp),
+            Some("kafka") => self.value(&prefix, &rest).map(SinkConfig::Kafka),
+            Some(other) => {
+                self.push(
+                    &format!("{prefix}.type"),
+                    format!("unknown sink type `{other}`, expected `amqp` or `kafka`"),
+                );
+                None
+            }
+            None => {
+                let what = if kind.is_some() {
+                    "must be a string"
+                } else {
+                    "missing"
+                };
+                self.push(
+                    &format!("{prefix}.type"),
+                    format!("{what}: `amqp` or `kafka`"),
+                );
                 None
             }
         }

@@ -3,6 +3,9 @@
 mod load;
 mod validate;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -112,7 +115,7 @@ impl Default for MetricsConfig {
 }
 
 /// `[log]`
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
     /// `text` (default) or `json`.
@@ -125,6 +128,15 @@ pub struct LogConfig {
 
 fn default_log_level() -> String {
     "info".into()
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::default(),
+            level: default_log_level(),
+        }
+    }
 }
 
 /// Log line format.

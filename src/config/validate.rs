@@ -16,6 +16,9 @@ pub const MAX_WORKERS: usize = 1024;
 pub(super) fn validate(parsed: &Parsed, source: &dyn Fn(&str) -> String) -> Vec<Problem> {
     let config = &parsed.config;
     let mut out = Vec::new();
+    if parsed.unparsable {
+        return out;
+    }
     let mut push = |key: String, message: String| {
         let src = source(&key);
         out.push(Problem {
@@ -54,6 +57,9 @@ pub(super) fn validate(parsed: &Parsed, source: &dyn Fn(&str) -> String) -> Vec<
             "shutdown.timeout".into(),
             "must be greater than zero".into(),
         );
+    }
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&config.log.level) {
+        push("log.level".into(), format!("not a valid log filter: {e}"));
     }
     if config.metrics.backlog_interval < Duration::from_millis(100) {
         push(
@@ -142,6 +148,11 @@ pub(super) fn validate(parsed: &Parsed, source: &dyn Fn(&str) -> String) -> Vec<
                 ),
             ),
             Some(SinkConfig::Amqp(_)) => {
+                if let Some(p) = &t.routing_key_pointer {
+                    if let Err(why) = check_pointer(p) {
+                        push(k("routing_key_pointer"), why);
+                    }
+                }
                 if t.exchange.is_none() {
                     push(
                         k("exchange"),
@@ -176,6 +187,12 @@ pub(super) fn validate(parsed: &Parsed, source: &dyn Fn(&str) -> String) -> Vec<
                 if t.routing_key.is_some() {
                     push(
                         k("routing_key"),
+                        "only for amqp sinks; this trigger's sink is kafka".into(),
+                    );
+                }
+                if t.routing_key_pointer.is_some() {
+                    push(
+                        k("routing_key_pointer"),
                         "only for amqp sinks; this trigger's sink is kafka".into(),
                     );
                 }
@@ -225,6 +242,22 @@ pub(super) fn validate(parsed: &Parsed, source: &dyn Fn(&str) -> String) -> Vec<
         }
     }
     out
+}
+
+/// A JSON Pointer (RFC 6901) naming a field: `/a/b`, with `~` only in `~0` and `~1`.
+fn check_pointer(p: &str) -> Result<(), String> {
+    if !p.starts_with('/') {
+        return Err(format!(
+            "`{p}` is not a JSON Pointer: it must start with `/`, e.g. \"/type\""
+        ));
+    }
+    let mut chars = p.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return Err(format!("`{p}`: `~` must be followed by 0 or 1 (RFC 6901)"));
+        }
+    }
+    Ok(())
 }
 
 fn valid_name(name: &str) -> bool {
