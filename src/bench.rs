@@ -219,11 +219,13 @@ impl Bench {
     async fn setup(args: BenchArgs) -> anyhow::Result<Self> {
         let run_id = format!("{:08x}", rand::random::<u32>());
         let client = redis::Client::open(args.redis_url.as_str()).context("--redis-url")?;
-        let redis_port = client.get_connection_info().addr.to_string();
-        let redis_port = redis_port
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse().ok())
-            .unwrap_or(6379);
+        // The idle phase tells the bridge's Redis connections apart by this remote port.
+        let redis_port = match &client.get_connection_info().addr {
+            redis::ConnectionAddr::Tcp(_, port) | redis::ConnectionAddr::TcpTls { port, .. } => {
+                *port
+            }
+            redis::ConnectionAddr::Unix(_) => 0,
+        };
         let mut conn = client
             .get_multiplexed_async_connection()
             .await

@@ -61,29 +61,29 @@ impl Bench {
             duration_s: self.args.duration.as_secs_f64(),
         };
         let run = |p: Phase| !self.args.skip.contains(&p);
+        let mut errors = Vec::new();
         let mut fail = |phase: &str, e: anyhow::Error| {
             eprintln!("bench: {phase} failed: {e:#}");
-            report.errors.push(PhaseError {
+            errors.push(PhaseError {
                 phase: phase.into(),
                 error: format!("{e:#}"),
             });
         };
-        let mut results = Report::default();
         if run(Phase::Broker) {
             match self.broker_ceiling().await {
-                Ok(r) => results.broker_ceiling = Some(r),
+                Ok(r) => report.broker_ceiling = Some(r),
                 Err(e) => fail("broker", e),
             }
         }
         if run(Phase::Redis) {
             match self.redis_ceiling().await {
-                Ok(r) => results.redis_ceiling = Some(r),
+                Ok(r) => report.redis_ceiling = Some(r),
                 Err(e) => fail("redis", e),
             }
         }
         if run(Phase::Forward) {
             match self.forward().await {
-                Ok(r) => results.forward = Some(r),
+                Ok(r) => report.forward = Some(r),
                 Err(e) => fail("forward", e),
             }
         }
@@ -95,29 +95,24 @@ impl Bench {
             };
             for &on in modes {
                 match self.lateness(on).await {
-                    Ok(r) => results.lateness.push(r),
+                    Ok(r) => report.lateness.push(r),
                     Err(e) => fail(if on { "lateness" } else { "lateness-no-notify" }, e),
                 }
             }
         }
         if run(Phase::Idle) {
             match self.idle().await {
-                Ok(r) => results.idle = Some(r),
+                Ok(r) => report.idle = Some(r),
                 Err(e) => fail("idle", e),
             }
         }
         if self.args.big {
             match self.big_rss().await {
-                Ok(r) => results.rss = Some(r),
+                Ok(r) => report.rss = Some(r),
                 Err(e) => fail("rss", e),
             }
         }
-        report.broker_ceiling = results.broker_ceiling;
-        report.redis_ceiling = results.redis_ceiling;
-        report.forward = results.forward;
-        report.lateness = results.lateness;
-        report.idle = results.idle;
-        report.rss = results.rss;
+        report.errors = errors;
     }
 
     /// Starts a bridge with one trigger per key and waits until it is ready.
