@@ -46,8 +46,8 @@ pub async fn connect_redis(
     let cm = ConnectionManagerConfig::new()
         .set_connection_timeout(config.redis.connect_timeout)
         .set_response_timeout(config.redis.response_timeout)
-        .set_number_of_retries(2)
-        .set_max_delay(2000);
+        .set_number_of_retries(1)
+        .set_max_delay(500);
     ConnectionManager::new_with_config(client.clone(), cm).await
 }
 

@@ -29,10 +29,7 @@ pub async fn recover_loop(t: Arc<Trigger>, stop: CancellationToken) {
                     }
                 }
                 Err(e) => {
-                    t.metrics
-                        .redis_errors
-                        .with_label_values(&[t.name(), e.kind()])
-                        .inc();
+                    t.redis_error(&e);
                     break;
                 }
             }
@@ -63,15 +60,7 @@ pub async fn stats_loop(t: Arc<Trigger>, interval: Duration, stop: CancellationT
                     .with_label_values(&[&name])
                     .set(s.oldest_due_age_seconds);
             }
-            Err(e) => {
-                if matches!(e.kind(), "connection" | "timeout") {
-                    t.metrics.redis_up.set(0);
-                }
-                t.metrics
-                    .redis_errors
-                    .with_label_values(&[&name, e.kind()])
-                    .inc();
-            }
+            Err(e) => t.redis_error(&e),
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}

@@ -89,6 +89,18 @@ impl Trigger {
         }
     }
 
+    /// Counts a failed Redis call; a connection problem also marks Redis down for `/readyz`.
+    pub(crate) fn redis_error(&self, e: &crate::store::StoreError) {
+        let kind = e.kind();
+        self.metrics
+            .redis_errors
+            .with_label_values(&[self.name(), kind])
+            .inc();
+        if matches!(kind, "connection" | "timeout") {
+            self.metrics.redis_up.set(0);
+        }
+    }
+
     /// Wakes every idle worker: there may be more due than one worker takes.
     fn wake_all(&self) {
         self.backlog.notify_waiters();
@@ -144,7 +156,11 @@ impl Worker {
         while !self.stop.is_cancelled() {
             if !self.publisher.as_ref().is_some_and(Publisher::is_usable) {
                 self.publisher = None;
-                match self.t.sink.publisher(&self.t.route).await {
+                let publisher = tokio::select! {
+                    p = self.t.sink.publisher(&self.t.route) => p,
+                    _ = self.stop.cancelled() => break,
+                };
+                match publisher {
                     Ok(p) => {
                         self.publisher = Some(p);
                         sink_failures = 0;
@@ -161,13 +177,9 @@ impl Worker {
                     }
                 }
             }
+            let asked = self.batch.size;
             let started = Instant::now();
-            let batch = match self
-                .t
-                .store
-                .claim(self.t.config.batch, self.t.config.lease)
-                .await
-            {
+            let batch = match self.t.store.claim(asked, self.t.config.lease).await {
                 Ok(batch) => {
                     if redis_failures > 0 {
                         tracing::info!("redis is answering again");
@@ -178,15 +190,8 @@ impl Worker {
                 }
                 Err(e) => {
                     redis_failures += 1;
+                    self.t.redis_error(&e);
                     let kind = e.kind();
-                    self.t
-                        .metrics
-                        .redis_errors
-                        .with_label_values(&[self.t.name(), kind])
-                        .inc();
-                    if kind == "connection" || kind == "timeout" {
-                        self.t.metrics.redis_up.set(0);
-                    }
                     if redis_failures == 1 || redis_failures.is_power_of_two() {
                         tracing::warn!(error = %e, kind, failures = redis_failures, "claim failed, backing off");
                     }
@@ -201,7 +206,6 @@ impl Worker {
                 .claim_duration
                 .with_label_values(&[self.t.name()])
                 .observe(took.as_secs_f64());
-            let asked = self.batch.size;
             self.batch.adapt(batch.items.len(), took);
             self.t.note_head(&batch, claimed_at);
             if batch.items.is_empty() {
@@ -401,10 +405,7 @@ impl Worker {
                 Ok(settled) => break settled,
                 Err(e) => {
                     failures += 1;
-                    t.metrics
-                        .redis_errors
-                        .with_label_values(&[name, e.kind()])
-                        .inc();
+                    t.redis_error(&e);
                     let wait = ERROR_BACKOFF.delay(failures);
                     if Instant::now() + wait >= give_up || self.abort.is_cancelled() {
                         tracing::warn!(error = %e, members = batch.items.len(),
