@@ -1,4 +1,6 @@
 //! Unit tests of loading, defaults, environment overrides and validation.
+// figment::Jail closures return figment::Error, which is large by design.
+#![allow(clippy::result_large_err)]
 
 use std::path::Path;
 use std::time::Duration;

@@ -277,25 +277,6 @@ impl MessageId {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_are_stable_hex_and_depend_on_key_and_member() {
-        let a = MessageId::new("k", b"m");
-        assert_eq!(a.as_str(), MessageId::new("k", b"m").as_str());
-        assert_eq!(a.as_str().len(), 16);
-        assert!(a.as_str().bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_ne!(a.as_str(), MessageId::new("k2", b"m").as_str());
-        assert_ne!(a.as_str(), MessageId::new("k", b"m2").as_str());
-        // FNV-1a 64 of the empty input is its offset basis.
-        let mut h = fnv::FnvHasher::default();
-        std::hash::Hasher::write(&mut h, b"");
-        assert_eq!(std::hash::Hasher::finish(&h), 0xcbf29ce484222325);
-    }
-}
-
 /// Collects per-message results while confirmations arrive, with a deadline and an abort.
 pub(crate) async fn await_confirms<F>(
     results: &mut [Result<(), PublishError>],
@@ -325,5 +306,24 @@ pub(crate) async fn await_confirms<F>(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_stable_hex_and_depend_on_key_and_member() {
+        let a = MessageId::new("k", b"m");
+        assert_eq!(a.as_str(), MessageId::new("k", b"m").as_str());
+        assert_eq!(a.as_str().len(), 16);
+        assert!(a.as_str().bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(a.as_str(), MessageId::new("k2", b"m").as_str());
+        assert_ne!(a.as_str(), MessageId::new("k", b"m2").as_str());
+        // FNV-1a 64 of the empty input is its offset basis.
+        let mut h = fnv::FnvHasher::default();
+        std::hash::Hasher::write(&mut h, b"");
+        assert_eq!(std::hash::Hasher::finish(&h), 0xcbf29ce484222325);
     }
 }
