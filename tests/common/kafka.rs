@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -78,6 +78,8 @@ fn consumer(brokers: &str) -> BaseConsumer {
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .set("reconnect.backoff.max.ms", "200")
+        // Its connection errors during the outage tests are expected: keep them out of the logs.
+        .set_log_level(RDKafkaLogLevel::Emerg)
         .create()
         .unwrap()
 }
