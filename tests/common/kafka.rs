@@ -117,6 +117,9 @@ impl Record {
     }
 }
 
+/// A fence record seen: its partition and token.
+type Fence = (i32, Vec<u8>);
+
 /// Reads every partition of a topic from the beginning (no consumer group) in a thread.
 pub struct KafkaCapture {
     pub topic: String,
@@ -124,7 +127,7 @@ pub struct KafkaCapture {
     brokers: String,
     partitions: i32,
     /// Fence records seen, by partition (kept out of `received`).
-    fences: Arc<Mutex<Vec<(i32, Vec<u8>)>>>,
+    fences: Arc<Mutex<Vec<Fence>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -146,32 +149,29 @@ impl KafkaCapture {
         // Bounded by the capture's lifetime: Drop sets `stop` and joins.
         let thread = std::thread::spawn(move || {
             while !halt.load(Ordering::Relaxed) {
-                match consumer.poll(Duration::from_millis(100)) {
-                    Some(Ok(m)) => {
-                        let headers: Vec<(String, Option<Vec<u8>>)> = m
-                            .headers()
-                            .map(|h| {
-                                h.iter()
-                                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-                                    .collect()
-                            })
-                            .unwrap_or_default();
-                        if headers.iter().any(|(k, _)| k == FENCE_HEADER) {
-                            let body = m.payload().unwrap_or_default().to_vec();
-                            fenced.lock().unwrap().push((m.partition(), body));
-                            continue;
-                        }
-                        let r = Record {
-                            body: m.payload().unwrap_or_default().to_vec(),
-                            key: m.key().map(<[u8]>::to_vec),
-                            partition: m.partition(),
-                            offset: m.offset(),
-                            headers,
-                            at_ms: crate::common::now_ms(),
-                        };
-                        sink.lock().unwrap().push(r);
+                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                    let headers: Vec<(String, Option<Vec<u8>>)> = m
+                        .headers()
+                        .map(|h| {
+                            h.iter()
+                                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    if headers.iter().any(|(k, _)| k == FENCE_HEADER) {
+                        let body = m.payload().unwrap_or_default().to_vec();
+                        fenced.lock().unwrap().push((m.partition(), body));
+                        continue;
                     }
-                    Some(Err(_)) | None => {}
+                    let r = Record {
+                        body: m.payload().unwrap_or_default().to_vec(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        headers,
+                        at_ms: crate::common::now_ms(),
+                    };
+                    sink.lock().unwrap().push(r);
                 }
             }
         });
@@ -222,7 +222,7 @@ impl KafkaCapture {
                 .await
                 .expect("fence record delivered");
         }
-        let seen = |f: &Mutex<Vec<(i32, Vec<u8>)>>| {
+        let seen = |f: &Mutex<Vec<Fence>>| {
             f.lock()
                 .unwrap()
                 .iter()
