@@ -40,7 +40,7 @@ pub const DEFAULT_PROPERTIES: &[(&str, &str)] = &[
 const SUPERVISE_TICK: Duration = Duration::from_millis(250);
 /// Time a reachability probe (a metadata request) may take while no broker is up.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-/// Fewest time between two producer rebuilds after fatal errors.
+/// Shortest time between two producer rebuilds after fatal errors.
 const REBUILD_BACKOFF: Duration = Duration::from_secs(2);
 
 /// The state of one producer instance, fed by librdkafka's statistics and error callbacks.
@@ -267,7 +267,7 @@ impl KafkaSink {
                 producer.purge(PurgeConfig::default().queue());
                 tracing::warn!(
                     records = left,
-                    "Kafka records still queued at exit were dropped; their members are back in Redis"
+                    "Kafka records unconfirmed at exit; the queued ones were dropped (their members are back in Redis)"
                 );
             }
         })
