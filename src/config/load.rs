@@ -55,11 +55,19 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// `DELAY_BRIDGE_<SECTION>__<KEY>` variables. Every setting lives in a section, so a name
+/// without `__` (`DELAY_BRIDGE_CONFIG`, the `--config` default) is not an override.
+pub fn env_overrides() -> Env {
+    Env::prefixed(ENV_PREFIX)
+        .filter(|key| key.as_str().contains("__"))
+        .split("__")
+}
+
 /// Loads `path`, applies `DELAY_BRIDGE_...` environment overrides and validates the result.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let figment = Figment::new()
         .merge(Toml::file_exact(path))
-        .merge(Env::prefixed(ENV_PREFIX).split("__"));
+        .merge(env_overrides());
     load_from(figment, path)
 }
 

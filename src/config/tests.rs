@@ -5,10 +5,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use figment::providers::{Env, Format, Toml};
+use figment::providers::{Format, Toml};
 use figment::{Figment, Jail};
 
-use super::load::{load_from, ENV_PREFIX};
+use super::load::{env_overrides, load_from};
 use super::*;
 
 const MINIMAL: &str = r#"
@@ -27,7 +27,7 @@ fn load_in_jail(jail: &mut Jail, toml: &str) -> Result<Config, ConfigError> {
     jail.create_file("c.toml", toml).unwrap();
     let figment = Figment::new()
         .merge(Toml::file_exact("c.toml"))
-        .merge(Env::prefixed(ENV_PREFIX).split("__"));
+        .merge(env_overrides());
     load_from(figment, Path::new("c.toml"))
 }
 
@@ -64,6 +64,9 @@ fn environment_overrides_the_file() {
         jail.set_env("DELAY_BRIDGE_REDIS__URL", "redis://10.0.0.1:6380/2");
         jail.set_env("DELAY_BRIDGE_SHUTDOWN__TIMEOUT", "5s");
         jail.set_env("DELAY_BRIDGE_SINKS__R__URL", "amqp://u:p@mq:5672/%2f");
+        // Not overrides: the `--config` default and test-suite variables.
+        jail.set_env("DELAY_BRIDGE_CONFIG", "other.toml");
+        jail.set_env("DELAY_BRIDGE_TEST_KAFKA", "127.0.0.1:9092");
         let c = load_in_jail(jail, MINIMAL).unwrap();
         assert_eq!(c.redis.url, "redis://10.0.0.1:6380/2");
         assert_eq!(c.shutdown.timeout, Duration::from_secs(5));

@@ -244,7 +244,7 @@ impl Publisher {
     pub fn is_usable(&self) -> bool {
         match self {
             Publisher::Amqp(p) => p.is_usable(),
-            Publisher::Kafka(_) => true,
+            Publisher::Kafka(p) => p.is_usable(),
         }
     }
 }
