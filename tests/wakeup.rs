@@ -92,7 +92,7 @@ async fn an_empty_trigger_claims_once_per_guard_tick_not_once_per_worker() {
         - before;
     // Guard ticks are jittered into [0.75 s, 1 s]: at most 8 in 6 s, however many workers.
     assert!(
-        during >= 5.0 && during <= 9.0,
+        (5.0..=9.0).contains(&during),
         "{during} empty claims in 6 s with 8 workers"
     );
     cleanup_keys(&mut r, &key).await;
