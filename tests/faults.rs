@@ -207,9 +207,15 @@ async fn shutdown_during_outage(mode: Mode, fault: &str) {
     let took = asked.elapsed();
     let (source, inflight, dead) = queue_sizes(&mut r, &key).await;
     let queued = tally::members_in_redis(&mut r, &key).await;
-    // Whatever the consumer has by now was confirmed before the exit; a leased member is
-    // not lost (any bridge recovers it), but a clean shutdown must not leave one.
-    let missing = tally.missing_except(n, BIG, &queued);
+    // What was confirmed before the exit reaches the consumer (it may lag behind the
+    // bridge); a leased member is not lost (any bridge recovers it), but a clean shutdown
+    // must not leave one. A lost message never shows up, so the wait is bounded.
+    let mut missing = tally.missing_except(n, BIG, &queued);
+    let catch_up = Instant::now() + Duration::from_secs(30);
+    while !missing.is_empty() && Instant::now() < catch_up {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        missing = tally.missing_except(n, BIG, &queued);
+    }
     let delivered_before = tally.distinct();
     assert_eq!(code, Some(0), "{}", bridge.log());
     assert!(

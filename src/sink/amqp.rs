@@ -238,7 +238,8 @@ async fn declare(conn: &Connection, declare: &[AmqpDeclare]) -> Result<(), lapin
     Ok(())
 }
 
-/// A confirm-mode channel owned by one worker.
+/// A confirm-mode channel of one worker (clones share it: its batches in flight).
+#[derive(Clone)]
 pub struct AmqpPublisher {
     channel: Channel,
 }

@@ -296,6 +296,7 @@ pub fn client_config(config: &KafkaSinkConfig) -> anyhow::Result<ClientConfig> {
 }
 
 /// A worker's handle on the sink's producer (whichever instance is current).
+#[derive(Clone)]
 pub struct KafkaPublisher {
     shared: Arc<Shared>,
 }

@@ -209,7 +209,9 @@ impl Sink {
     }
 }
 
-/// A worker's handle for publishing batches with confirmation.
+/// A worker's handle for publishing batches with confirmation; clones publish on the same
+/// channel or producer.
+#[derive(Clone)]
 pub enum Publisher {
     /// An AMQP channel in confirm mode.
     Amqp(amqp::AmqpPublisher),

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -11,16 +12,16 @@ use tracing::Instrument;
 use crate::backoff::{jitter_down, Backoff};
 use crate::config::TriggerConfig;
 use crate::metrics::Metrics;
-use crate::sink::{Disposition, MessageId, OutMessage, PublishError, Publisher, Route, Sink};
-use crate::store::{ClaimBatch, FailOutcome, Settlement, Store};
+use crate::sink::{Publisher, Route, Sink};
+use crate::store::{ClaimBatch, Store};
 
 mod batch;
+mod deliver;
 mod maintenance;
 mod route;
 
 use batch::AdaptiveBatch;
 pub use maintenance::{recover_loop, stats_loop};
-use route::routing_key_at;
 
 /// Everything the workers of one trigger share.
 pub struct Trigger {
@@ -126,6 +127,7 @@ pub async fn run(
         batch,
         broken_batches: 0,
         publisher: None,
+        in_flight: JoinSet::new(),
         stop,
         abort,
     }
@@ -140,11 +142,17 @@ struct Worker {
     /// Consecutive batches that ended with the sink failing; the worker backs off by it.
     broken_batches: u32,
     publisher: Option<Publisher>,
+    /// Batches published and awaiting their confirmations; the result says if the sink failed.
+    in_flight: JoinSet<bool>,
     stop: CancellationToken,
     abort: CancellationToken,
 }
 
-const ERROR_BACKOFF: Backoff = Backoff {
+/// Batches one worker keeps publishing or confirming at once: it claims the next batch
+/// while the broker confirms the previous ones.
+const MAX_IN_FLIGHT: usize = 4;
+
+pub(super) const ERROR_BACKOFF: Backoff = Backoff {
     initial: Duration::from_millis(100),
     max: Duration::from_secs(5),
 };
@@ -154,6 +162,9 @@ impl Worker {
         let mut sink_failures = 0u32;
         let mut redis_failures = 0u32;
         while !self.stop.is_cancelled() {
+            while let Some(done) = self.in_flight.try_join_next() {
+                self.delivered(done).await;
+            }
             if !self.publisher.as_ref().is_some_and(Publisher::is_usable) {
                 self.publisher = None;
                 let publisher = tokio::select! {
@@ -227,7 +238,48 @@ impl Worker {
             if more_due {
                 self.t.backlog.notify_waiters();
             }
-            self.forward(batch, claimed_at).await;
+            let publisher = self
+                .publisher
+                .clone()
+                .expect("publisher is set before claiming");
+            let task = deliver::deliver(
+                self.t.clone(),
+                publisher,
+                batch,
+                claimed_at,
+                self.abort.clone(),
+            );
+            self.in_flight
+                .spawn(task.instrument(tracing::Span::current()));
+            while self.in_flight.len() >= MAX_IN_FLIGHT {
+                if let Some(done) = self.in_flight.join_next().await {
+                    self.delivered(done).await;
+                }
+            }
+        }
+        // Stopping: let the batches in flight be confirmed (or aborted) and settled.
+        while let Some(done) = self.in_flight.join_next().await {
+            if let Err(e) = done {
+                tracing::error!(error = %e, "a delivery task failed; its leases will be recovered");
+            }
+        }
+    }
+
+    /// Takes note of a finished batch: when the sink failed, drop the publisher and back off.
+    async fn delivered(&mut self, done: Result<bool, tokio::task::JoinError>) {
+        match done {
+            Ok(false) => self.broken_batches = 0,
+            Ok(true) => {
+                self.broken_batches += 1;
+                self.publisher = None;
+                if self.broken_batches > 1 {
+                    self.t.sink.reset().await;
+                }
+                self.pause(ERROR_BACKOFF.delay(self.broken_batches)).await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "a delivery task failed; its leases will be recovered");
+            }
         }
     }
 
@@ -260,187 +312,6 @@ impl Worker {
             }
             _ = &mut backlog => {}
             _ = self.stop.cancelled() => {}
-        }
-    }
-
-    /// Publishes a claimed batch and settles every member: ack, retry, dead-letter or put back.
-    async fn forward(&mut self, batch: ClaimBatch, claimed_at: Instant) {
-        let t = self.t.clone();
-        let cfg = &t.config;
-        let ids: Vec<MessageId> = batch
-            .items
-            .iter()
-            .map(|c| MessageId::new(&cfg.key, &c.member))
-            .collect();
-        let pointed: Vec<Result<String, PublishError>> = match &cfg.routing_key_pointer {
-            Some(pointer) => batch
-                .items
-                .iter()
-                .map(|c| routing_key_at(&c.member, pointer))
-                .collect(),
-            None => Vec::new(),
-        };
-        let mut results: Vec<Result<(), PublishError>> = Vec::with_capacity(batch.items.len());
-        let mut out = Vec::with_capacity(batch.items.len());
-        let mut slots = Vec::with_capacity(batch.items.len());
-        for (i, c) in batch.items.iter().enumerate() {
-            let routing_key = match pointed.get(i) {
-                Some(Ok(rk)) => Some(rk.as_str()),
-                Some(Err(e)) => {
-                    results.push(Err(e.clone()));
-                    continue;
-                }
-                None => None,
-            };
-            if c.member.len() > cfg.max_message_bytes {
-                results.push(Err(PublishError::TooLarge));
-            } else {
-                results.push(Ok(()));
-                slots.push(i);
-                out.push(OutMessage {
-                    payload: &c.member,
-                    due_ms: c.due_ms,
-                    attempt: c.attempt,
-                    id: ids[i].as_str(),
-                    routing_key,
-                });
-            }
-        }
-        if !out.is_empty() {
-            let publisher = self
-                .publisher
-                .as_mut()
-                .expect("publisher is set before claiming");
-            let started = Instant::now();
-            let published = publisher
-                .publish_batch(
-                    cfg.name.as_str(),
-                    &t.route,
-                    &out,
-                    cfg.publish_timeout,
-                    &self.abort,
-                )
-                .await;
-            t.metrics
-                .publish_duration
-                .with_label_values(&[cfg.name.as_str(), t.sink.name()])
-                .observe(started.elapsed().as_secs_f64());
-            for (slot, r) in slots.into_iter().zip(published) {
-                results[slot] = r;
-            }
-        }
-        // Confirmation time on the Redis clock: claim time plus what elapsed locally since.
-        let confirmed_ms = batch.now_ms + claimed_at.elapsed().as_millis() as i64;
-
-        let backoff = Backoff {
-            initial: cfg.backoff_initial,
-            max: cfg.backoff_max,
-        };
-        let mut settlement = Settlement::default();
-        let mut fail_reasons = Vec::new();
-        let mut sink_broken = false;
-        let lateness = t.metrics.lateness.with_label_values(&[cfg.name.as_str()]);
-        for (c, r) in batch.items.iter().zip(&results) {
-            match r {
-                Ok(()) => {
-                    settlement.ack.push(&c.member);
-                    lateness.observe(
-                        (confirmed_ms.saturating_sub(c.due_ms)).clamp(0, 86_400_000) as f64
-                            / 1000.0,
-                    );
-                }
-                Err(e) => {
-                    sink_broken |= e.breaks_sink();
-                    match e.disposition() {
-                        Disposition::PutBack => settlement.put_back.push((&c.member, &c.due_raw)),
-                        d => {
-                            fail_reasons.push(e.reason());
-                            settlement.fail.push((
-                                &c.member,
-                                backoff.delay(c.attempt),
-                                "",
-                                d == Disposition::DeadLetter,
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-        for (entry, reason) in settlement.fail.iter_mut().zip(&fail_reasons) {
-            entry.2 = reason;
-        }
-        self.settle(&batch, &settlement, &fail_reasons).await;
-        if sink_broken {
-            self.broken_batches += 1;
-            tracing::warn!(sink = %t.sink.name(), confirmed = settlement.ack.len(),
-                "broker connection failed mid-batch; unconfirmed messages went back");
-            self.publisher = None;
-            if self.broken_batches > 1 {
-                t.sink.reset().await;
-            }
-            self.pause(ERROR_BACKOFF.delay(self.broken_batches)).await;
-        } else {
-            self.broken_batches = 0;
-        }
-    }
-
-    /// Runs the settle script, retrying Redis errors until the lease would expire anyway
-    /// (after that, recovery redelivers the batch: a duplicate, never a loss).
-    async fn settle(
-        &self,
-        batch: &ClaimBatch,
-        s: &Settlement<'_>,
-        fail_reasons: &[std::borrow::Cow<'static, str>],
-    ) {
-        let t = &self.t;
-        let name = t.config.name.as_str();
-        let give_up = Instant::now() + t.config.lease;
-        let mut failures = 0u32;
-        let settled = loop {
-            match t
-                .store
-                .settle(batch.deadline_ms, t.config.max_attempts, s)
-                .await
-            {
-                Ok(settled) => break settled,
-                Err(e) => {
-                    failures += 1;
-                    t.redis_error(&e);
-                    let wait = ERROR_BACKOFF.delay(failures);
-                    if Instant::now() + wait >= give_up || self.abort.is_cancelled() {
-                        tracing::warn!(error = %e, members = batch.items.len(),
-                            "could not settle the batch; its lease will expire and it will be redelivered");
-                        return;
-                    }
-                    tracing::warn!(error = %e, failures, "settle failed, retrying");
-                    tokio::time::sleep(wait).await;
-                }
-            }
-        };
-        if !s.ack.is_empty() {
-            t.metrics
-                .forwarded
-                .with_label_values(&[name, t.sink.name()])
-                .inc_by(s.ack.len() as u64);
-        }
-        if settled.put_back > 0 {
-            t.metrics
-                .put_back
-                .with_label_values(&[name])
-                .inc_by(settled.put_back);
-        }
-        for (outcome, reason) in settled.fail_outcomes.iter().zip(fail_reasons) {
-            match outcome {
-                FailOutcome::Retried => t.metrics.retried.with_label_values(&[name, reason]).inc(),
-                FailOutcome::DeadLettered => {
-                    tracing::warn!(reason = %reason, "message dead-lettered");
-                    t.metrics
-                        .dead_lettered
-                        .with_label_values(&[name, reason])
-                        .inc()
-                }
-                FailOutcome::NotOwned => {}
-            }
         }
     }
 }
