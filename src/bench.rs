@@ -129,7 +129,8 @@ pub(crate) struct Window {
     due_ms: i64,
     /// Concurrent publishers (the bridge's workers).
     workers: usize,
-    /// Messages published before awaiting their confirms (the bridge's batch).
+    /// Messages published before awaiting their confirms (the bridge's batch); each
+    /// publisher keeps `worker::MAX_IN_FLIGHT` such windows going, as a worker does.
     batch: usize,
 }
 

@@ -151,7 +151,11 @@ impl AmqpBench {
         let started = Instant::now();
         let next = Arc::new(AtomicU64::new(0));
         let mut tasks = Vec::new();
-        for ch in channels {
+        // Each channel carries as many windows at once as a worker keeps batches in flight.
+        let lanes = channels
+            .iter()
+            .flat_map(|ch| std::iter::repeat_n(ch.clone(), crate::worker::MAX_IN_FLIGHT));
+        for ch in lanes {
             let (next, w, exchange) = (next.clone(), w.clone(), self.exchange.clone());
             tasks.push(tokio::spawn(async move {
                 let options = BasicPublishOptions {

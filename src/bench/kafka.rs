@@ -126,7 +126,8 @@ impl KafkaBench {
         let started = Instant::now();
         let next = Arc::new(AtomicU64::new(0));
         let mut tasks = Vec::new();
-        for _ in 0..w.workers {
+        // As many windows at once as the bridge's workers keep batches in flight.
+        for _ in 0..w.workers * crate::worker::MAX_IN_FLIGHT {
             let (producer, next, w, topic) = (
                 producer.clone(),
                 next.clone(),

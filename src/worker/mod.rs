@@ -150,7 +150,7 @@ struct Worker {
 
 /// Batches one worker keeps publishing or confirming at once: it claims the next batch
 /// while the broker confirms the previous ones.
-const MAX_IN_FLIGHT: usize = 4;
+pub const MAX_IN_FLIGHT: usize = 4;
 
 pub(super) const ERROR_BACKOFF: Backoff = Backoff {
     initial: Duration::from_millis(100),
