@@ -76,8 +76,11 @@ impl Metrics {
                 .expect("unique metric");
             g
         };
-        // 1 ms .. ~8.7 min
-        let lateness_buckets = exponential_buckets(0.001, 2.0, 20).expect("valid buckets");
+        // 1 ms to 5 min, fine where the on-time goals are (a few ms) and coarse beyond.
+        let lateness_buckets = vec![
+            0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5,
+            1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+        ];
         let latency_buckets = exponential_buckets(0.0001, 2.0, 18).expect("valid buckets");
         let size_buckets = exponential_buckets(1.0, 2.0, 14).expect("valid buckets");
 
