@@ -123,6 +123,7 @@ pub async fn run(
     let span = tracing::info_span!("worker", trigger = %trigger.name(), worker);
     let batch = AdaptiveBatch::new(trigger.config.batch);
     Worker {
+        id: worker,
         t: trigger,
         batch,
         broken_batches: 0,
@@ -137,6 +138,8 @@ pub async fn run(
 }
 
 struct Worker {
+    /// Position among the trigger's workers.
+    id: usize,
     t: Arc<Trigger>,
     batch: AdaptiveBatch,
     /// Consecutive batches that ended with the sink failing; the worker backs off by it.
@@ -179,7 +182,8 @@ impl Worker {
                     Err(e) => {
                         // Messages stay in Redis while the broker is away: no claim without a publisher.
                         sink_failures += 1;
-                        if sink_failures == 1 || sink_failures.is_power_of_two() {
+                        // One worker per trigger speaks for all of them.
+                        if self.id == 0 && (sink_failures == 1 || sink_failures.is_power_of_two()) {
                             tracing::warn!(sink = %self.t.sink.name(), error = %e,
                                 failures = sink_failures, "sink unavailable, not claiming");
                         }
