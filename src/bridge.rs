@@ -16,7 +16,8 @@ use crate::sink::{Route, Sink};
 use crate::store::Store;
 use crate::worker::{self, Trigger};
 
-/// Stops the bridge: `stop` ends claiming; `abort` ends the wait for confirmations.
+/// Stops the bridge: cancelling `stop` ends claiming; the daemon then drains within
+/// `shutdown.timeout` and puts back what the broker has not confirmed by then.
 #[derive(Clone, Default)]
 pub struct Shutdown {
     /// Cancelled by the first signal.
