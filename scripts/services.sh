@@ -25,15 +25,16 @@ start_redis() {
   port_open 127.0.0.1:6379 && return 0
   echo "starting redis-server on 127.0.0.1:6379"
   mkdir -p /var/lib/redis /var/log/redis
+  # Daemons must not keep the caller's stdout open (`services.sh start | tail` would hang).
   redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
-    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log </dev/null >/dev/null 2>&1
   wait_port 127.0.0.1:6379
 }
 
 start_rabbitmq() {
   port_open 127.0.0.1:5672 && return 0
   echo "starting rabbitmq-server"
-  rabbitmq-server -detached
+  rabbitmq-server -detached </dev/null >/dev/null 2>&1
   wait_port 127.0.0.1:5672 300
 }
 
@@ -49,12 +50,13 @@ start_tansu() {
   install_tansu
   echo "starting tansu on $KAFKA_ADDR"
   mkdir -p "$CACHE/tansu-run"
-  # Run from an empty directory with explicit flags: tansu also reads ./.env.
-  (cd "$CACHE/tansu-run" && env -u RUST_LOG nohup "$TANSU" broker \
+  # Run from an empty directory with explicit flags: tansu also reads ./.env. `exec` makes the
+  # recorded pid tansu's own (so `stop` stops it), and no process keeps the caller's stdout.
+  (cd "$CACHE/tansu-run" && exec env -u RUST_LOG "$TANSU" broker \
       --listener-url "tcp://$KAFKA_ADDR" \
       --advertised-listener-url "tcp://$KAFKA_ADDR" \
-      --storage-engine memory://tansu/ >"$CACHE/tansu.log" 2>&1 &
-    echo $! >"$TANSU_PID")
+      --storage-engine memory://tansu/) </dev/null >"$CACHE/tansu.log" 2>&1 &
+  echo $! >"$TANSU_PID"
   wait_port "$KAFKA_ADDR"
 }
 

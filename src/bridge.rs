@@ -1,18 +1,20 @@
 //! The daemon: connects Redis and the sinks, runs every trigger's workers, and shuts down cleanly.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, KafkaKey, SinkConfig, TriggerConfig};
+use crate::config::{Config, PayloadMode, TriggerConfig};
+use crate::health::Health;
 use crate::keys::QueueKeys;
 use crate::metrics::Metrics;
-use crate::sink::{Route, Sink};
+use crate::redis_conn::{Conn, Endpoint};
+use crate::repeat::Repeated;
+use crate::sink::{self, Sink};
 use crate::store::Store;
 use crate::worker::{self, Trigger};
 
@@ -24,52 +26,29 @@ pub struct Shutdown {
     pub stop: CancellationToken,
 }
 
-/// A Redis client for the configured URL, with the password file applied.
-pub fn redis_client(config: &Config) -> anyhow::Result<redis::Client> {
-    use redis::IntoConnectionInfo;
-    let mut info = config
-        .redis
-        .url
-        .as_str()
-        .into_connection_info()
-        .context("redis.url")?;
-    if let Some(file) = &config.redis.password_file {
-        info.redis.password = Some(crate::secret::read_file(file)?);
-    }
-    Ok(redis::Client::open(info)?)
+/// Where the configured Redis is, with the password file and TLS files read.
+pub fn redis_endpoint(config: &Config) -> anyhow::Result<Arc<Endpoint>> {
+    Ok(Arc::new(Endpoint::new(&config.redis)?))
 }
 
-/// Connects with the configured timeouts; the manager reconnects by itself afterwards.
-pub async fn connect_redis(
-    config: &Config,
-    client: &redis::Client,
-) -> redis::RedisResult<ConnectionManager> {
-    let cm = ConnectionManagerConfig::new()
-        .set_connection_timeout(config.redis.connect_timeout)
-        .set_response_timeout(config.redis.response_timeout)
-        .set_number_of_retries(1)
-        .set_max_delay(500);
-    ConnectionManager::new_with_config(client.clone(), cm).await
-}
-
-/// The route a trigger publishes to.
-pub fn route(t: &TriggerConfig, sink: &SinkConfig) -> Route {
-    match sink {
-        SinkConfig::Amqp(_) => Route::Amqp {
-            exchange: t.exchange.clone().unwrap_or_default(),
-            routing_key: t.routing_key.clone().unwrap_or_default(),
-        },
-        SinkConfig::Kafka(_) => Route::Kafka {
-            topic: t.topic.clone().unwrap_or_default(),
-            key: t.kafka_key.unwrap_or(KafkaKey::None),
-        },
-    }
+/// The store of trigger `tc` on `conn`: its keys, and its bodies hash in hash payload mode.
+pub fn trigger_store(tc: &TriggerConfig, conn: Conn) -> anyhow::Result<Store> {
+    let store = Store::new(conn, QueueKeys::derive(&tc.key)?);
+    Ok(match tc.payload {
+        PayloadMode::Inline => store,
+        PayloadMode::Hash => store
+            .with_hash_bodies(tc.max_claim_bytes)
+            .with_largest_body(tc.max_message_bytes),
+    })
 }
 
 /// Runs the daemon until `shutdown.stop` is cancelled, then drains within `shutdown.timeout`.
 pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow::Result<()> {
     let stop = shutdown.stop.clone();
-    let client = redis_client(&config)?;
+    let endpoint = redis_endpoint(&config)?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
 
     let mut sinks: BTreeMap<String, Arc<Sink>> = BTreeMap::new();
     for (name, sc) in &config.sinks {
@@ -80,15 +59,12 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
             );
         }
     }
-    for name in sinks.keys() {
-        metrics.sink_up.with_label_values(&[name]).set(0);
-    }
-    metrics.redis_up.set(0);
+    let health = Health::new(&metrics, sinks.values().cloned().collect());
     let http_stop = CancellationToken::new();
     let http = crate::http::serve(
         config.metrics.listen,
         metrics.clone(),
-        sinks.values().cloned().collect(),
+        health.clone(),
         http_stop.clone(),
     )
     .await
@@ -96,16 +72,30 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
 
     let tasks = TaskTracker::new();
     let sink_stop = CancellationToken::new();
+    // A sink that cannot work as configured stops the bridge the way a signal does, and
+    // `run` returns its error.
+    let fatal: Arc<OnceLock<sink::Fatal>> = Arc::default();
     for sink in sinks.values() {
         let (sink, metrics, cancel) = (sink.clone(), metrics.clone(), sink_stop.clone());
-        tasks.spawn(async move { sink.supervise(metrics, cancel).await });
+        let (fatal, stop) = (fatal.clone(), stop.clone());
+        tasks.spawn(async move {
+            if let Err(e) = sink.supervise(metrics, cancel).await {
+                tracing::warn!(sink = %sink.name(), "the sink cannot work as configured: stopping");
+                let _ = fatal.set(e);
+                stop.cancel();
+            }
+        });
     }
+    let outcome = || match fatal.get() {
+        Some(e) => Err(anyhow::Error::new(e.clone())),
+        None => Ok(()),
+    };
 
     // Redis may not be up yet (e.g. started together in compose): wait for it.
     let mut conn = {
-        let mut failures = 0u32;
+        let mut failures = Repeated::default();
         loop {
-            match connect_redis(&config, &client).await {
+            match endpoint.connect().await {
                 Ok(c) => break c,
                 // Wrong credentials do not heal by waiting: refuse to start, like a bad config.
                 Err(e) if is_auth_error(&e) => {
@@ -116,16 +106,15 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
                     );
                 }
                 Err(e) => {
-                    failures += 1;
-                    if failures == 1 || failures.is_power_of_two() {
-                        tracing::warn!(error = %e, failures, "Redis unreachable, retrying");
+                    if let Some(unlogged) = failures.failed() {
+                        tracing::warn!(error = %e, failures = failures.count(), unlogged, "Redis unreachable, retrying");
                     }
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(500)) => {}
                         _ = stop.cancelled() => {
                             sink_stop.cancel();
                             http_stop.cancel();
-                            return Ok(());
+                            return outcome();
                         }
                     }
                 }
@@ -142,7 +131,7 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
             );
         }
     }
-    metrics.redis_up.set(1);
+    health.redis_answered();
     check_eviction_policy(&mut conn, config.redis.require_noeviction).await?;
     let notifications =
         crate::notify::ensure_enabled(&mut conn, config.redis.enable_keyspace_events).await;
@@ -151,16 +140,21 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
     let mut triggers = Vec::new();
     let workers = TaskTracker::new();
     for tc in &config.triggers {
-        let keys = QueueKeys::derive(&tc.key).expect("validated");
-        let sink = sinks[&tc.sink].clone();
-        let route = route(tc, &config.sinks[&tc.sink]);
-        let t = Arc::new(Trigger::new(
+        let t = Trigger::new(
             tc.clone(),
-            Store::new(conn.clone(), keys),
-            sink,
-            route,
-            metrics.clone(),
-        ));
+            trigger_store(tc, conn.clone()).expect("validated"),
+            sinks[&tc.sink].clone(),
+            &metrics,
+            health.clone(),
+        );
+        let t = match t {
+            Ok(t) => Arc::new(t),
+            Err(e) => {
+                sink_stop.cancel();
+                http_stop.cancel();
+                anyhow::bail!(e);
+            }
+        };
         for w in 0..tc.workers {
             workers.spawn(worker::run(t.clone(), w, stop.clone(), abort.clone()));
         }
@@ -173,9 +167,9 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         triggers.push(t);
     }
     if notifications {
-        let db = client.get_connection_info().redis.db;
+        let db = endpoint.db();
         tasks.spawn(crate::notify::listen(
-            client.clone(),
+            endpoint.clone(),
             db,
             triggers.clone(),
             metrics.clone(),
@@ -218,7 +212,7 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
     http_stop.cancel();
     let _ = tokio::time::timeout(Duration::from_millis(500), http).await;
     tracing::info!("stopped");
-    Ok(())
+    outcome()
 }
 
 /// Wrong or missing Redis credentials: waiting will not fix them.
@@ -228,7 +222,7 @@ fn is_auth_error(e: &redis::RedisError) -> bool {
 }
 
 /// Warns (or refuses to start) when Redis may evict queued messages under memory pressure.
-async fn check_eviction_policy(conn: &mut ConnectionManager, require: bool) -> anyhow::Result<()> {
+async fn check_eviction_policy(conn: &mut Conn, require: bool) -> anyhow::Result<()> {
     let policy: Result<(String, String), _> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("maxmemory-policy")

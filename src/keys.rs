@@ -9,12 +9,15 @@ pub struct QueueKeys {
     pub source: String,
     /// Claimed members: member -> lease deadline epoch ms.
     pub inflight: String,
-    /// Hash: member -> attempts that did not end in a confirmation.
+    /// Hash: member -> `count:stamp`, the attempts that did not end in a confirmation, of the
+    /// copy (scheduled or in flight) whose score is `stamp`.
     pub attempts: String,
     /// Dead-letter sorted set: member -> time it was dead-lettered.
     pub dead: String,
     /// Hash: dead member -> JSON with the reason and attempt count.
     pub dead_reasons: String,
+    /// Hash: id -> message body, for triggers with `payload = "hash"` (the member is an id).
+    pub bodies: String,
 }
 
 /// A key whose braces would make Redis Cluster hash it differently from its derived keys.
@@ -49,7 +52,22 @@ impl QueueKeys {
             attempts: format!("{base}:attempts"),
             dead: format!("{base}:dead"),
             dead_reasons: format!("{base}:dead:reasons"),
+            bodies: format!("{base}:bodies"),
         })
+    }
+}
+
+impl QueueKeys {
+    /// Every key of the queue, the source first, in the order every writing script takes.
+    pub fn all(&self) -> [&str; 6] {
+        [
+            &self.source,
+            &self.inflight,
+            &self.attempts,
+            &self.dead,
+            &self.dead_reasons,
+            &self.bodies,
+        ]
     }
 }
 

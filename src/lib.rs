@@ -4,24 +4,30 @@
 //! atomically claim due members (`store`, Lua scripts in `scripts/`), publish them to a sink
 //! (`sink::amqp`, `sink::kafka`) and remove them from Redis only after the broker confirmed.
 //!
-//! Layout: `config` (schema, loading, validation), `keys` (derived key names), `store`
-//! (the scripts), `sink` (brokers), `worker` (claim/publish/settle loop), `notify` (keyspace
-//! wake-ups), `bridge` (the daemon), `http` and `metrics` (observability), `cli` (commands).
+//! Layout: `config` (schema, loading, validation, resolved routes), `keys` (derived key
+//! names), `store` (the scripts), `sink` (brokers), `worker` (claim/publish/settle loop),
+//! `notify` (keyspace wake-ups), `bridge` (the daemon), `http`, `health`, `metrics` and
+//! `repeat` (observability), `cli` (commands). See ARCHITECTURE.md.
 //!
 //! Delivery guarantee: at-least-once. A member leaves Redis only after its broker
 //! confirmation; a crash between confirmation and ack, or an expired lease, redelivers it.
 //! Duplicates are possible, loss is not.
 
 pub mod backoff;
-pub mod bench;
 pub mod bridge;
 pub mod cli;
 pub mod config;
+pub mod envelope;
+pub mod health;
 pub mod http;
 pub mod keys;
 pub mod metrics;
 pub mod notify;
+pub mod redis_conn;
+pub mod repeat;
 pub mod secret;
 pub mod sink;
 pub mod store;
+pub mod tls;
+pub mod wire;
 pub mod worker;

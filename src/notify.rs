@@ -4,11 +4,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::redis_conn::{Conn, Endpoint};
 use futures_util::StreamExt;
-use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::repeat::Repeated;
 use crate::worker::Trigger;
 
 /// Flags the bridge needs in `notify-keyspace-events`: keyspace channel (K), sorted-set events (z).
@@ -34,7 +35,7 @@ pub fn with_needed_flags(flags: &str) -> String {
 }
 
 /// Checks `notify-keyspace-events`, enabling it when allowed; returns whether notifications will arrive.
-pub async fn ensure_enabled(conn: &mut ConnectionManager, enable: bool) -> bool {
+pub async fn ensure_enabled(conn: &mut Conn, enable: bool) -> bool {
     let current: Result<(String, String), _> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("notify-keyspace-events")
@@ -81,7 +82,7 @@ pub async fn ensure_enabled(conn: &mut ConnectionManager, enable: bool) -> bool 
 /// Subscribes to the keyspace channel of every trigger key and wakes the trigger's idle worker
 /// on each sorted-set write. Resubscribes after connection loss.
 pub async fn listen(
-    client: redis::Client,
+    endpoint: Arc<Endpoint>,
     db: i64,
     triggers: Vec<Arc<Trigger>>,
     metrics: Metrics,
@@ -89,45 +90,45 @@ pub async fn listen(
 ) {
     let mut by_channel: HashMap<Vec<u8>, Vec<Arc<Trigger>>> = HashMap::new();
     for t in triggers {
-        let channel = format!("__keyspace@{db}__:{}", t.store.keys().source).into_bytes();
+        let channel = format!("__keyspace@{db}__:{}", t.source_key()).into_bytes();
         by_channel.entry(channel).or_default().push(t);
     }
-    let mut failures = 0u32;
+    let mut failures = Repeated::default();
     while !stop.is_cancelled() {
-        match subscribe(&client, &by_channel, &metrics, &stop, &mut failures).await {
+        match subscribe(&endpoint, &by_channel, &metrics, &stop, &mut failures).await {
             Ok(()) => {}
             Err(e) => {
                 metrics.notifications_enabled.set(0.0);
-                failures += 1;
-                if failures == 1 {
-                    tracing::warn!(error = %e, "keyspace notification subscription lost, resubscribing");
+                if let Some(unlogged) = failures.failed() {
+                    tracing::warn!(error = %e, failures = failures.count(), unlogged,
+                        "keyspace notification subscription lost, resubscribing");
                 }
             }
         }
         // Messages scheduled while unsubscribed are caught by the next claim or guard tick.
         for list in by_channel.values() {
             for t in list {
-                t.head_changed.notify_one();
+                t.wake();
             }
         }
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100 * u64::from(failures.min(50)))) => {}
+            _ = tokio::time::sleep(Duration::from_millis(100 * u64::from(failures.count().min(50)))) => {}
             _ = stop.cancelled() => return,
         }
     }
 
     async fn subscribe(
-        client: &redis::Client,
+        endpoint: &Endpoint,
         by_channel: &HashMap<Vec<u8>, Vec<Arc<Trigger>>>,
         metrics: &Metrics,
         stop: &CancellationToken,
-        failures: &mut u32,
+        failures: &mut Repeated,
     ) -> redis::RedisResult<()> {
-        let mut pubsub = client.get_async_pubsub().await?;
+        let mut pubsub = endpoint.pubsub().await?;
         for channel in by_channel.keys() {
             pubsub.subscribe(channel.as_slice()).await?;
         }
-        *failures = 0;
+        failures.recovered();
         metrics.notifications_enabled.set(1.0);
         let mut messages = pubsub.on_message();
         loop {
@@ -142,7 +143,7 @@ pub async fn listen(
                     }
                     if let Some(list) = by_channel.get(msg.get_channel_name().as_bytes()) {
                         for t in list {
-                            t.head_changed.notify_one();
+                            t.wake();
                         }
                     }
                 }

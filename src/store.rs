@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::redis_conn::Conn;
 use redis::{Script, Value};
 
 use crate::keys::QueueKeys;
@@ -41,17 +41,44 @@ impl StoreError {
     }
 }
 
+/// Where a claimed member's message body is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// Inline payload mode: the member is the body.
+    Member,
+    /// Hash payload mode: the body read from the bodies hash with the claim.
+    Stored(Vec<u8>),
+    /// Hash payload mode: the id has no body (dead-lettered as `missing_body`).
+    Missing,
+    /// Hash payload mode: the body has this many bytes, more than the store's largest body
+    /// to read; it was not read (dead-lettered as `too_large`).
+    TooLarge(u64),
+}
+
 /// One claimed member.
 #[derive(Debug, Clone)]
 pub struct Claimed {
-    /// The member bytes (the payload in inline mode).
+    /// The member bytes: the payload in inline mode, the id in hash mode.
     pub member: Vec<u8>,
+    /// Its message body.
+    pub body: Body,
     /// The score as Redis printed it, to put the member back exactly.
     pub due_raw: Vec<u8>,
     /// The due time in epoch milliseconds (saturated for infinities).
     pub due_ms: i64,
     /// 1 for the first delivery, then one more per failure or expired lease.
     pub attempt: u32,
+}
+
+impl Claimed {
+    /// The bytes to publish, or `None` when the body is missing.
+    pub fn payload(&self) -> Option<&[u8]> {
+        match &self.body {
+            Body::Member => Some(&self.member),
+            Body::Stored(body) => Some(body),
+            Body::Missing | Body::TooLarge(_) => None,
+        }
+    }
 }
 
 /// The result of one claim.
@@ -61,21 +88,53 @@ pub struct ClaimBatch {
     pub now_ms: i64,
     /// Lease deadline of every member of this batch; also the batch's ownership token.
     pub deadline_ms: i64,
-    /// Score of the earliest member left in the source set.
+    /// Score of the earliest member left in the source set that a claim could take.
     pub next_head_ms: Option<f64>,
+    /// Due members left in place because an earlier copy of them is still in flight; they
+    /// become claimable when that copy is settled.
+    pub skipped: u64,
     /// The claimed members, earliest first.
     pub items: Vec<Claimed>,
 }
 
-/// What to do with each member of a settled batch.
+/// What to do with each member of a settled batch: a description of the settle script's
+/// work. The worker builds it only from the sink's outcomes (`worker::settlement`).
 #[derive(Debug, Default)]
 pub struct Settlement<'a> {
     /// Confirmed by the broker: remove.
     pub ack: Vec<&'a [u8]>,
-    /// Rejected: (member, retry delay, reason label, dead-letter now).
-    pub fail: Vec<(&'a [u8], Duration, &'a str, bool)>,
+    /// Rejected: count the attempt, then retry later or dead-letter.
+    pub fail: Vec<Failure<'a>>,
     /// Not attempted or interrupted: back to the source set with their original score.
-    pub put_back: Vec<(&'a [u8], &'a [u8])>,
+    pub put_back: Vec<&'a Claimed>,
+    /// Expired with `on_expired = "drop"`: removed like acked members, never published.
+    pub drop: Vec<&'a [u8]>,
+}
+
+impl<'a> Settlement<'a> {
+    /// Acks every member without anything having been published: only for measuring what
+    /// the scripts alone can do (the benchmark's Redis ceiling), never for delivery.
+    pub fn ack_unpublished(items: &'a [Claimed]) -> Self {
+        Self {
+            ack: items.iter().map(|c| c.member.as_slice()).collect(),
+            ..Self::default()
+        }
+    }
+}
+
+/// A member the broker did not take.
+#[derive(Debug, Clone)]
+pub struct Failure<'a> {
+    /// The member.
+    pub member: &'a [u8],
+    /// Wait before it is due again, if it is retried.
+    pub retry_in: Duration,
+    /// Bounded label, also the dead-letter reason.
+    pub reason: std::borrow::Cow<'static, str>,
+    /// Dead-letter now: retrying cannot help.
+    pub permanent: bool,
+    /// Kept with the dead letter's reason: what exactly was wrong (a parser's message).
+    pub detail: Option<String>,
 }
 
 /// What the settle script did.
@@ -85,6 +144,10 @@ pub struct Settled {
     pub acked: u64,
     /// Members put back.
     pub put_back: u64,
+    /// Failed or put-back members whose scheduled copy (the producer added them again while
+    /// in flight) became claimable because this batch let go of them: the workers should
+    /// look again. Acks are not counted here (see [`ClaimBatch::skipped`]).
+    pub released: u64,
     /// Per entry of `Settlement::fail`: whether it was retried, dead-lettered, or no longer ours.
     pub fail_outcomes: Vec<FailOutcome>,
 }
@@ -115,21 +178,59 @@ pub struct QueueStats {
     pub oldest_due_age_seconds: f64,
 }
 
+/// One dead letter, as `dead-letter list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The member (the id in hash payload mode).
+    pub member: Vec<u8>,
+    /// When it was dead-lettered, epoch ms.
+    pub at_ms: i64,
+    /// JSON with the reason and the attempt count.
+    pub reason: Option<String>,
+    /// Hash payload mode: its body, kept for requeueing (`None` if it has none).
+    pub body: Option<Vec<u8>>,
+}
+
+/// What one recover call did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Members whose expired lease went back to the source set.
+    pub recovered: u64,
+    /// Where the sweep of stale attempt entries goes on (`"0"`: a pass just ended).
+    pub cursor: String,
+    /// Stale attempt entries removed.
+    pub swept: u64,
+}
+
 struct Scripts {
     claim: Script,
     settle: Script,
     recover: Script,
     requeue: Script,
     stats: Script,
+    cancel: Script,
+}
+
+/// Helpers every script starts with.
+const PRELUDE: &str = include_str!("scripts/prelude.lua");
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{PRELUDE}\n{body}"))
 }
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
-    claim: Script::new(include_str!("scripts/claim.lua")),
-    settle: Script::new(include_str!("scripts/settle.lua")),
-    recover: Script::new(include_str!("scripts/recover.lua")),
-    requeue: Script::new(include_str!("scripts/requeue.lua")),
-    stats: Script::new(include_str!("scripts/stats.lua")),
+    claim: script(include_str!("scripts/claim.lua")),
+    settle: script(include_str!("scripts/settle.lua")),
+    recover: script(include_str!("scripts/recover.lua")),
+    requeue: script(include_str!("scripts/requeue.lua")),
+    stats: script(include_str!("scripts/stats.lua")),
+    // The producers' own script: standalone, so that it reads the same wherever it is used.
+    cancel: Script::new(CANCEL),
 });
+
+/// The cancel script of hash payload mode, as producers run it (KEYS: source, inflight,
+/// dead, bodies; ARGV: id).
+pub const CANCEL: &str = include_str!("scripts/cancel.lua");
 
 /// A queue's keys plus a shared, auto-reconnecting Redis connection.
 ///
@@ -137,17 +238,42 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
 /// e.g. after a restart.
 #[derive(Clone)]
 pub struct Store {
-    conn: ConnectionManager,
+    conn: Conn,
     keys: std::sync::Arc<QueueKeys>,
+    /// Hash payload mode: the most body bytes one claim returns. `None`: inline mode.
+    claim_bytes: Option<usize>,
+    /// Hash payload mode: larger bodies are not read, only their size is (0: no limit).
+    largest_body: usize,
 }
 
 impl Store {
     /// A store for `keys` on `conn`.
-    pub fn new(conn: ConnectionManager, keys: QueueKeys) -> Self {
+    pub fn new(conn: Conn, keys: QueueKeys) -> Self {
         Self {
             conn,
             keys: std::sync::Arc::new(keys),
+            claim_bytes: None,
+            largest_body: 0,
         }
+    }
+
+    /// Hash payload mode: bodies over `bytes` are not read by the claim, only their size
+    /// ([`Body::TooLarge`]), so one oversized body costs Redis nothing but a length.
+    pub fn with_largest_body(mut self, bytes: usize) -> Self {
+        self.largest_body = bytes;
+        self
+    }
+
+    /// Hash payload mode: members are ids, bodies live in the bodies hash, and one claim
+    /// returns at most `claim_bytes` of them (at least one member, whatever its size).
+    pub fn with_hash_bodies(mut self, claim_bytes: usize) -> Self {
+        self.claim_bytes = Some(claim_bytes.max(1));
+        self
+    }
+
+    /// Whether members are ids with their bodies in the bodies hash.
+    pub fn hash_bodies(&self) -> bool {
+        self.claim_bytes.is_some()
     }
 
     /// The keys of this queue.
@@ -155,19 +281,27 @@ impl Store {
         &self.keys
     }
 
+    /// An invocation of `script` with the queue's six keys, in the order every script takes.
+    fn keyed<'s>(&self, script: &'s Script) -> redis::ScriptInvocation<'s> {
+        let mut inv = script.prepare_invoke();
+        for key in self.keys.all() {
+            inv.key(key);
+        }
+        inv
+    }
+
     /// Claims up to `batch` due members with a lease of `lease`.
     pub async fn claim(&self, batch: usize, lease: Duration) -> Result<ClaimBatch, StoreError> {
         let mut conn = self.conn.clone();
-        let reply: Value = SCRIPTS
-            .claim
-            .key(&self.keys.source)
-            .key(&self.keys.inflight)
-            .key(&self.keys.attempts)
+        let reply: Value = self
+            .keyed(&SCRIPTS.claim)
             .arg(batch)
-            .arg(lease.as_millis() as u64)
+            .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+            .arg(self.claim_bytes.unwrap_or(0))
+            .arg(self.largest_body)
             .invoke_async(&mut conn)
             .await?;
-        parse_claim(reply)
+        parse_claim(reply, self.hash_bodies())
     }
 
     /// Acks, fails and puts back the members of one batch in one script call.
@@ -178,37 +312,35 @@ impl Store {
         s: &Settlement<'_>,
     ) -> Result<Settled, StoreError> {
         let mut conn = self.conn.clone();
-        let mut inv = SCRIPTS.settle.prepare_invoke();
-        inv.key(&self.keys.source)
-            .key(&self.keys.inflight)
-            .key(&self.keys.attempts)
-            .key(&self.keys.dead)
-            .key(&self.keys.dead_reasons)
-            .arg(deadline_ms)
+        let mut inv = self.keyed(&SCRIPTS.settle);
+        inv.arg(deadline_ms)
             .arg(max_attempts)
-            .arg(s.ack.len())
+            .arg(s.ack.len() + s.drop.len())
             .arg(s.fail.len())
-            .arg(s.put_back.len());
-        for m in &s.ack {
+            .arg(s.put_back.len())
+            .arg(if self.hash_bodies() { "1" } else { "0" });
+        for m in s.ack.iter().chain(&s.drop) {
             inv.arg(*m);
         }
-        for (m, delay, reason, permanent) in &s.fail {
-            inv.arg(*m)
-                .arg(delay.as_millis() as u64)
-                .arg(*reason)
-                .arg(if *permanent { "1" } else { "0" });
+        for f in &s.fail {
+            inv.arg(f.member)
+                .arg(u64::try_from(f.retry_in.as_millis()).unwrap_or(u64::MAX))
+                .arg(f.reason.as_ref())
+                .arg(if f.permanent { "1" } else { "0" })
+                .arg(f.detail.as_deref().unwrap_or(""));
         }
-        for (m, due) in &s.put_back {
-            inv.arg(*m).arg(*due);
+        for c in &s.put_back {
+            inv.arg(c.member.as_slice()).arg(c.due_raw.as_slice());
         }
         let reply: Vec<i64> = inv.invoke_async(&mut conn).await?;
-        if reply.len() != 2 + s.fail.len() {
+        if reply.len() != 3 + s.fail.len() {
             return Err(StoreError::Reply("settle reply length"));
         }
         Ok(Settled {
             acked: reply[0] as u64,
             put_back: reply[1] as u64,
-            fail_outcomes: reply[2..]
+            released: reply[2] as u64,
+            fail_outcomes: reply[3..]
                 .iter()
                 .map(|o| match o {
                     1 => FailOutcome::Retried,
@@ -219,40 +351,78 @@ impl Store {
         })
     }
 
-    /// Moves up to `limit` members with an expired lease back to the source set.
-    pub async fn recover(&self, limit: usize) -> Result<u64, StoreError> {
+    /// Moves up to `limit` members with an expired lease back to the source set, then
+    /// sweeps one page of stale attempt entries from `sweep` (a cursor, `"0"` to start a
+    /// pass; `None` sweeps nothing).
+    pub async fn recover(
+        &self,
+        limit: usize,
+        sweep: Option<&str>,
+    ) -> Result<Recovered, StoreError> {
         let mut conn = self.conn.clone();
-        let n: u64 = SCRIPTS
-            .recover
-            .key(&self.keys.source)
-            .key(&self.keys.inflight)
-            .key(&self.keys.attempts)
+        let (recovered, cursor, swept): (u64, String, u64) = self
+            .keyed(&SCRIPTS.recover)
             .arg(limit)
+            .arg(sweep.unwrap_or(""))
             .invoke_async(&mut conn)
             .await?;
-        Ok(n)
+        Ok(Recovered {
+            recovered,
+            cursor,
+            swept,
+        })
+    }
+
+    /// Schedules `body` under `id` at `due_ms` (hash payload mode): the body and the id in
+    /// one transaction, as producers do.
+    pub async fn schedule_by_id(
+        &self,
+        id: &[u8],
+        body: &[u8],
+        due_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        redis::pipe()
+            .atomic()
+            .hset(&self.keys.bodies, id, body)
+            .ignore()
+            .zadd(&self.keys.source, id, due_ms)
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Cancels the message scheduled under `id` (hash payload mode) with the producers'
+    /// cancel script; returns whether it was scheduled.
+    pub async fn cancel_by_id(&self, id: &[u8]) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let removed: i64 = SCRIPTS
+            .cancel
+            .key(&self.keys.source)
+            .key(&self.keys.inflight)
+            .key(&self.keys.dead)
+            .key(&self.keys.bodies)
+            .arg(id)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(removed == 1)
     }
 
     /// Moves dead letters back to the source set: the named ones, or up to `limit` of the oldest.
     pub async fn requeue_dead(&self, members: &[Vec<u8>], limit: usize) -> Result<u64, StoreError> {
         let mut conn = self.conn.clone();
-        let mut inv = SCRIPTS.requeue.prepare_invoke();
-        inv.key(&self.keys.source)
-            .key(&self.keys.attempts)
-            .key(&self.keys.dead)
-            .key(&self.keys.dead_reasons)
-            .arg(limit);
+        let mut inv = self.keyed(&SCRIPTS.requeue);
+        inv.arg(limit);
         for m in members {
             inv.arg(m.as_slice());
         }
         Ok(inv.invoke_async(&mut conn).await?)
     }
 
-    /// Lists up to `limit` dead letters, oldest first: (member, dead-lettered at ms, reason JSON).
-    pub async fn list_dead(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, i64, Option<String>)>, StoreError> {
+    /// Lists up to `limit` dead letters, oldest first, with their reason (and body, in hash
+    /// payload mode).
+    pub async fn list_dead(&self, limit: usize) -> Result<Vec<DeadLetter>, StoreError> {
         if limit == 0 {
             // ZRANGE 0 -1 would list everything.
             return Ok(Vec::new());
@@ -274,10 +444,25 @@ impl Store {
             hmget.arg(m.as_slice());
         }
         let reasons: Vec<Option<String>> = hmget.query_async(&mut conn).await?;
+        let bodies: Vec<Option<Vec<u8>>> = if self.hash_bodies() {
+            let mut hmget = redis::cmd("HMGET");
+            hmget.arg(&self.keys.bodies);
+            for (m, _) in &items {
+                hmget.arg(m.as_slice());
+            }
+            hmget.query_async(&mut conn).await?
+        } else {
+            vec![None; items.len()]
+        };
         Ok(items
             .into_iter()
-            .zip(reasons)
-            .map(|((m, at), r)| (m, at as i64, r))
+            .zip(reasons.into_iter().zip(bodies))
+            .map(|((member, at), (reason, body))| DeadLetter {
+                member,
+                at_ms: at as i64,
+                reason,
+                body,
+            })
             .collect())
     }
 
@@ -328,16 +513,21 @@ pub fn score_ms(raw: &[u8]) -> Option<i64> {
     Some(f as i64)
 }
 
-fn parse_claim(reply: Value) -> Result<ClaimBatch, StoreError> {
+fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
     let Value::Array(items) = reply else {
         return Err(StoreError::Reply("claim reply is not an array"));
     };
-    if items.len() < 3 || (items.len() - 3) % 3 != 0 {
+    let width = if hash { 4 } else { 3 };
+    if items.len() < 4 || (items.len() - 4) % width != 0 {
         return Err(StoreError::Reply("claim reply length"));
     }
     let mut it = items.into_iter();
-    let (Some(Value::Int(now_ms)), Some(Value::Int(deadline_ms)), Some(head)) =
-        (it.next(), it.next(), it.next())
+    let (
+        Some(Value::Int(now_ms)),
+        Some(Value::Int(deadline_ms)),
+        Some(head),
+        Some(Value::Int(skipped)),
+    ) = (it.next(), it.next(), it.next(), it.next())
     else {
         return Err(StoreError::Reply("claim reply header"));
     };
@@ -352,16 +542,24 @@ fn parse_claim(reply: Value) -> Result<ClaimBatch, StoreError> {
         }
         _ => None,
     };
-    let mut out = Vec::with_capacity(it.len() / 3);
+    let mut out = Vec::with_capacity(it.len() / width);
     while let (Some(m), Some(score), Some(attempt)) = (it.next(), it.next(), it.next()) {
         let (Value::BulkString(member), Value::BulkString(due_raw), Value::Int(attempt)) =
             (m, score, attempt)
         else {
             return Err(StoreError::Reply("claimed member"));
         };
+        let body = match hash.then(|| it.next()) {
+            None => Body::Member,
+            Some(Some(Value::BulkString(body))) => Body::Stored(body),
+            Some(Some(Value::Int(0))) => Body::Missing,
+            Some(Some(Value::Int(size))) if size > 0 => Body::TooLarge(size as u64),
+            Some(_) => return Err(StoreError::Reply("claimed body")),
+        };
         let due_ms = score_ms(&due_raw).ok_or(StoreError::Reply("due score"))?;
         out.push(Claimed {
             member,
+            body,
             due_raw,
             due_ms,
             attempt: attempt.clamp(1, u32::MAX as i64) as u32,
@@ -371,6 +569,7 @@ fn parse_claim(reply: Value) -> Result<ClaimBatch, StoreError> {
         now_ms,
         deadline_ms,
         next_head_ms,
+        skipped: u64::try_from(skipped).unwrap_or(0),
         items: out,
     })
 }

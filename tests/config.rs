@@ -1,48 +1,18 @@
-//! Bad configurations exit 78 and name every offending key.
+//! Bad configurations make the binary exit 78, naming every offending key (with its file or
+//! variable). The loader itself is fuzzed field by field in tests/config_load.rs.
 
 mod common;
 
-use std::process::Command;
+use std::path::Path;
 
-fn check(toml: &str) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.toml");
-    std::fs::write(&path, toml).unwrap();
-    let out = Command::new(common::binary())
-        .arg("check")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-    assert!(!text.contains("panicked"), "{text}");
-    (
-        out.status.code().unwrap_or(-1),
-        text.replace(path.to_str().unwrap(), "FILE"),
-    )
-}
-
-const SINK: &str = "[sinks.r]\ntype = \"amqp\"\nurl = \"amqp://guest:guest@127.0.0.1:5672/%2f\"\n";
-const TRIGGER: &str = "[[triggers]]\nname = \"t\"\nkey = \"k\"\nsink = \"r\"\nexchange = \"\"\n";
+use common::{check, check_with_env, run_cli, MINIMAL_SINK as SINK, MINIMAL_TRIGGER as TRIGGER};
 
 #[test]
 fn the_example_config_is_valid() {
-    let out = Command::new(common::binary())
-        .args([
-            "check",
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/example.toml"),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/example.toml");
+    let out = run_cli(&["check"], Path::new(example), &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let text = out.stdout;
     assert!(text.contains("guest:***@"), "password redacted: {text}");
     assert!(!text.contains("guest:guest"), "{text}");
 }
@@ -110,14 +80,25 @@ fn every_problem_is_reported_at_once() {
 
 #[test]
 fn missing_file_and_missing_triggers_are_errors() {
-    let out = Command::new(common::binary())
-        .args(["check", "--config", "/nonexistent/x.toml"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(78));
+    let out = run_cli(&["check"], Path::new("/nonexistent/x.toml"), &[]);
+    assert_eq!(out.code, 78);
     let (code, text) = check(SINK);
     assert_eq!(code, 78);
     assert!(text.contains("triggers"), "{text}");
+}
+
+#[test]
+fn a_bad_environment_override_exits_78_naming_its_variable() {
+    let (code, text) = check_with_env(
+        &format!("{SINK}{TRIGGER}"),
+        &[("DELAY_BRIDGE_REDIS__CONNECT_TIMEOUT", "soon")],
+    );
+    assert_eq!(code, 78, "{text}");
+    assert!(text.contains("redis.connect_timeout"), "{text}");
+    assert!(
+        text.contains("DELAY_BRIDGE_") || text.contains("environment"),
+        "source named: {text}"
+    );
 }
 
 #[test]
@@ -134,5 +115,146 @@ fn wrong_types_never_panic() {
     ] {
         let (code, text) = check(body);
         assert_eq!(code, 78, "{body}: {text}");
+    }
+}
+
+fn trigger(name: &str, key: &str) -> String {
+    common::trigger(name, key, "r", "exchange = \"\"")
+}
+
+#[test]
+fn triggers_sharing_a_key_are_refused_naming_both() {
+    // `x` and `{x}` derive the same `{x}:inflight`; `{y}:dead` is y's dead-letter set;
+    // two triggers on one key would split its messages.
+    for (a, b) in [("x", "{x}"), ("y", "{y}:dead"), ("z", "z")] {
+        let (code, text) = check(&format!("{SINK}{}{}", trigger("one", a), trigger("two", b)));
+        assert_eq!(code, 78, "{a} / {b}: {text}");
+        assert!(
+            text.contains("triggers[1].key") && text.contains("`one`") && text.contains("`two`"),
+            "{a} / {b}: {text}"
+        );
+    }
+    let (code, text) = check(&format!(
+        "{SINK}{}{}",
+        trigger("one", "x"),
+        trigger("two", "{x}:other")
+    ));
+    assert_eq!(code, 0, "distinct keys in one slot are fine: {text}");
+}
+
+#[test]
+fn kafka_properties_that_void_confirmations_need_an_explicit_opt_in() {
+    let kafka = |props: &str, extra: &str| {
+        format!(
+            "[sinks.k]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:9092\"\n{extra}\n[sinks.k.properties]\n{props}\n\
+             [[triggers]]\nname = \"t\"\nkey = \"k\"\nsink = \"k\"\ntopic = \"t\"\n"
+        )
+    };
+    for (props, key) in [
+        ("acks = \"1\"", "sinks.k.properties.acks"),
+        ("acks = \"0\"", "sinks.k.properties.acks"),
+        (
+            "\"request.required.acks\" = \"1\"",
+            "sinks.k.properties.request.required.acks",
+        ),
+        (
+            "\"enable.idempotence\" = \"false\"",
+            "sinks.k.properties.enable.idempotence",
+        ),
+    ] {
+        let (code, text) = check(&kafka(props, ""));
+        assert_eq!(code, 78, "{props}: {text}");
+        assert!(
+            text.contains(key) && text.contains("accept_possible_loss"),
+            "{props}: {text}"
+        );
+        let (code, text) = check(&kafka(props, "accept_possible_loss = true"));
+        assert_eq!(code, 0, "{props} with the opt-in: {text}");
+    }
+    let (code, text) = check(&kafka(
+        "acks = \"all\"\n\"enable.idempotence\" = \"true\"",
+        "",
+    ));
+    assert_eq!(code, 0, "{text}");
+}
+
+#[test]
+fn amqp_names_longer_than_a_short_string_are_refused() {
+    let long = "e".repeat(256);
+    let fits = "e".repeat(255);
+    let (code, text) = check(&format!(
+        "[sinks.r]\ntype = \"amqp\"\nurl = \"amqp://h/%2f\"\n\
+         [[sinks.r.declare]]\nexchange = \"{long}\"\nqueue = \"{long}\"\nbinding_key = \"{long}\"\n\
+         [[triggers]]\nname = \"t\"\nkey = \"k\"\nsink = \"r\"\nexchange = \"{long}\"\nrouting_key = \"{long}\"\n"
+    ));
+    assert_eq!(code, 78, "{text}");
+    for key in [
+        "sinks.r.declare[0].exchange",
+        "sinks.r.declare[0].queue",
+        "sinks.r.declare[0].binding_key",
+        "triggers[0].exchange",
+        "triggers[0].routing_key",
+    ] {
+        assert!(text.contains(key), "{key} missing from:\n{text}");
+    }
+    let (code, text) = check(&format!(
+        "{SINK}[[triggers]]\nname = \"t\"\nkey = \"k\"\nsink = \"r\"\nexchange = \"{fits}\"\nrouting_key = \"{fits}\"\n"
+    ));
+    assert_eq!(code, 0, "255 bytes fit: {text}");
+}
+
+#[test]
+fn durations_and_sizes_are_bounded() {
+    let (code, text) = check(&format!(
+        "[redis]\nconnect_timeout = \"100000000years\"\nresponse_timeout = \"2h\"\n\
+         [shutdown]\ntimeout = \"100000000000years\"\n\
+         [sinks.r]\ntype = \"amqp\"\nurl = \"amqp://h/%2f\"\nreconnect_max = \"1000years\"\n\
+         {TRIGGER}lease = \"100000000000years\"\nguard_interval = \"100000000000years\"\n\
+         publish_timeout = \"2h\"\nbackoff_initial = \"2days\"\nbackoff_max = \"100000000000years\"\n\
+         max_message_bytes = 1000000000\n"
+    ));
+    assert_eq!(code, 78, "{text}");
+    for key in [
+        "redis.connect_timeout",
+        "redis.response_timeout",
+        "shutdown.timeout",
+        "sinks.r.reconnect_max",
+        "triggers[0].lease",
+        "triggers[0].guard_interval",
+        "triggers[0].publish_timeout",
+        "triggers[0].backoff_initial",
+        "triggers[0].backoff_max",
+        "triggers[0].max_message_bytes",
+    ] {
+        assert!(text.contains(key), "{key} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn a_cluster_sink_shows_every_address_redacted() {
+    let urls = "urls = [\"amqp://app:pw-one@n1:5672/%2f\", \"amqp://app:pw-one@n2:5673/%2f\", \"amqp://app:pw-one@n3/%2f?heartbeat=5\"]";
+    let sink = SINK.replace("url = \"amqp://guest:guest@127.0.0.1:5672/%2f\"", urls);
+    let (code, text) = check(&format!("{sink}{TRIGGER}"));
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains(
+            "sink r: amqp amqp://app:***@n1:5672/%2f, amqp://app:***@n2:5673/%2f, amqp://app:***@n3/%2f?heartbeat=5"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("pw-one"), "{text}");
+}
+
+#[test]
+fn an_amqp_sink_needs_url_or_urls_but_not_both() {
+    let both = SINK.replace(
+        "type = \"amqp\"",
+        "type = \"amqp\"\nurls = [\"amqp://n2/%2f\"]",
+    );
+    let neither = "[sinks.r]\ntype = \"amqp\"\n";
+    for (sink, key) in [(both.as_str(), "sinks.r.urls"), (neither, "sinks.r.url")] {
+        let (code, text) = check(&format!("{sink}{TRIGGER}"));
+        assert_eq!(code, 78, "{text}");
+        assert!(text.contains(key) && text.contains("urls"), "{key}: {text}");
     }
 }

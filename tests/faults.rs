@@ -1,18 +1,12 @@
 //! Process faults on the RabbitMQ path: repeated SIGKILL mid-drain, two bridges on one trigger, SIGTERM during a broker outage.
 
 mod common;
-#[path = "common/private.rs"]
-mod private;
-#[path = "common/proxy.rs"]
-mod proxy;
-#[path = "common/tally.rs"]
-mod tally;
 
 use std::time::{Duration, Instant};
 
+use common::proxy::{Mode, Proxy};
+use common::tally::*;
 use common::*;
-use proxy::{Mode, Proxy};
-use tally::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_ten_times_while_100k_drain() {
@@ -22,21 +16,13 @@ async fn sigkill_ten_times_while_100k_drain() {
     let key = format!("{}:{{faults}}", unique("kill"));
     schedule(&mut r, &key, n, 0).await;
     let port = free_port();
-    let cfg = config(
-        port,
-        &redis_url(),
-        &amqp_url(),
-        &key,
-        &tally,
-        "workers = 4\nbatch = 200",
-        "5s",
-    );
+    let cfg = tally
+        .config(port, &key, "workers = 4\nbatch = 200")
+        .to_string();
     let mut bridge = Bridge::start(&cfg, port);
-    assert!(
-        wait_until(Duration::from_secs(30), || tally.distinct() > 0).await,
-        "{}",
-        bridge.log()
-    );
+    tally
+        .expect_distinct(1, Duration::from_secs(30), &bridge)
+        .await;
     let started = Instant::now();
     let mut kills_mid_drain = 0;
     for _ in 0..10 {
@@ -50,12 +36,9 @@ async fn sigkill_ten_times_while_100k_drain() {
         bridge = bridge.restart();
     }
     assert_eq!(kills_mid_drain, 10, "every kill must land mid-drain");
-    assert!(
-        wait_until(Duration::from_secs(180), || tally.distinct() >= n).await,
-        "{} of {n} delivered\n{}",
-        tally.distinct(),
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n, Duration::from_secs(180), &bridge)
+        .await;
     let elapsed = started.elapsed();
     let (left, inflight, dead) = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
     report(
@@ -82,16 +65,8 @@ async fn two_bridges_on_one_trigger_deliver_once_unless_a_lease_expired() {
     // A generous publish timeout: a loaded shared broker should not turn slow confirms into
     // retries (which may deliver twice, legitimately, and are counted below anyway).
     let cfg = |port| {
-        config_with_lease(
-            port,
-            &redis_url(),
-            &amqp_url(),
-            &key,
-            &tally,
-            "workers = 4\nbatch = 100",
-            "5s",
-            ("10s", "5s"),
-        )
+        let cfg = tally.config(port, &key, "workers = 4\nbatch = 100");
+        cfg.lease("10s", "5s").to_string()
     };
     let a = Bridge::start(&cfg(port_a), port_a);
     let b = Bridge::start(&cfg(port_b), port_b);
@@ -157,26 +132,20 @@ async fn shutdown_during_outage(mode: Mode, fault: &str) {
     let key = format!("{}:{{faults}}", unique("term"));
     schedule(&mut r, &key, n, BIG).await;
     let port = free_port();
-    let cfg = tally::config_with_lease(
-        port,
-        &redis_url(),
-        &via_proxy(&proxy, ""),
-        &key,
-        &tally,
-        "workers = 2\nbatch = 500",
-        "3s",
+    let cfg = tally
+        .config(port, &key, "workers = 2\nbatch = 500")
+        .amqp(&proxy.url(&amqp_url(), ""))
+        .shutdown("3s")
         // publish_timeout longer than the shutdown: only the abort can end a held batch.
-        ("20s", "10s"),
-    );
+        .lease("20s", "10s")
+        .to_string();
     let mut bridge = Bridge::start(&cfg, port);
-    assert!(
-        wait_until(Duration::from_secs(30), || tally.distinct() >= n / 10).await,
-        "{}",
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n / 10, Duration::from_secs(30), &bridge)
+        .await;
     proxy.set(mode);
     match mode {
-        Mode::Drop => assert!(wait_readyz(&bridge, 503, Duration::from_secs(5)).await),
+        Mode::Drop => assert!(bridge.wait_readyz(503, Duration::from_secs(5)).await),
         _ => {
             // SIGTERM while batches are held by the blackhole (their 4 MB per worker fill
             // the socket buffers, so the publish itself is blocked), before publish_timeout.
@@ -206,7 +175,7 @@ async fn shutdown_during_outage(mode: Mode, fault: &str) {
     let code = bridge.wait_exit(Duration::from_secs(30)).await;
     let took = asked.elapsed();
     let (source, inflight, dead) = queue_sizes(&mut r, &key).await;
-    let queued = tally::members_in_redis(&mut r, &key).await;
+    let queued = members_in_redis(&mut r, &key).await;
     // What was confirmed before the exit reaches the consumer (it may lag behind the
     // bridge); a leased member is not lost (any bridge recovers it), but a clean shutdown
     // must not leave one. A lost message never shows up, so the wait is bounded.

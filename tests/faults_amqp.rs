@@ -1,18 +1,13 @@
 //! RabbitMQ faults: the connection cut and blackholed through a proxy, the broker restarted, a broker slower than the lease.
 
 mod common;
-#[path = "common/private.rs"]
-mod private;
-#[path = "common/proxy.rs"]
-mod proxy;
-#[path = "common/tally.rs"]
-mod tally;
 
 use std::time::{Duration, Instant};
 
+use common::proxy::{Mode, Proxy};
+use common::servers::RabbitServer;
+use common::tally::*;
 use common::*;
-use proxy::{Mode, Proxy};
-use tally::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_connection_cut_then_blackholed() {
@@ -24,32 +19,21 @@ async fn rabbitmq_connection_cut_then_blackholed() {
     schedule(&mut r, &key, n, 0).await;
     let port = free_port();
     // A 2 s heartbeat is what detects a blackhole (no RST, no FIN) in about 4 s.
-    let cfg = config(
-        port,
-        &redis_url(),
-        &via_proxy(&proxy, "heartbeat=2"),
-        &key,
-        &tally,
-        "workers = 2\nbatch = 100",
-        "5s",
-    );
+    let cfg = tally
+        .config(port, &key, "workers = 2\nbatch = 100")
+        .amqp(&proxy.url(&amqp_url(), "heartbeat=2"))
+        .to_string();
     let bridge = Bridge::start(&cfg, port);
-    assert!(
-        wait_until(Duration::from_secs(30), || tally.distinct() >= n / 10).await,
-        "{}",
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n / 10, Duration::from_secs(30), &bridge)
+        .await;
 
     // Cut: every connection reset, new ones refused.
     proxy.set(Mode::Drop);
     let cut_at = Instant::now();
-    assert!(
-        wait_readyz(&bridge, 503, Duration::from_secs(5)).await,
-        "{}",
-        bridge.log()
-    );
+    bridge.expect_readyz(503, Duration::from_secs(5)).await;
     let detected = cut_at.elapsed();
-    let (_, inflight, _) = wait_drained_inflight(&mut r, &key, Duration::from_secs(10)).await;
+    let (_, inflight, _) = wait_sizes(&mut r, &key, Duration::from_secs(10), |s| s.1 == 0).await;
     assert_eq!(inflight, 0, "unconfirmed batches go back to the source set");
     let attempts_before = proxy.accepted();
     let queued = assert_not_claiming(&mut r, &key, Duration::from_secs(3), &bridge).await;
@@ -62,11 +46,7 @@ async fn rabbitmq_connection_cut_then_blackholed() {
     );
     proxy.set(Mode::Pass);
     let healed_at = Instant::now();
-    assert!(
-        wait_readyz(&bridge, 200, Duration::from_secs(10)).await,
-        "{}",
-        bridge.log()
-    );
+    bridge.expect_readyz(200, Duration::from_secs(10)).await;
     let recovered = healed_at.elapsed();
     // reconnect_max = 1s caps the wait between attempts, however long the outage was.
     assert!(
@@ -85,13 +65,9 @@ async fn rabbitmq_connection_cut_then_blackholed() {
     // Blackhole: connections stay open but nothing moves either way.
     proxy.set(Mode::Stall);
     let stalled_at = Instant::now();
-    assert!(
-        wait_readyz(&bridge, 503, Duration::from_secs(15)).await,
-        "{}",
-        bridge.log()
-    );
+    bridge.expect_readyz(503, Duration::from_secs(15)).await;
     let blackhole_detected = stalled_at.elapsed();
-    let (_, inflight, _) = wait_drained_inflight(&mut r, &key, Duration::from_secs(10)).await;
+    let (_, inflight, _) = wait_sizes(&mut r, &key, Duration::from_secs(10), |s| s.1 == 0).await;
     assert_eq!(
         inflight,
         0,
@@ -101,18 +77,11 @@ async fn rabbitmq_connection_cut_then_blackholed() {
     let queued = assert_not_claiming(&mut r, &key, Duration::from_secs(2), &bridge).await;
     assert!(queued > 0, "the blackhole must land mid-stream");
     proxy.set(Mode::Pass);
-    assert!(
-        wait_readyz(&bridge, 200, Duration::from_secs(10)).await,
-        "{}",
-        bridge.log()
-    );
+    bridge.expect_readyz(200, Duration::from_secs(10)).await;
 
-    assert!(
-        wait_until(Duration::from_secs(120), || tally.distinct() >= n).await,
-        "{} of {n} delivered\n{}",
-        tally.distinct(),
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n, Duration::from_secs(120), &bridge)
+        .await;
     let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
     let put_back = bridge
         .metric("delay_bridge_messages_put_back_total", &[])
@@ -130,7 +99,7 @@ async fn rabbitmq_connection_cut_then_blackholed() {
         ),
     );
     assert_eq!(sizes, (0, 0, 0));
-    assert!(!bridge.log().contains("panicked"), "{}", bridge.log());
+    bridge.assert_no_panic();
     drop(bridge);
     cleanup_keys(&mut r, &key).await;
     tally.cleanup().await;
@@ -139,51 +108,33 @@ async fn rabbitmq_connection_cut_then_blackholed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_restarted_mid_drain() {
     let n = 20_000;
-    let mut rabbit = private::PrivateRabbit::start().await;
+    let mut rabbit = RabbitServer::start().await;
     let mut r = redis().await;
     let tally = Tally::start(&rabbit.url()).await;
     let key = format!("{}:{{faults}}", unique("rmq-restart"));
     schedule(&mut r, &key, n, 0).await;
     let port = free_port();
-    let cfg = config(
-        port,
-        &redis_url(),
-        &rabbit.url(),
-        &key,
-        &tally,
-        "workers = 2\nbatch = 100",
-        "5s",
-    );
+    let cfg = tally
+        .config(port, &key, "workers = 2\nbatch = 100")
+        .amqp(&rabbit.url())
+        .to_string();
     let bridge = Bridge::start(&cfg, port);
-    assert!(
-        wait_until(Duration::from_secs(30), || tally.distinct() >= n / 5).await,
-        "{}",
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n / 5, Duration::from_secs(30), &bridge)
+        .await;
     rabbit.stop().await;
     let stopped_at = Instant::now();
-    assert!(
-        wait_readyz(&bridge, 503, Duration::from_secs(5)).await,
-        "{}",
-        bridge.log()
-    );
-    let (_, inflight, _) = wait_drained_inflight(&mut r, &key, Duration::from_secs(10)).await;
+    bridge.expect_readyz(503, Duration::from_secs(5)).await;
+    let (_, inflight, _) = wait_sizes(&mut r, &key, Duration::from_secs(10), |s| s.1 == 0).await;
     assert_eq!(inflight, 0, "unconfirmed batches go back to the source set");
     let queued = assert_not_claiming(&mut r, &key, Duration::from_secs(1), &bridge).await;
     assert!(queued > 0, "the restart must land mid-drain");
     rabbit.restart().await;
-    assert!(
-        wait_readyz(&bridge, 200, Duration::from_secs(15)).await,
-        "{}",
-        bridge.log()
-    );
+    bridge.expect_readyz(200, Duration::from_secs(15)).await;
     let outage = stopped_at.elapsed();
-    assert!(
-        wait_until(Duration::from_secs(120), || tally.distinct() >= n).await,
-        "{} of {n} delivered\n{}",
-        tally.distinct(),
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n, Duration::from_secs(120), &bridge)
+        .await;
     let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
     let put_back = bridge
         .metric("delay_bridge_messages_put_back_total", &[])
@@ -219,21 +170,14 @@ async fn lease_shorter_than_a_stalled_publish() {
     schedule(&mut r, &key, n, BIG).await;
     let port = free_port();
     // No heartbeat: the broker looks alive, only slow.
-    let cfg = config(
-        port,
-        &redis_url(),
-        &via_proxy(&proxy, ""),
-        &key,
-        &tally,
-        "workers = 2\nbatch = 500",
-        "5s",
-    );
+    let cfg = tally
+        .config(port, &key, "workers = 2\nbatch = 500")
+        .amqp(&proxy.url(&amqp_url(), ""))
+        .to_string();
     let bridge = Bridge::start(&cfg, port);
-    assert!(
-        wait_until(Duration::from_secs(30), || tally.distinct() >= n / 10).await,
-        "{}",
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n / 10, Duration::from_secs(30), &bridge)
+        .await;
     proxy.set(Mode::Stall);
     let stalled_at = Instant::now();
     // Hold the broker until the stall outlasts the 2 s lease and leases start expiring
@@ -255,12 +199,9 @@ async fn lease_shorter_than_a_stalled_publish() {
     }
     let stall = stalled_at.elapsed();
     proxy.set(Mode::Pass);
-    assert!(
-        wait_until(Duration::from_secs(120), || tally.distinct() >= n).await,
-        "{} of {n} delivered\n{}",
-        tally.distinct(),
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n, Duration::from_secs(120), &bridge)
+        .await;
     let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
     let redelivered = bridge
         .metric("delay_bridge_messages_redelivered_total", &name)
@@ -290,4 +231,126 @@ async fn lease_shorter_than_a_stalled_publish() {
     drop(bridge);
     cleanup_keys(&mut r, &key).await;
     tally.cleanup().await;
+}
+
+/// A body over the broker's `max_message_size` makes RabbitMQ close the channel (406), which
+/// fails every confirmation pending on it. Only that message may pay for it: it is
+/// dead-lettered as `refused`, and the rest of its batch and of the queue is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_broker_refuses_is_dead_lettered_and_the_rest_flows() {
+    let n = 300;
+    let rabbit = RabbitServer::start_with("max_message_size = 4096").await;
+    let mut r = redis().await;
+    let tally = Tally::start(&rabbit.url()).await;
+    let key = format!("{}:{{faults}}", unique("refused"));
+    schedule(&mut r, &key, n, 0).await;
+    // Due in the middle of the backlog, so that it shares a batch with small messages.
+    let big = body(999_999, 5000);
+    let (s, _): (i64, i64) = redis::cmd("TIME").query_async(&mut r).await.unwrap();
+    zadd(&mut r, &key, s * 1000 - 60_000 + (n / 2) as i64, &big).await;
+    let port = free_port();
+    let cfg = tally
+        .config(port, &key, "workers = 1\nbatch = 100")
+        .amqp(&rabbit.url())
+        .to_string();
+    let bridge = Bridge::start(&cfg, port);
+    tally
+        .expect_distinct(n, Duration::from_secs(60), &bridge)
+        .await;
+    let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
+    assert_eq!(sizes, (0, 0, 1), "only the big one is dead-lettered");
+    let reason = dead_reason(&mut r, &key, &big).await.unwrap();
+    assert_eq!(reason["reason"], "refused", "{reason}");
+    assert_eq!(reason["attempts"], 1, "{reason}");
+    let name = [("trigger", "faults")];
+    assert_eq!(
+        bridge
+            .metric("delay_bridge_messages_retried_total", &name)
+            .await,
+        0.0,
+        "no innocent neighbour paid an attempt"
+    );
+    assert!(tally.missing(n, 0).is_empty());
+    report("amqp_406", n, 0, &tally, "");
+    drop(bridge);
+    cleanup_keys(&mut r, &key).await;
+}
+
+/// A RabbitMQ memory alarm blocks publishing connections (`connection.blocked`): the sink is
+/// down, nothing is claimed and no attempt is burnt, and delivery resumes once it clears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_alarm_pauses_the_sink_without_burning_attempts() {
+    let n = 200;
+    let rabbit = RabbitServer::start().await;
+    let mut r = redis().await;
+    let tally = Tally::start(&rabbit.url()).await;
+    let key = format!("{}:{{faults}}", unique("alarm"));
+    let port = free_port();
+    // One attempt is all a message gets: a timeout counted as an attempt would dead-letter it.
+    let cfg = tally
+        .config(port, &key, "workers = 2\nbatch = 50")
+        .amqp(&rabbit.url())
+        .max_attempts(1)
+        .to_string();
+    let bridge = Bridge::start(&cfg, port);
+    bridge.expect_readyz(200, Duration::from_secs(30)).await;
+    schedule(&mut r, &key, n / 2, 0).await;
+    tally
+        .expect_distinct(n / 2, Duration::from_secs(30), &bridge)
+        .await;
+
+    rabbit
+        .ctl(&["set_vm_memory_high_watermark", "0.000001"])
+        .await;
+    // The alarm blocks a connection once it publishes: the next messages trigger it.
+    let (s, _): (i64, i64) = redis::cmd("TIME").query_async(&mut r).await.unwrap();
+    let members = (n / 2..n).map(|i| (s * 1000 + i as i64, body(i, 0)));
+    zadd_all(&mut r, &key, members).await;
+    assert!(
+        bridge.wait_readyz(503, Duration::from_secs(30)).await,
+        "a blocked connection is a sink that is down\n{}",
+        bridge.log()
+    );
+    let (_, inflight, _) = wait_sizes(&mut r, &key, Duration::from_secs(15), |s| s.1 == 0).await;
+    assert_eq!(
+        inflight,
+        0,
+        "unconfirmed messages went back\n{}",
+        bridge.log()
+    );
+    let queued = assert_not_claiming(&mut r, &key, Duration::from_secs(2), &bridge).await;
+    assert!(queued > 0, "the alarm must hold messages back");
+    let name = [("trigger", "faults")];
+    let sink = [("sink", "rabbit")];
+    assert_eq!(bridge.metric("delay_bridge_sink_up", &sink).await, 0.0);
+
+    rabbit.ctl(&["set_vm_memory_high_watermark", "0.4"]).await;
+    assert!(
+        wait_until(Duration::from_secs(60), || tally.distinct() >= n).await,
+        "{} of {n} delivered after the alarm cleared\n{}",
+        tally.distinct(),
+        bridge.log()
+    );
+    let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
+    assert_eq!(sizes, (0, 0, 0), "nothing dead-lettered");
+    for metric in [
+        "delay_bridge_messages_retried_total",
+        "delay_bridge_messages_dead_lettered_total",
+    ] {
+        assert_eq!(bridge.metric(metric, &name).await, 0.0, "{metric}");
+    }
+    report(
+        "amqp_alarm",
+        n,
+        0,
+        &tally,
+        &format!(
+            "put_back={}",
+            bridge
+                .metric("delay_bridge_messages_put_back_total", &[])
+                .await
+        ),
+    );
+    drop(bridge);
+    cleanup_keys(&mut r, &key).await;
 }

@@ -1,71 +1,47 @@
 //! Fault injection on the Redis side: a private Redis restarted mid-drain, and the Redis connection cut and stalled.
 
 mod common;
-#[path = "common/private.rs"]
-mod private;
-#[path = "common/proxy.rs"]
-mod proxy;
-#[path = "common/tally.rs"]
-mod tally;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use common::proxy::{Mode, Proxy};
+use common::servers::RedisServer;
+use common::tally::{report, Tally};
 use common::*;
-use proxy::{Mode, Proxy};
-use tally::{config, report, schedule, wait_drained, wait_readyz, Tally};
 
 const NAME: [(&str, &str); 1] = [("trigger", "faults")];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restarted_mid_drain() {
     let n = 20_000;
-    let mut redis_server = private::PrivateRedis::start().await;
+    let mut redis_server = RedisServer::append_only().await;
     let mut r = redis_server.conn().await;
     let tally = Tally::start(&amqp_url()).await;
     let key = format!("{}:{{faults}}", unique("redis-restart"));
     schedule(&mut r, &key, n, 0).await;
     let port = free_port();
-    let cfg = config(
-        port,
-        &redis_server.url(),
-        &amqp_url(),
-        &key,
-        &tally,
-        "workers = 2\nbatch = 100",
-        "5s",
-    );
+    let cfg = tally
+        .config(port, &key, "workers = 2\nbatch = 100")
+        .redis(&redis_server.url())
+        .to_string();
     let mut bridge = Bridge::start(&cfg, port);
-    assert!(
-        wait_until(Duration::from_secs(30), || tally.distinct() >= n / 5).await,
-        "{}",
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n / 5, Duration::from_secs(30), &bridge)
+        .await;
     redis_server.shutdown().await;
     let down_at = Instant::now();
-    assert!(
-        wait_readyz(&bridge, 503, Duration::from_secs(10)).await,
-        "{}",
-        bridge.log()
-    );
+    bridge.expect_readyz(503, Duration::from_secs(10)).await;
     let detected = down_at.elapsed();
     let frozen = tally.distinct();
     assert!(frozen < n, "the restart must land mid-drain");
     redis_server.restart().await;
     let mut r = redis_server.conn().await;
     let restarted_at = Instant::now();
-    assert!(
-        wait_readyz(&bridge, 200, Duration::from_secs(20)).await,
-        "{}",
-        bridge.log()
-    );
+    bridge.expect_readyz(200, Duration::from_secs(20)).await;
     let reconnected = restarted_at.elapsed();
-    assert!(
-        wait_until(Duration::from_secs(120), || tally.distinct() >= n).await,
-        "{} of {n} delivered\n{}",
-        tally.distinct(),
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n, Duration::from_secs(120), &bridge)
+        .await;
     let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
     let redelivered = bridge
         .metric("delay_bridge_messages_redelivered_total", &NAME)
@@ -85,11 +61,7 @@ async fn redis_restarted_mid_drain() {
         ),
     );
     assert_eq!(sizes, (0, 0, 0), "nothing may stay leased");
-    assert!(
-        bridge.wait_exit(Duration::ZERO).await.is_none(),
-        "the bridge died"
-    );
-    assert!(!bridge.log().contains("panicked"), "{}", bridge.log());
+    bridge.assert_alive();
     drop(bridge);
     tally.cleanup().await;
 }
@@ -97,55 +69,27 @@ async fn redis_restarted_mid_drain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_connection_cut_then_stalled() {
     let n = 20_000;
-    let shared: SocketAddr = {
-        let url = url::Url::parse(&redis_url()).unwrap();
-        let host = match url.host_str() {
-            Some("localhost") | None => "127.0.0.1",
-            Some(h) => h,
-        };
-        SocketAddr::new(host.parse().unwrap(), url.port().unwrap_or(6379))
-    };
-    let proxy = Proxy::start(shared).await;
-    let proxied = {
-        let mut url = url::Url::parse(&redis_url()).unwrap();
-        url.set_port(Some(proxy.port())).unwrap();
-        url.to_string()
-    };
+    let proxy = Proxy::start(shared_redis_addr()).await;
     let mut r = redis().await;
     let tally = Tally::start(&amqp_url()).await;
     let key = format!("{}:{{faults}}", unique("redis-cut"));
     schedule(&mut r, &key, n, 0).await;
     let port = free_port();
-    let cfg = config(
-        port,
-        &proxied,
-        &amqp_url(),
-        &key,
-        &tally,
-        "workers = 2\nbatch = 100",
-        "5s",
-    );
+    let cfg = tally
+        .config(port, &key, "workers = 2\nbatch = 100")
+        .redis(&proxy.url(&redis_url(), ""))
+        .to_string();
     let mut bridge = Bridge::start(&cfg, port);
-    assert!(
-        wait_until(Duration::from_secs(30), || tally.distinct() >= n / 5).await,
-        "{}",
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n / 5, Duration::from_secs(30), &bridge)
+        .await;
 
     proxy.set(Mode::Drop);
     let cut_at = Instant::now();
-    assert!(
-        wait_readyz(&bridge, 503, Duration::from_secs(10)).await,
-        "{}",
-        bridge.log()
-    );
+    bridge.expect_readyz(503, Duration::from_secs(10)).await;
     let cut_detected = cut_at.elapsed();
     proxy.set(Mode::Pass);
-    assert!(
-        wait_readyz(&bridge, 200, Duration::from_secs(20)).await,
-        "{}",
-        bridge.log()
-    );
+    bridge.expect_readyz(200, Duration::from_secs(20)).await;
     let resumed_from = tally.distinct();
     assert!(resumed_from < n, "the cut must land mid-drain");
     assert!(
@@ -159,26 +103,15 @@ async fn redis_connection_cut_then_stalled() {
     // A stall longer than response_timeout: the bridge gives up on replies whose commands
     // Redis runs later, when the stall ends; their leases expire and are recovered.
     proxy.set(Mode::Stall);
-    assert!(
-        wait_readyz(&bridge, 503, Duration::from_secs(10)).await,
-        "{}",
-        bridge.log()
-    );
+    bridge.expect_readyz(503, Duration::from_secs(10)).await;
     let frozen = tally.distinct();
     assert!(frozen < n, "the stall must land mid-drain");
     proxy.set(Mode::Pass);
-    assert!(
-        wait_readyz(&bridge, 200, Duration::from_secs(20)).await,
-        "{}",
-        bridge.log()
-    );
+    bridge.expect_readyz(200, Duration::from_secs(20)).await;
 
-    assert!(
-        wait_until(Duration::from_secs(120), || tally.distinct() >= n).await,
-        "{} of {n} delivered\n{}",
-        tally.distinct(),
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n, Duration::from_secs(120), &bridge)
+        .await;
     let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
     let redelivered = bridge
         .metric("delay_bridge_messages_redelivered_total", &NAME)
@@ -198,11 +131,7 @@ async fn redis_connection_cut_then_stalled() {
         ),
     );
     assert_eq!(sizes, (0, 0, 0), "nothing may stay leased");
-    assert!(
-        bridge.wait_exit(Duration::ZERO).await.is_none(),
-        "the bridge died"
-    );
-    assert!(!bridge.log().contains("panicked"), "{}", bridge.log());
+    bridge.assert_alive();
     drop(bridge);
     cleanup_keys(&mut r, &key).await;
     tally.cleanup().await;

@@ -2,14 +2,12 @@
 //! reschedule, record keys and partitions, headers, exact bytes, size limits, SIGKILL.
 
 mod common;
-#[path = "common/kafka.rs"]
-mod kafka_common;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use common::kafka::*;
 use common::*;
-use kafka_common::*;
 
 const PARTITIONS: i32 = 3;
 
@@ -21,43 +19,32 @@ async fn topic(prefix: &str) -> (String, KafkaCapture) {
     (topic, capture)
 }
 
+/// A test bridge producing to the Kafka broker through sink `kafka`, with librdkafka
+/// `properties`, and `trigger`.
 fn config(port: u16, properties: &[(&str, &str)], trigger: &str) -> String {
-    base_config(port) + &kafka_sink("kafka", &kafka_brokers(), properties) + trigger
+    let settings = ConfigToml::base(port).kafka_sink("kafka", &kafka_brokers(), properties);
+    settings.to_string() + trigger
 }
 
-async fn zadd(r: &mut redis::aio::MultiplexedConnection, key: &str, due: i64, member: &[u8]) {
-    let _: i64 = redis::cmd("ZADD")
-        .arg(key)
-        .arg(due)
-        .arg(member)
-        .query_async(r)
+/// Starts a bridge on [`config`] and waits until it is ready.
+async fn start(properties: &[(&str, &str)], trigger: &str) -> Bridge {
+    let port = free_port();
+    Bridge::start(&config(port, properties, trigger), port)
+        .ready(Duration::from_secs(20))
         .await
-        .unwrap();
 }
 
-/// (source, in-flight, dead) sizes of a queue.
-async fn sizes(r: &mut redis::aio::MultiplexedConnection, key: &str) -> (i64, i64, i64) {
-    let keys = delay_bridge::keys::QueueKeys::derive(key).unwrap();
-    redis::pipe()
-        .zcard(&keys.source)
-        .zcard(&keys.inflight)
-        .zcard(&keys.dead)
-        .query_async(r)
-        .await
-        .unwrap()
+/// Deletes the test's queue keys and topic.
+async fn cleanup(r: &mut Conn, key: &str, topic: &str) {
+    cleanup_keys(r, key).await;
+    delete_topic(&kafka_brokers(), topic).await;
 }
 
 /// Stops the bridge with SIGTERM (exit 0), then waits until the consumer has read every record
 /// in the topic; returns how many that is. Nothing can be written after the bridge exited, so
 /// the count is final: a duplicate cannot hide in consumer lag.
 async fn stop_and_count(bridge: &mut Bridge, capture: &KafkaCapture) -> usize {
-    bridge.signal(15);
-    assert_eq!(
-        bridge.wait_exit(Duration::from_secs(20)).await,
-        Some(0),
-        "{}",
-        bridge.log()
-    );
+    bridge.terminate(Duration::from_secs(20)).await;
     capture.fence().await;
     capture.count()
 }
@@ -67,47 +54,21 @@ async fn due_members_arrive_once_never_early_with_headers_and_exact_bytes() {
     let mut r = redis().await;
     let (topic, capture) = topic("due").await;
     let key = format!("{}:{{orders}}", unique("delay"));
-    let port = free_port();
     let trigger = kafka_trigger("orders", &key, "kafka", &topic, "workers = 3\nbatch = 4");
-    let mut bridge = Bridge::start(&config(port, &[], &trigger), port);
-    assert!(
-        bridge.wait_ready(Duration::from_secs(20)).await,
-        "bridge not ready:\n{}",
-        bridge.log()
-    );
+    let mut bridge = start(&[], &trigger).await;
 
-    let now = redis_now(&mut r).await;
-    let mut expected: HashMap<Vec<u8>, i64> = HashMap::new();
-    for i in 0..40i64 {
-        let mut body = format!("{{\"order\":{i}}}").into_bytes();
-        if i % 5 == 0 {
-            // Not UTF-8, with a NUL and a newline: must arrive byte for byte.
-            body = vec![0xff, 0x00, 0xfe, b'\n', i as u8, 0x80];
-        }
-        let due = now + 200 + i * 70;
-        expected.insert(body.clone(), due);
-        zadd(&mut r, &key, due, &body).await;
-    }
-    let past = b"from the past".to_vec();
-    expected.insert(past.clone(), now - 60_000);
-    zadd(&mut r, &key, now - 60_000, &past).await;
+    let expected = schedule_orders(&mut r, &key).await;
 
-    assert!(
-        wait_until(Duration::from_secs(30), || capture.count()
-            >= expected.len())
-        .await,
-        "only {} of {} arrived\n{}",
-        capture.count(),
-        expected.len(),
-        bridge.log()
-    );
+    bridge
+        .expect_arrivals(expected.len(), Duration::from_secs(30), || capture.count())
+        .await;
     assert!(
         forwarded(&bridge, "orders", expected.len()).await,
         "{}",
         bridge.log()
     );
     assert_eq!(
-        sizes(&mut r, &key).await,
+        queue_sizes(&mut r, &key).await,
         (0, 0, 0),
         "forwarded members leave Redis"
     );
@@ -137,18 +98,18 @@ async fn due_members_arrive_once_never_early_with_headers_and_exact_bytes() {
         );
         assert_eq!(m.key, None, "kafka_key defaults to none");
     }
-    cleanup_keys(&mut r, &key).await;
-    delete_topic(&kafka_brokers(), &topic).await;
+    cleanup(&mut r, &key, &topic).await;
 }
 
 /// Waits until the bridge's metrics say `n` messages of `trigger` were forwarded.
 async fn forwarded(bridge: &Bridge, trigger: &str, n: usize) -> bool {
     let labels = [("trigger", trigger)];
-    wait_scrape(bridge.metrics_port, Duration::from_secs(10), |body| {
-        metric_value(body, "delay_bridge_messages_forwarded_total", &labels) >= n as f64
-    })
-    .await
-    .0
+    bridge
+        .wait_scrape(Duration::from_secs(10), |body| {
+            metric_value(body, "delay_bridge_messages_forwarded_total", &labels) >= n as f64
+        })
+        .await
+        .0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,14 +117,8 @@ async fn cancel_and_reschedule_are_honoured() {
     let mut r = redis().await;
     let (topic, capture) = topic("cr").await;
     let key = unique("delay-plain");
-    let port = free_port();
     let trigger = kafka_trigger("cr", &key, "kafka", &topic, "");
-    let mut bridge = Bridge::start(&config(port, &[], &trigger), port);
-    assert!(
-        bridge.wait_ready(Duration::from_secs(20)).await,
-        "{}",
-        bridge.log()
-    );
+    let mut bridge = start(&[], &trigger).await;
 
     let now = redis_now(&mut r).await;
     for (due, m) in [
@@ -191,14 +146,12 @@ async fn cancel_and_reschedule_are_honoured() {
         .await
         .unwrap();
 
-    assert!(
-        wait_until(Duration::from_secs(20), || capture.count() >= 3).await,
-        "{}",
-        bridge.log()
-    );
+    bridge
+        .expect_arrivals(3, Duration::from_secs(20), || capture.count())
+        .await;
     assert!(forwarded(&bridge, "cr", 3).await, "{}", bridge.log());
     assert_eq!(
-        sizes(&mut r, &key).await,
+        queue_sizes(&mut r, &key).await,
         (0, 0, 0),
         "nothing left, the cancelled one included"
     );
@@ -229,8 +182,7 @@ async fn cancel_and_reschedule_are_honoured() {
         later.header("x-delay-due-ms"),
         Some((now + 2500).to_string())
     );
-    cleanup_keys(&mut r, &key).await;
-    delete_topic(&kafka_brokers(), &topic).await;
+    cleanup(&mut r, &key, &topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,7 +190,6 @@ async fn kafka_key_member_puts_every_copy_of_a_member_on_one_partition() {
     let mut r = redis().await;
     let (topic, capture) = topic("key").await;
     let key = format!("{}:{{k}}", unique("delay"));
-    let port = free_port();
     let trigger = kafka_trigger(
         "keyed",
         &key,
@@ -246,12 +197,7 @@ async fn kafka_key_member_puts_every_copy_of_a_member_on_one_partition() {
         &topic,
         "kafka_key = \"member\"\nworkers = 2\nbatch = 3",
     );
-    let mut bridge = Bridge::start(&config(port, &[], &trigger), port);
-    assert!(
-        bridge.wait_ready(Duration::from_secs(20)).await,
-        "{}",
-        bridge.log()
-    );
+    let mut bridge = start(&[], &trigger).await;
     let members: Vec<Vec<u8>> = (0..12u8)
         .map(|i| {
             let mut m = format!("member-{i}-").into_bytes();
@@ -262,10 +208,7 @@ async fn kafka_key_member_puts_every_copy_of_a_member_on_one_partition() {
     // The same members scheduled again after each delivery: separate copies of one message.
     let rounds = 3;
     for round in 1..=rounds {
-        let now = redis_now(&mut r).await;
-        for m in &members {
-            zadd(&mut r, &key, now, m).await;
-        }
+        schedule_now(&mut r, &key, &members).await;
         let want = members.len() * round;
         assert!(
             wait_until(Duration::from_secs(20), || capture.count() >= want).await,
@@ -298,8 +241,7 @@ async fn kafka_key_member_puts_every_copy_of_a_member_on_one_partition() {
         "kafka_key=member: {} members x {rounds} copies over partitions {used:?}",
         members.len()
     );
-    cleanup_keys(&mut r, &key).await;
-    delete_topic(&kafka_brokers(), &topic).await;
+    cleanup(&mut r, &key, &topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,52 +249,24 @@ async fn a_record_over_the_size_limit_is_dead_lettered_and_the_rest_flow() {
     let mut r = redis().await;
     let (topic, capture) = topic("big").await;
     let key = format!("{}:{{big}}", unique("delay"));
-    let port = free_port();
     let trigger = kafka_trigger("big", &key, "kafka", &topic, "batch = 10");
     // librdkafka refuses records over message.max.bytes before they leave the process.
-    let mut bridge = Bridge::start(
-        &config(port, &[("message.max.bytes", "2000")], &trigger),
-        port,
-    );
-    assert!(
-        bridge.wait_ready(Duration::from_secs(20)).await,
-        "{}",
-        bridge.log()
-    );
+    let mut bridge = start(&[("message.max.bytes", "2000")], &trigger).await;
     let now = redis_now(&mut r).await;
     let big = vec![b'x'; 5000];
     zadd(&mut r, &key, now, &big).await;
-    for i in 0..5 {
-        zadd(&mut r, &key, now, format!("small-{i}").as_bytes()).await;
-    }
-    let keys = delay_bridge::keys::QueueKeys::derive(&key).unwrap();
-    let mut dead = (0, 0, 0);
-    for _ in 0..300 {
-        dead = sizes(&mut r, &key).await;
-        if dead == (0, 0, 1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    zadd_all(&mut r, &key, (0..5).map(|i| (now, format!("small-{i}")))).await;
+    let dead = wait_sizes(&mut r, &key, Duration::from_secs(15), |s| *s == (0, 0, 1)).await;
     assert_eq!(dead, (0, 0, 1), "{}", bridge.log());
-    let reason: String = redis::cmd("HGET")
-        .arg(&keys.dead_reasons)
-        .arg(&big)
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    let reason: serde_json::Value = serde_json::from_str(&reason).unwrap();
+    let reason = dead_reason(&mut r, &key, &big).await.unwrap();
     assert_eq!(reason["reason"], "kafka_message_size_too_large");
     assert_eq!(reason["attempts"], 1, "a permanent error is not retried");
-    assert!(
-        wait_until(Duration::from_secs(10), || capture.count() >= 5).await,
-        "{}",
-        bridge.log()
-    );
+    bridge
+        .expect_arrivals(5, Duration::from_secs(10), || capture.count())
+        .await;
     assert_eq!(stop_and_count(&mut bridge, &capture).await, 5);
     assert!(capture.snapshot().iter().all(|m| m.body != big));
-    cleanup_keys(&mut r, &key).await;
-    delete_topic(&kafka_brokers(), &topic).await;
+    cleanup(&mut r, &key, &topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -361,16 +275,7 @@ async fn sigkill_mid_drain_then_restart_loses_nothing() {
     let (topic, capture) = topic("kill").await;
     let key = format!("{}:{{kill}}", unique("delay"));
     let n = 4000;
-    let now = redis_now(&mut r).await;
-    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
-        let mut cmd = redis::cmd("ZADD");
-        cmd.arg(&key);
-        for i in chunk {
-            cmd.arg(now - 1000 + (*i as i64 % 1000))
-                .arg(format!("msg-{i:06}"));
-        }
-        let _: i64 = cmd.query_async(&mut r).await.unwrap();
-    }
+    schedule(&mut r, &key, n, 0).await;
     let port = free_port();
     let trigger = kafka_trigger(
         "kill",
@@ -381,29 +286,23 @@ async fn sigkill_mid_drain_then_restart_loses_nothing() {
     );
     let mut bridge = Bridge::start(&config(port, &[], &trigger), port);
     // Kill once a few hundred are out of the source set (Redis is ahead of the consumer).
-    for _ in 0..3000 {
-        if sizes(&mut r, &key).await.0 <= n as i64 - 300 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let _ = poll(
+        Duration::from_secs(30),
+        Duration::from_millis(10),
+        async || queue_sizes(&mut r, &key).await.0,
+        |left| *left <= n as i64 - 300,
+    )
+    .await;
     bridge.signal(9);
     assert!(bridge.wait_exit(Duration::from_secs(5)).await.is_some());
-    let (left, inflight, _) = sizes(&mut r, &key).await;
+    let (left, inflight, _) = queue_sizes(&mut r, &key).await;
     assert!(
         left > 0 && left <= n as i64 - 300,
         "the kill must land mid-drain ({left} of {n} left)\n{}",
         bridge.log()
     );
     let mut bridge = bridge.restart();
-    let mut end = (1, 1, 1);
-    for _ in 0..1800 {
-        end = sizes(&mut r, &key).await;
-        if end == (0, 0, 0) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let end = wait_sizes(&mut r, &key, Duration::from_secs(90), |s| *s == (0, 0, 0)).await;
     assert_eq!(
         end,
         (0, 0, 0),
@@ -413,7 +312,7 @@ async fn sigkill_mid_drain_then_restart_loses_nothing() {
     let records = stop_and_count(&mut bridge, &capture).await;
     let seen = capture.tally();
     let lost: Vec<usize> = (0..n)
-        .filter(|i| !seen.contains_key(format!("msg-{i:06}").as_bytes()))
+        .filter(|i| !seen.contains_key(&body(*i, 0)))
         .collect();
     let duplicates = records - seen.len();
     println!(
@@ -424,6 +323,5 @@ async fn sigkill_mid_drain_then_restart_loses_nothing() {
     assert!(lost.is_empty(), "lost {lost:?}");
     assert_eq!(seen.len(), n, "nothing but the scheduled messages");
     drop(bridge);
-    cleanup_keys(&mut r, &key).await;
-    delete_topic(&kafka_brokers(), &topic).await;
+    cleanup(&mut r, &key, &topic).await;
 }

@@ -2,8 +2,6 @@
 //! errors, a fatal idempotence error, a full producer queue, outages and shutdown during one.
 
 mod common;
-#[path = "common/kafka.rs"]
-mod kafka_common;
 
 use std::time::{Duration, Instant};
 
@@ -16,19 +14,65 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use tokio_util::sync::CancellationToken;
 
+use common::kafka::*;
 use common::*;
-use kafka_common::*;
 
 const PARTITIONS: i32 = 3;
 const SINK: &str = "mock";
 
 type Mock = MockCluster<'static, DefaultProducerContext>;
 
-/// A one-broker mock cluster with a 3-partition topic.
-fn mock_cluster(topic: &str) -> Mock {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic(topic, PARTITIONS, 1).unwrap();
-    mock
+/// One test's world: trigger `name` draining a fresh queue key into a fresh 3-partition topic
+/// of its own one-broker mock cluster, through sink `mock`.
+struct Case {
+    name: &'static str,
+    key: String,
+    topic: String,
+    mock: Mock,
+}
+
+impl Case {
+    fn new(name: &'static str) -> Self {
+        let topic = unique(name);
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic(&topic, PARTITIONS, 1).unwrap();
+        Self {
+            name,
+            key: format!("{}:{{{name}}}", unique("delay")),
+            topic,
+            mock,
+        }
+    }
+
+    /// A consumer reading the whole topic from the start.
+    fn capture(&self) -> KafkaCapture {
+        KafkaCapture::start(&self.mock.bootstrap_servers(), &self.topic, PARTITIONS)
+    }
+
+    /// The bridge's config: the trigger with `trigger_extra` lines; librdkafka `properties`
+    /// on top of fast reconnects and health updates.
+    fn config(&self, properties: &[(&str, &str)], trigger_extra: &str) -> String {
+        let mut props = vec![
+            ("reconnect.backoff.ms", "20"),
+            ("reconnect.backoff.max.ms", "200"),
+            ("statistics.interval.ms", "200"),
+        ];
+        props.extend_from_slice(properties);
+        let settings = ConfigToml::base(free_port())
+            .without("log")
+            .without("sinks.rabbit")
+            .set_str("shutdown", "timeout", "4s")
+            .kafka_sink(SINK, &self.mock.bootstrap_servers(), &props);
+        let trigger = kafka_trigger(self.name, &self.key, SINK, &self.topic, trigger_extra);
+        settings.to_string() + &trigger
+    }
+
+    /// Runs the bridge on [`Case::config`] and waits until its sink is up.
+    async fn start(&self, properties: &[(&str, &str)], trigger_extra: &str) -> InProcess {
+        InProcess::start(&self.config(properties, trigger_extra))
+            .up()
+            .await
+    }
 }
 
 /// The library's daemon running in a task of this test, with its metrics at hand.
@@ -49,10 +93,9 @@ impl InProcess {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bridge.toml");
         std::fs::write(&path, toml).unwrap();
-        // Extracted straight from the file: `config::load` also reads DELAY_BRIDGE_* variables,
-        // and the test harness sets some of its own.
-        let config: delay_bridge::config::Config = Figment::from(Toml::file_exact(&path))
-            .extract()
+        // Loaded from the file alone (validated, routes resolved): `config::load` also reads
+        // DELAY_BRIDGE_* variables, and the test harness sets some of its own.
+        let config = delay_bridge::config::load_from(Figment::from(Toml::file_exact(&path)), &path)
             .unwrap_or_else(|e| panic!("{e}"));
         let metrics = Metrics::new();
         let stop = CancellationToken::new();
@@ -69,6 +112,15 @@ impl InProcess {
         }
     }
 
+    /// Waits until the sink is up (asserting it is within 15 s) and returns the bridge.
+    async fn up(self) -> Self {
+        assert!(
+            wait_until(Duration::from_secs(15), || self.sink_up()).await,
+            "the sink never came up"
+        );
+        self
+    }
+
     fn sink_up(&self) -> bool {
         self.metrics.sink_up.with_label_values(&[SINK]).get() == 1
     }
@@ -78,6 +130,15 @@ impl InProcess {
             .forwarded
             .with_label_values(&[trigger, SINK])
             .get()
+    }
+
+    /// Asserts that exactly `n` messages of `trigger` are counted as forwarded within `timeout`.
+    async fn expect_forwarded(&self, trigger: &str, n: usize, timeout: Duration) {
+        assert!(
+            wait_until(timeout, || self.forwarded(trigger) == n as u64).await,
+            "{trigger}: {} forwarded, expected {n}",
+            self.forwarded(trigger)
+        );
     }
 
     fn retried(&self, trigger: &str, reason: &str) -> u64 {
@@ -114,69 +175,9 @@ impl Drop for InProcess {
     }
 }
 
-/// A config producing to the mock cluster: fast reconnects and health updates.
-fn config(port: u16, bootstrap: &str, properties: &[(&str, &str)], trigger: &str) -> String {
-    let mut props = vec![
-        ("reconnect.backoff.ms", "20"),
-        ("reconnect.backoff.max.ms", "200"),
-        ("statistics.interval.ms", "200"),
-    ];
-    props.extend_from_slice(properties);
-    format!(
-        r#"
-[redis]
-url = "{redis}"
-enable_keyspace_events = true
-
-[metrics]
-listen = "127.0.0.1:{port}"
-backlog_interval = "200ms"
-
-[shutdown]
-timeout = "4s"
-"#,
-        redis = redis_url(),
-    ) + &kafka_sink(SINK, bootstrap, &props)
-        + trigger
-}
-
-async fn schedule_now(r: &mut redis::aio::MultiplexedConnection, key: &str, members: &[String]) {
-    let now = redis_now(r).await;
-    let mut cmd = redis::cmd("ZADD");
-    cmd.arg(key);
-    for m in members {
-        cmd.arg(now).arg(m);
-    }
-    let _: i64 = cmd.query_async(r).await.unwrap();
-}
-
-/// (source, in-flight, dead) sizes of a queue.
-async fn sizes(r: &mut redis::aio::MultiplexedConnection, key: &str) -> (i64, i64, i64) {
-    let keys = delay_bridge::keys::QueueKeys::derive(key).unwrap();
-    redis::pipe()
-        .zcard(&keys.source)
-        .zcard(&keys.inflight)
-        .zcard(&keys.dead)
-        .query_async(r)
-        .await
-        .unwrap()
-}
-
 /// Polls the queue sizes until they equal `want`; returns the last ones seen.
-async fn wait_sizes(
-    r: &mut redis::aio::MultiplexedConnection,
-    key: &str,
-    want: (i64, i64, i64),
-    timeout: Duration,
-) -> (i64, i64, i64) {
-    let end = Instant::now() + timeout;
-    loop {
-        let got = sizes(r, key).await;
-        if got == want || Instant::now() >= end {
-            return got;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn wait_for(r: &mut Conn, key: &str, want: Sizes, timeout: Duration) -> Sizes {
+    wait_sizes(r, key, timeout, |got| *got == want).await
 }
 
 fn members(prefix: &str, n: usize) -> Vec<String> {
@@ -195,31 +196,29 @@ fn assert_all_delivered(capture: &KafkaCapture, expected: &[String]) -> usize {
     seen.values().map(|c| c - 1).sum()
 }
 
+/// Stops the bridge, lets the consumer read everything and asserts every scheduled member was
+/// read: returns the duplicates.
+async fn stop_and_tally(bridge: InProcess, capture: &KafkaCapture, expected: &[String]) -> usize {
+    bridge.stop(Duration::from_secs(10)).await;
+    capture.fence().await;
+    assert_all_delivered(capture, expected)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transient_produce_errors_are_retried_without_loss() {
     let mut r = redis().await;
-    let topic = unique("transient");
-    let mock = mock_cluster(&topic);
-    let capture = KafkaCapture::start(&mock.bootstrap_servers(), &topic, PARTITIONS);
-    let key = format!("{}:{{t}}", unique("delay"));
-    let port = free_port();
+    let case = Case::new("transient");
+    let (mock, key) = (&case.mock, &case.key);
+    let capture = case.capture();
     // librdkafka gives up on a record after 1.5 s of failed attempts; the bridge then retries
     // it itself, so both layers of retry are exercised.
-    let trigger = kafka_trigger(
-        "transient",
-        &key,
-        SINK,
-        &topic,
-        "workers = 2\nbatch = 10\nmax_attempts = 100\npublish_timeout = \"5s\"\n\
-         backoff_initial = \"100ms\"\nbackoff_max = \"200ms\"",
-    );
-    let bridge = InProcess::start(&config(
-        port,
-        &mock.bootstrap_servers(),
-        &[("message.timeout.ms", "1500")],
-        &trigger,
-    ));
-    assert!(wait_until(Duration::from_secs(15), || bridge.sink_up()).await);
+    let bridge = case
+        .start(
+            &[("message.timeout.ms", "1500")],
+            "workers = 2\nbatch = 10\nmax_attempts = 100\npublish_timeout = \"5s\"\n\
+             backoff_initial = \"100ms\"\nbackoff_max = \"200ms\"",
+        )
+        .await;
 
     let errors: Vec<RDKafkaRespErr> = (0..40)
         .map(|i| match i % 3 {
@@ -230,9 +229,9 @@ async fn transient_produce_errors_are_retried_without_loss() {
         .collect();
     mock.request_errors(RDKafkaApiKey::Produce, &errors);
     let expected = members("t", 200);
-    schedule_now(&mut r, &key, &expected).await;
+    schedule_now(&mut r, key, &expected).await;
 
-    let end = wait_sizes(&mut r, &key, (0, 0, 0), Duration::from_secs(90)).await;
+    let end = wait_for(&mut r, key, (0, 0, 0), Duration::from_secs(90)).await;
     assert_eq!(
         end,
         (0, 0, 0),
@@ -243,14 +242,10 @@ async fn transient_produce_errors_are_retried_without_loss() {
         retried > 0,
         "some records outlived message.timeout.ms and were retried by the bridge"
     );
-    assert!(
-        wait_until(Duration::from_secs(5), || bridge.forwarded("transient")
-            == expected.len() as u64)
-        .await
-    );
-    bridge.stop(Duration::from_secs(10)).await;
-    capture.fence().await;
-    let duplicates = assert_all_delivered(&capture, &expected);
+    bridge
+        .expect_forwarded("transient", expected.len(), Duration::from_secs(5))
+        .await;
+    let duplicates = stop_and_tally(bridge, &capture, &expected).await;
     let late_attempts = capture
         .snapshot()
         .iter()
@@ -265,39 +260,28 @@ async fn transient_produce_errors_are_retried_without_loss() {
         late_attempts > 0,
         "x-delay-attempt counts the bridge's retries"
     );
-    cleanup_keys(&mut r, &key).await;
+    cleanup_keys(&mut r, key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permanent_error_dead_letters_with_its_reason_and_the_producer_goes_on() {
     let mut r = redis().await;
-    let topic = unique("permanent");
-    let mock = mock_cluster(&topic);
-    let capture = KafkaCapture::start(&mock.bootstrap_servers(), &topic, PARTITIONS);
-    let key = format!("{}:{{p}}", unique("delay"));
-    let port = free_port();
-    let trigger = kafka_trigger("permanent", &key, SINK, &topic, "workers = 1\nbatch = 1");
-    let bridge = InProcess::start(&config(port, &mock.bootstrap_servers(), &[], &trigger));
-    assert!(wait_until(Duration::from_secs(15), || bridge.sink_up()).await);
+    let case = Case::new("permanent");
+    let (mock, key) = (&case.mock, &case.key);
+    let capture = case.capture();
+    let bridge = case.start(&[], "workers = 1\nbatch = 1").await;
 
     // The broker rejects the next produce request as too large: retrying cannot help.
     mock.request_errors(
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
     );
-    schedule_now(&mut r, &key, &["victim".to_string()]).await;
+    schedule_now(&mut r, key, &["victim".to_string()]).await;
     assert_eq!(
-        wait_sizes(&mut r, &key, (0, 0, 1), Duration::from_secs(20)).await,
+        wait_for(&mut r, key, (0, 0, 1), Duration::from_secs(20)).await,
         (0, 0, 1)
     );
-    let keys = delay_bridge::keys::QueueKeys::derive(&key).unwrap();
-    let reason: String = redis::cmd("HGET")
-        .arg(&keys.dead_reasons)
-        .arg("victim")
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    let reason: serde_json::Value = serde_json::from_str(&reason).unwrap();
+    let reason = dead_reason(&mut r, key, "victim").await.unwrap();
     assert_eq!(reason["reason"], "kafka_message_size_too_large");
     assert_eq!(reason["attempts"], 1, "dead-lettered at the first failure");
     assert_eq!(
@@ -311,43 +295,31 @@ async fn a_permanent_error_dead_letters_with_its_reason_and_the_producer_goes_on
 
     // The idempotent producer bumps its epoch and carries on with the next messages.
     let expected = members("after", 20);
-    schedule_now(&mut r, &key, &expected).await;
+    schedule_now(&mut r, key, &expected).await;
     assert_eq!(
-        wait_sizes(&mut r, &key, (0, 0, 1), Duration::from_secs(20)).await,
+        wait_for(&mut r, key, (0, 0, 1), Duration::from_secs(20)).await,
         (0, 0, 1)
     );
-    assert!(
-        wait_until(Duration::from_secs(10), || bridge.forwarded("permanent")
-            == 20)
-        .await
-    );
-    bridge.stop(Duration::from_secs(10)).await;
-    capture.fence().await;
+    bridge
+        .expect_forwarded("permanent", 20, Duration::from_secs(10))
+        .await;
     assert_eq!(
-        assert_all_delivered(&capture, &expected),
+        stop_and_tally(bridge, &capture, &expected).await,
         0,
         "no duplicates"
     );
-    cleanup_keys(&mut r, &key).await;
+    cleanup_keys(&mut r, key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fatal_idempotence_error_replaces_the_producer_without_loss() {
     let mut r = redis().await;
-    let topic = unique("fatal");
-    let mock = mock_cluster(&topic);
-    let capture = KafkaCapture::start(&mock.bootstrap_servers(), &topic, PARTITIONS);
-    let key = format!("{}:{{f}}", unique("delay"));
-    let port = free_port();
-    let trigger = kafka_trigger(
-        "fatal",
-        &key,
-        SINK,
-        &topic,
-        "workers = 2\nbatch = 10\nmax_attempts = 2",
-    );
-    let bridge = InProcess::start(&config(port, &mock.bootstrap_servers(), &[], &trigger));
-    assert!(wait_until(Duration::from_secs(15), || bridge.sink_up()).await);
+    let case = Case::new("fatal");
+    let (mock, key) = (&case.mock, &case.key);
+    let capture = case.capture();
+    let bridge = case
+        .start(&[], "workers = 2\nbatch = 10\nmax_attempts = 2")
+        .await;
 
     // A sequence error on the head-of-line request is fatal for an idempotent producer: from
     // then on it refuses every record. Without a new producer the queue would stall (or, with
@@ -357,14 +329,12 @@ async fn a_fatal_idempotence_error_replaces_the_producer_without_loss() {
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER],
     );
     let expected = members("f", 100);
-    schedule_now(&mut r, &key, &expected).await;
-    let end = wait_sizes(&mut r, &key, (0, 0, 0), Duration::from_secs(30)).await;
+    schedule_now(&mut r, key, &expected).await;
+    let end = wait_for(&mut r, key, (0, 0, 0), Duration::from_secs(30)).await;
     assert_eq!(end, (0, 0, 0), "delivered after the producer was replaced");
     let put_back = bridge.metrics.put_back.with_label_values(&["fatal"]).get();
     assert!(put_back > 0, "the fatal error hit a batch, which went back");
-    bridge.stop(Duration::from_secs(10)).await;
-    capture.fence().await;
-    let duplicates = assert_all_delivered(&capture, &expected);
+    let duplicates = stop_and_tally(bridge, &capture, &expected).await;
     let retried: usize = capture
         .snapshot()
         .iter()
@@ -379,78 +349,60 @@ async fn a_fatal_idempotence_error_replaces_the_producer_without_loss() {
         retried, 0,
         "the producer failed, not the messages: no attempt counted"
     );
-    cleanup_keys(&mut r, &key).await;
+    cleanup_keys(&mut r, key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_producer_queue_waits_for_room_and_loses_nothing() {
     let mut r = redis().await;
-    let topic = unique("queuefull");
-    let mock = mock_cluster(&topic);
+    let case = Case::new("queuefull");
+    let key = &case.key;
     // Slow acknowledgements keep records queued, so batches run into the queue limit.
-    mock.broker_round_trip_time(-1, Duration::from_millis(50))
+    case.mock
+        .broker_round_trip_time(-1, Duration::from_millis(50))
         .unwrap();
-    let capture = KafkaCapture::start(&mock.bootstrap_servers(), &topic, PARTITIONS);
-    let key = format!("{}:{{q}}", unique("delay"));
-    let port = free_port();
+    let capture = case.capture();
     // Timeouts far beyond the test's length: a duplicate could then only come from the queue
     // handling itself.
-    let trigger = kafka_trigger(
-        "queuefull",
-        &key,
-        SINK,
-        &topic,
-        "workers = 3\nbatch = 50\npublish_timeout = \"120s\"\nlease = \"240s\"",
-    );
-    let bridge = InProcess::start(&config(
-        port,
-        &mock.bootstrap_servers(),
-        &[
-            ("queue.buffering.max.messages", "8"),
-            ("message.timeout.ms", "120000"),
-        ],
-        &trigger,
-    ));
-    assert!(wait_until(Duration::from_secs(15), || bridge.sink_up()).await);
+    let properties = [
+        ("queue.buffering.max.messages", "8"),
+        ("message.timeout.ms", "120000"),
+    ];
+    let bridge = case
+        .start(
+            &properties,
+            "workers = 3\nbatch = 50\npublish_timeout = \"120s\"\nlease = \"240s\"",
+        )
+        .await;
     let expected = members("q", 600);
-    schedule_now(&mut r, &key, &expected).await;
-    let end = wait_sizes(&mut r, &key, (0, 0, 0), Duration::from_secs(60)).await;
+    schedule_now(&mut r, key, &expected).await;
+    let end = wait_for(&mut r, key, (0, 0, 0), Duration::from_secs(60)).await;
     assert_eq!(end, (0, 0, 0));
-    assert!(
-        wait_until(Duration::from_secs(5), || bridge.forwarded("queuefull")
-            == expected.len() as u64)
-        .await
-    );
-    bridge.stop(Duration::from_secs(10)).await;
-    capture.fence().await;
+    bridge
+        .expect_forwarded("queuefull", expected.len(), Duration::from_secs(5))
+        .await;
     assert_eq!(
-        assert_all_delivered(&capture, &expected),
+        stop_and_tally(bridge, &capture, &expected).await,
         0,
         "no duplicates"
     );
-    cleanup_keys(&mut r, &key).await;
+    cleanup_keys(&mut r, key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_down_stops_claiming_and_recovery_resumes_forwarding() {
     let mut r = redis().await;
-    let topic = unique("outage");
-    let mock = mock_cluster(&topic);
-    let capture = KafkaCapture::start(&mock.bootstrap_servers(), &topic, PARTITIONS);
-    let key = format!("{}:{{o}}", unique("delay"));
-    let port = free_port();
-    let trigger = kafka_trigger(
-        "outage",
-        &key,
-        SINK,
-        &topic,
-        "workers = 3\nbatch = 20\nguard_interval = \"200ms\"",
-    );
-    let bridge = InProcess::start(&config(port, &mock.bootstrap_servers(), &[], &trigger));
-    assert!(wait_until(Duration::from_secs(15), || bridge.sink_up()).await);
+    let case = Case::new("outage");
+    let (mock, key) = (&case.mock, &case.key);
+    let capture = case.capture();
+    let bridge = case
+        .start(&[], "workers = 3\nbatch = 20\nguard_interval = \"200ms\"")
+        .await;
     let first = members("before", 10);
-    schedule_now(&mut r, &key, &first).await;
-    assert!(wait_until(Duration::from_secs(15), || bridge.forwarded("outage") == 10).await);
+    schedule_now(&mut r, key, &first).await;
+    bridge
+        .expect_forwarded("outage", 10, Duration::from_secs(15))
+        .await;
 
     mock.broker_down(-1).unwrap();
     assert!(
@@ -459,11 +411,11 @@ async fn broker_down_stops_claiming_and_recovery_resumes_forwarding() {
     );
     let claims = bridge.claims("outage");
     let during = members("during", 50);
-    schedule_now(&mut r, &key, &during).await;
+    schedule_now(&mut r, key, &during).await;
     // Watch for a while: nothing may be claimed while no broker is up.
     let watch_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < watch_until {
-        let (source, inflight, dead) = sizes(&mut r, &key).await;
+        let (source, inflight, dead) = queue_sizes(&mut r, key).await;
         assert_eq!(
             (source, inflight, dead),
             (50, 0, 0),
@@ -478,54 +430,45 @@ async fn broker_down_stops_claiming_and_recovery_resumes_forwarding() {
     );
 
     mock.broker_up(-1).unwrap();
-    let end = wait_sizes(&mut r, &key, (0, 0, 0), Duration::from_secs(30)).await;
+    let end = wait_for(&mut r, key, (0, 0, 0), Duration::from_secs(30)).await;
     assert_eq!(end, (0, 0, 0), "forwarding resumed");
-    assert!(wait_until(Duration::from_secs(5), || bridge.forwarded("outage") == 60).await);
-    bridge.stop(Duration::from_secs(10)).await;
-    capture.fence().await;
+    bridge
+        .expect_forwarded("outage", 60, Duration::from_secs(5))
+        .await;
     let mut all = first.clone();
     all.extend(during);
-    assert_eq!(assert_all_delivered(&capture, &all), 0, "no duplicates");
-    cleanup_keys(&mut r, &key).await;
+    assert_eq!(
+        stop_and_tally(bridge, &capture, &all).await,
+        0,
+        "no duplicates"
+    );
+    cleanup_keys(&mut r, key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_during_an_outage_puts_claimed_messages_back() {
     let mut r = redis().await;
-    let topic = unique("shutdown");
-    let mock = mock_cluster(&topic);
-    let key = format!("{}:{{s}}", unique("delay"));
-    let port = free_port();
-    let trigger = kafka_trigger(
-        "shutdown",
-        &key,
-        SINK,
-        &topic,
+    let case = Case::new("shutdown");
+    let (mock, key) = (&case.mock, &case.key);
+    let toml = case.config(
+        &[("message.timeout.ms", "30000")],
         "workers = 2\nbatch = 25\npublish_timeout = \"30s\"\nlease = \"60s\"",
     );
-    let toml = config(
-        port,
-        &mock.bootstrap_servers(),
-        &[("message.timeout.ms", "30000")],
-        &trigger,
-    );
-    let bridge = InProcess::start(&toml);
-    assert!(wait_until(Duration::from_secs(15), || bridge.sink_up()).await);
+    let bridge = InProcess::start(&toml).up().await;
 
     // Acknowledgements take longer than the test: claimed batches wait on their records ...
     mock.broker_round_trip_time(-1, Duration::from_secs(60))
         .unwrap();
     let expected = members("s", 100);
-    schedule_now(&mut r, &key, &expected).await;
+    schedule_now(&mut r, key, &expected).await;
     // Each worker keeps several batches in flight: all 100 members end up claimed.
-    let mut claimed = (0, 0, 0);
-    for _ in 0..200 {
-        claimed = sizes(&mut r, &key).await;
-        if claimed.1 == 100 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (_, claimed) = poll(
+        Duration::from_secs(4),
+        Duration::from_millis(20),
+        async || queue_sizes(&mut r, key).await,
+        |s| s.1 == 100,
+    )
+    .await;
     assert_eq!(claimed, (0, 100, 0), "four batches in flight");
     // ... when the broker goes away altogether.
     mock.broker_down(-1).unwrap();
@@ -535,32 +478,29 @@ async fn shutdown_during_an_outage_puts_claimed_messages_back() {
     let took = bridge.stop(Duration::from_secs(4 + 3)).await;
     println!("shutdown during an outage took {took:?} (shutdown.timeout 4s)");
     assert_eq!(
-        sizes(&mut r, &key).await,
+        queue_sizes(&mut r, key).await,
         (100, 0, 0),
         "in-flight set empty, every member back in the source set"
     );
     assert_eq!(put_back.get(), 100);
-    let keys = delay_bridge::keys::QueueKeys::derive(&key).unwrap();
-    let attempts: i64 = redis::cmd("HLEN")
-        .arg(&keys.attempts)
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    assert_eq!(attempts, 0, "put back unattempted");
+    let keys = delay_bridge::keys::QueueKeys::derive(key).unwrap();
+    assert_eq!(
+        hlen(&mut r, &keys.attempts).await,
+        0,
+        "put back unattempted"
+    );
 
     // The same queue drains once a broker is back.
     mock.broker_round_trip_time(-1, Duration::ZERO).unwrap();
     mock.broker_up(-1).unwrap();
-    let capture = KafkaCapture::start(&mock.bootstrap_servers(), &topic, PARTITIONS);
+    let capture = case.capture();
     let bridge = InProcess::start(&toml);
-    let end = wait_sizes(&mut r, &key, (0, 0, 0), Duration::from_secs(30)).await;
+    let end = wait_for(&mut r, key, (0, 0, 0), Duration::from_secs(30)).await;
     assert_eq!(end, (0, 0, 0));
-    bridge.stop(Duration::from_secs(10)).await;
-    capture.fence().await;
-    let duplicates = assert_all_delivered(&capture, &expected);
+    let duplicates = stop_and_tally(bridge, &capture, &expected).await;
     println!(
         "after the outage: {} messages, lost 0, duplicates {duplicates}",
         expected.len()
     );
-    cleanup_keys(&mut r, &key).await;
+    cleanup_keys(&mut r, key).await;
 }

@@ -1,4 +1,9 @@
 //! Model-based property test: random producer and worker steps against the real scripts and an in-memory model.
+//!
+//! Every case runs in one of two payload modes. Inline: the member is the message. Hash: the
+//! member is an id, its body lives in the bodies hash, and the producer follows its contract
+//! (`HSET` + `ZADD` in one transaction, `ZADD XX` to reschedule, the cancel script it is given
+//! in `src/scripts/cancel.lua`), with a rare producer bug thrown in (a `ZADD` with no body).
 
 mod common;
 
@@ -7,14 +12,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use delay_bridge::keys::QueueKeys;
-use delay_bridge::store::{FailOutcome, Settlement, Store};
+use delay_bridge::redis_conn::Conn;
+use delay_bridge::store::{Body, Claimed, FailOutcome, Failure, Settlement, Store};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::aio::MultiplexedConnection;
 
-/// Members the steps pick from: few, so producer writes and claims collide often. Includes the
-/// empty member and bytes that are not UTF-8.
+/// Members the steps pick from (ids in hash mode): few, so producer writes and claims collide
+/// often. Includes the empty member and bytes that are not UTF-8.
 const POOL: [&[u8]; 7] = [b"a", b"b", b"", b"\xff\x00\xfe", b"{\"id\":7}", b"c", b"a "];
 
 /// Lease of a "short" claim: expired as soon as the Redis clock moves past the claim time.
@@ -22,6 +28,8 @@ const SHORT_LEASE: Duration = Duration::ZERO;
 /// Lease of a "long" claim: never expires while a case runs.
 const LONG_LEASE: Duration = Duration::from_secs(600);
 const RETRY_LATER: Duration = Duration::from_secs(3600);
+/// Hash mode: the claim byte budget of the case's store, more than any batch's bodies.
+const ROOMY: usize = 1 << 20;
 
 #[derive(Debug, Clone, Copy)]
 enum When {
@@ -44,22 +52,72 @@ enum Disp {
     Dead,
     /// Never attempted: back with its original score.
     PutBack,
+    /// Hash mode, never generated: what the worker does with a claimed id that has no body
+    /// (dead-lettered as `missing_body`), whatever disposition was drawn, bar a put-back.
+    Missing,
+}
+
+/// A key of the queue that a step gives the wrong type for one script call.
+#[derive(Debug, Clone, Copy)]
+enum Derived {
+    Source,
+    Inflight,
+    Attempts,
+    Dead,
+    DeadReasons,
+    /// Hash mode only.
+    Bodies,
+}
+
+/// A script run while a key has the wrong type.
+#[derive(Debug, Clone, Copy)]
+enum Script {
+    Claim,
+    Settle,
+    Recover,
+    Requeue,
+}
+
+/// Hash mode: the body a producer writes.
+#[derive(Debug, Clone, Copy)]
+enum Payload {
+    /// `id#version` and `pad` more bytes: every write is told apart from the others.
+    Versioned(u8),
+    Empty,
 }
 
 #[derive(Debug, Clone)]
 enum Op {
-    /// `ZADD`: a new message, or a reschedule when the member is already there.
+    /// `ZADD`: a new message, or a reschedule when the member is already there. In hash mode
+    /// this is the producer bug: an id scheduled with no `HSET` of its body.
     Schedule {
         member: usize,
         when: When,
     },
-    /// `ZREM` on the source set.
+    /// `ZREM` on the source set; the cancel script in hash mode.
     Cancel {
         member: usize,
     },
     Claim {
         batch: usize,
         short: bool,
+    },
+    /// Hash mode: `MULTI; HSET bodies id body; ZADD source due id; EXEC`.
+    Produce {
+        member: usize,
+        when: When,
+        body: Payload,
+    },
+    /// Hash mode: `ZADD XX`, a new due time for an id only if it is scheduled.
+    Reschedule {
+        member: usize,
+        when: When,
+    },
+    /// Hash mode: a claim whose bodies may total `budget` bytes (at least one member).
+    ClaimBytes {
+        batch: usize,
+        short: bool,
+        budget: usize,
     },
     /// Settles one open batch (picked by index) with one disposition per member (cycled).
     Settle {
@@ -71,10 +129,17 @@ enum Op {
     Recover {
         limit: usize,
     },
+    /// Sweeps the whole attempts hash of stale entries.
+    Sweep,
     /// Requeues the named dead letters, or the oldest `limit` when none is named.
     Requeue {
         members: Vec<usize>,
         limit: usize,
+    },
+    /// Runs a script while `key` holds a string: it must fail and change nothing.
+    WrongType {
+        key: Derived,
+        script: Script,
     },
 }
 
@@ -97,65 +162,193 @@ fn disp() -> impl Strategy<Value = Disp> {
     ]
 }
 
+fn derived() -> impl Strategy<Value = Derived> {
+    prop_oneof![
+        Just(Derived::Source),
+        Just(Derived::Inflight),
+        Just(Derived::Attempts),
+        Just(Derived::Dead),
+        Just(Derived::DeadReasons),
+    ]
+}
+
+fn script() -> impl Strategy<Value = Script> {
+    prop_oneof![
+        Just(Script::Claim),
+        Just(Script::Settle),
+        Just(Script::Recover),
+        Just(Script::Requeue),
+    ]
+}
+
+fn hash_derived() -> impl Strategy<Value = Derived> {
+    prop_oneof![derived(), Just(Derived::Bodies)]
+}
+
+fn payload() -> impl Strategy<Value = Payload> {
+    prop_oneof![
+        6 => (0u8..12).prop_map(Payload::Versioned),
+        1 => Just(Payload::Empty),
+    ]
+}
+
+/// Budgets around the size of one body, so that claims are often cut short.
+fn budget() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        1 => Just(1usize),
+        3 => 4usize..24,
+        1 => Just(ROOMY),
+    ]
+}
+
+/// The steps of a hash-mode case: those of an inline one, the producer's per its contract.
+fn hash_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (0..POOL.len(), when(), payload())
+            .prop_map(|(member, when, body)| Op::Produce { member, when, body }),
+        1 => (0..POOL.len(), when()).prop_map(|(member, when)| Op::Reschedule { member, when }),
+        1 => (0..POOL.len(), when()).prop_map(|(member, when)| Op::Schedule { member, when }),
+        1 => (0..POOL.len()).prop_map(|member| Op::Cancel { member }),
+        4 => (1usize..6, any::<bool>(), budget())
+            .prop_map(|(batch, short, budget)| Op::ClaimBytes { batch, short, budget }),
+        4 => (any::<usize>(), vec(disp(), 1..4)).prop_map(|(which, disp)| Op::Settle { which, disp }),
+        1 => Just(Op::Expire),
+        2 => (0usize..4).prop_map(|limit| Op::Recover { limit }),
+        1 => Just(Op::Sweep),
+        2 => (vec(0..POOL.len(), 0..3), 0usize..3)
+            .prop_map(|(members, limit)| Op::Requeue { members, limit }),
+        1 => (hash_derived(), script()).prop_map(|(key, script)| Op::WrongType { key, script }),
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..POOL.len(), when()).prop_map(|(member, when)| Op::Schedule { member, when }),
+        5 => (0..POOL.len(), when()).prop_map(|(member, when)| Op::Schedule { member, when }),
         1 => (0..POOL.len()).prop_map(|member| Op::Cancel { member }),
         4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::Claim { batch, short }),
         4 => (any::<usize>(), vec(disp(), 1..4)).prop_map(|(which, disp)| Op::Settle { which, disp }),
         1 => Just(Op::Expire),
         2 => (0usize..4).prop_map(|limit| Op::Recover { limit }),
-        3 => (vec(0..POOL.len(), 0..3), 0usize..3)
+        1 => Just(Op::Sweep),
+        2 => (vec(0..POOL.len(), 0..3), 0usize..3)
             .prop_map(|(members, limit)| Op::Requeue { members, limit }),
+        1 => (derived(), script()).prop_map(|(key, script)| Op::WrongType { key, script }),
     ]
 }
+
+/// Schedules: each producer `ZADD` of a member that is not scheduled starts one; a copy of
+/// the member (scheduled, in flight or dead) carries the schedules it stands for.
+type Schedules = Vec<u64>;
 
 /// A claimed batch the "worker" has not settled yet.
 #[derive(Debug, Clone)]
 struct OpenBatch {
     id: u64,
     deadline: i64,
-    /// (member, due score as Redis printed it)
-    items: Vec<(Vec<u8>, Vec<u8>)>,
+    items: Vec<Claimed>,
+    /// The schedules each item stood for when claimed: delivered if its ack is confirmed.
+    schedules: Vec<Schedules>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
+struct Scheduled {
+    score: f64,
+    /// Failed attempts carried by this copy.
+    failures: i64,
+    schedules: Schedules,
+}
+
+#[derive(Debug, Clone, PartialEq)]
 struct Lease {
     batch: u64,
     deadline: i64,
     short: bool,
+    failures: i64,
+    schedules: Schedules,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 struct DeadEntry {
     at: f64,
     reason: String,
+    /// What the failing settle said besides the label (`detail` in the reason JSON).
+    detail: Option<String>,
     attempts: i64,
+    schedules: Schedules,
 }
 
-/// Where a member that is in no Redis set went.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Gone {
-    Delivered,
-    Cancelled,
+/// The detail a failing settle gives with `reason` (as a sink would: the broker's or the
+/// parser's words for some failures, nothing for others), so the model sees both kinds.
+fn detail_of(reason: &str) -> Option<&'static str> {
+    match reason {
+        "too_large" => Some("4 MiB over max_message_bytes \"quoted\"\n"),
+        "returned" => Some("NO_ROUTE"),
+        _ => None,
+    }
 }
 
 /// The specification: what every step should do to the queue.
 #[derive(Default, Debug)]
 struct Model {
-    source: HashMap<Vec<u8>, f64>,
+    source: HashMap<Vec<u8>, Scheduled>,
     inflight: HashMap<Vec<u8>, Lease>,
     dead: HashMap<Vec<u8>, DeadEntry>,
-    /// Attempts that did not end in a confirmation (failures and expired leases).
-    attempts: HashMap<Vec<u8>, i64>,
-    /// Fate of members in no set.
-    gone: HashMap<Vec<u8>, Gone>,
-    /// Members a producer wrote while they were in flight or dead: legitimately in two sets.
-    overlap: HashSet<Vec<u8>>,
-    /// Members a producer ever scheduled.
-    written: HashSet<Vec<u8>>,
+    /// Every schedule a producer started.
+    started: Vec<u64>,
+    /// Schedules whose message the broker confirmed at least once.
+    delivered: HashSet<u64>,
+    /// Schedules the producer cancelled (`ZREM`) before a claim.
+    cancelled: HashSet<u64>,
     open: Vec<OpenBatch>,
     next_batch: u64,
+    next_schedule: u64,
+    /// Hash mode only.
+    bodies: Option<Bodies>,
+}
+
+/// Hash mode: the bodies hash, and what the producer wrote to it.
+#[derive(Default, Debug)]
+struct Bodies {
+    /// id -> body: what the bodies hash should hold.
+    held: HashMap<Vec<u8>, Vec<u8>>,
+    /// id -> the body of its latest `HSET`, remembered after the hash drops it.
+    written: HashMap<Vec<u8>, Vec<u8>>,
+    /// Ids the producer bug scheduled while they had no body, with no `HSET` since: the only
+    /// ids that may be claimed as missing, or be queued without a body.
+    bare: HashSet<Vec<u8>>,
+    next_version: u64,
+}
+
+impl Model {
+    /// Moves a copy that left its lease back to the source set, unless the producer
+    /// scheduled the member again meanwhile: then that schedule stays and the two merge.
+    /// Returns whether it merged.
+    fn reschedule(
+        &mut self,
+        member: &[u8],
+        score: f64,
+        failures: i64,
+        schedules: Schedules,
+    ) -> bool {
+        match self.source.get_mut(member) {
+            Some(s) => {
+                s.schedules.extend(schedules);
+                s.failures = 0;
+                true
+            }
+            None => {
+                self.source.insert(
+                    member.to_vec(),
+                    Scheduled {
+                        score,
+                        failures,
+                        schedules,
+                    },
+                );
+                false
+            }
+        }
+    }
 }
 
 /// Counts over all cases, to show the steps really exercised each path.
@@ -163,34 +356,30 @@ struct Model {
 struct Tally {
     steps: AtomicU64,
     claimed: AtomicU64,
+    skipped_in_flight: AtomicU64,
     acked: AtomicU64,
+    acks_not_owned: AtomicU64,
     retried: AtomicU64,
     dead: AtomicU64,
     put_back: AtomicU64,
+    merged: AtomicU64,
     not_owned: AtomicU64,
     recovered: AtomicU64,
+    swept: AtomicU64,
     requeued: AtomicU64,
-    overlaps: AtomicU64,
+    wrong_type: AtomicU64,
+    /// Hash mode from here on.
+    bodies_claimed: AtomicU64,
+    missing_claimed: AtomicU64,
+    cut_by_budget: AtomicU64,
+    ack_dropped_body: AtomicU64,
+    ack_kept_body: AtomicU64,
+    cancel_dropped_body: AtomicU64,
+    cancel_kept_body: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
-}
-
-/// Whether one of the members a claim at `now` takes is in flight with lease deadline `deadline`.
-fn due_members_held_until(m: &Model, now: i64, batch: usize, deadline: i64) -> bool {
-    let mut due: Vec<(Vec<u8>, f64)> = m
-        .source
-        .iter()
-        .filter(|(_, s)| **s <= now as f64)
-        .map(|(m, s)| (m.clone(), *s))
-        .collect();
-    due.sort_by(by_score);
-    due.iter().take(batch).any(|(member, _)| {
-        m.inflight
-            .get(member)
-            .is_some_and(|l| l.deadline == deadline)
-    })
 }
 
 /// Redis orders equal scores by member bytes.
@@ -209,6 +398,8 @@ fn parse_score(raw: &[u8]) -> f64 {
 
 struct Case {
     conn: MultiplexedConnection,
+    /// For stores with another claim byte budget.
+    manager: Conn,
     store: Store,
     keys: QueueKeys,
     max_attempts: u32,
@@ -238,6 +429,9 @@ macro_rules! check_eq {
 }
 
 type Step = Result<(), TestCaseError>;
+
+/// Everything the queue holds in Redis, for comparing before and after a failed call.
+type Snapshot = Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)>;
 
 impl Case {
     async fn now(&mut self) -> i64 {
@@ -290,15 +484,25 @@ impl Case {
         match op {
             Op::Schedule { member, when } => self.schedule(POOL[*member], *when).await,
             Op::Cancel { member } => self.cancel(POOL[*member]).await,
-            Op::Claim { batch, short } => self.claim(*batch, *short).await,
+            Op::Claim { batch, short } => self.claim(*batch, *short, None).await,
+            Op::Produce { member, when, body } => self.produce(POOL[*member], *when, *body).await,
+            Op::Reschedule { member, when } => self.reschedule(POOL[*member], *when).await,
+            Op::ClaimBytes {
+                batch,
+                short,
+                budget,
+            } => self.claim(*batch, *short, Some(*budget)).await,
             Op::Settle { which, disp } => self.settle(*which, disp).await,
             Op::Expire => self.expire().await,
             Op::Recover { limit } => self.recover(*limit).await,
+            Op::Sweep => self.sweep().await,
             Op::Requeue { members, limit } => self.requeue(members, *limit).await,
+            Op::WrongType { key, script } => self.wrong_type(*key, *script).await,
         }
     }
 
-    async fn schedule(&mut self, member: &[u8], when: When) -> Step {
+    /// The score `when` stands for, and how a producer writes it.
+    fn due(&self, when: When) -> (f64, String) {
         let score = match when {
             When::Past(k) => (self.base - 1000 - i64::from(k) * 1000) as f64,
             When::Future(k) => (self.base + 3_600_000 + i64::from(k) * 1000) as f64,
@@ -310,6 +514,38 @@ impl Case {
             When::PosInf => "+inf".to_string(),
             _ => format!("{}", score as i64),
         };
+        (score, arg)
+    }
+
+    /// The model of a producer `ZADD` of `member` at `score`.
+    fn scheduled(&mut self, member: &[u8], score: f64) {
+        match self.m.source.get_mut(member) {
+            // A reschedule: the same schedule, a new time, a fresh count (the stamp no longer
+            // matches, unless the producer happened to write the very score it had).
+            Some(s) => {
+                if s.score != score {
+                    s.failures = 0;
+                }
+                s.score = score;
+            }
+            None => {
+                let id = self.m.next_schedule;
+                self.m.next_schedule += 1;
+                self.m.started.push(id);
+                self.m.source.insert(
+                    member.to_vec(),
+                    Scheduled {
+                        score,
+                        failures: 0,
+                        schedules: vec![id],
+                    },
+                );
+            }
+        }
+    }
+
+    async fn schedule(&mut self, member: &[u8], when: When) -> Step {
+        let (score, arg) = self.due(when);
         let _: i64 = redis::cmd("ZADD")
             .arg(&self.keys.source)
             .arg(arg)
@@ -317,61 +553,193 @@ impl Case {
             .query_async(&mut self.conn)
             .await
             .unwrap();
-        if self.m.inflight.contains_key(member) || self.m.dead.contains_key(member) {
-            self.m.overlap.insert(member.to_vec());
-            bump(&self.tally.overlaps, 1);
+        self.scheduled(member, score);
+        // Hash mode: the producer bug. An id that still has a body keeps it.
+        if let Some(b) = &mut self.m.bodies {
+            if !b.held.contains_key(member) {
+                b.bare.insert(member.to_vec());
+            }
         }
-        self.m.source.insert(member.to_vec(), score);
-        self.m.written.insert(member.to_vec());
-        self.m.gone.remove(member);
         Ok(())
     }
 
-    async fn cancel(&mut self, member: &[u8]) -> Step {
-        let n: i64 = redis::cmd("ZREM")
+    async fn produce(&mut self, member: &[u8], when: When, payload: Payload) -> Step {
+        let (score, arg) = self.due(when);
+        let b = self.m.bodies.as_mut().expect("hash mode");
+        let body = match payload {
+            Payload::Versioned(pad) => {
+                let mut v = member.to_vec();
+                v.extend_from_slice(format!("#{}", b.next_version).as_bytes());
+                v.resize(v.len() + usize::from(pad), b'.');
+                v
+            }
+            Payload::Empty => Vec::new(),
+        };
+        b.next_version += 1;
+        let () = redis::pipe()
+            .atomic()
+            .cmd("HSET")
+            .arg(&self.keys.bodies)
+            .arg(member)
+            .arg(&body)
+            .ignore()
+            .cmd("ZADD")
             .arg(&self.keys.source)
+            .arg(arg)
+            .arg(member)
+            .ignore()
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        b.held.insert(member.to_vec(), body.clone());
+        b.written.insert(member.to_vec(), body);
+        b.bare.remove(member);
+        self.scheduled(member, score);
+        Ok(())
+    }
+
+    async fn reschedule(&mut self, member: &[u8], when: When) -> Step {
+        let (score, arg) = self.due(when);
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&self.keys.source)
+            .arg("XX")
+            .arg(arg)
             .arg(member)
             .query_async(&mut self.conn)
             .await
             .unwrap();
-        let was = self.m.source.remove(member).is_some();
-        check_eq!(n == 1, was, "ZREM of {member:?}");
-        if was && !self.m.inflight.contains_key(member) && !self.m.dead.contains_key(member) {
-            self.m.gone.insert(member.to_vec(), Gone::Cancelled);
+        if self.m.source.contains_key(member) {
+            self.scheduled(member, score);
         }
         Ok(())
     }
 
-    async fn claim(&mut self, batch: usize, short: bool) -> Step {
-        let lease = if short { SHORT_LEASE } else { LONG_LEASE };
-        let got = self.store.claim(batch, lease).await.unwrap();
-        let now = got.now_ms;
-        // The deadline is now + lease, moved on by a millisecond at a time only when a claimed
-        // member is still leased (by an unsettled batch) with that very deadline.
-        let mut deadline = now + lease.as_millis() as i64;
-        while due_members_held_until(&self.m, now, batch, deadline) {
-            deadline += 1;
+    async fn cancel(&mut self, member: &[u8]) -> Step {
+        let n: i64 = if self.m.bodies.is_some() {
+            // The producers' script as they run it: unschedules the id, and drops its body
+            // unless a copy in flight or dead still needs it.
+            static SCRIPT: std::sync::LazyLock<redis::Script> =
+                std::sync::LazyLock::new(|| redis::Script::new(delay_bridge::store::CANCEL));
+            SCRIPT
+                .key(&self.keys.source)
+                .key(&self.keys.inflight)
+                .key(&self.keys.dead)
+                .key(&self.keys.bodies)
+                .arg(member)
+                .invoke_async(&mut self.conn)
+                .await
+                .unwrap()
+        } else {
+            redis::cmd("ZREM")
+                .arg(&self.keys.source)
+                .arg(member)
+                .query_async(&mut self.conn)
+                .await
+                .unwrap()
+        };
+        let was = self.m.source.remove(member);
+        check_eq!(n == 1, was.is_some(), "ZREM of {member:?}");
+        if let Some(s) = was {
+            self.m.cancelled.extend(s.schedules);
+            if let Some(b) = &mut self.m.bodies {
+                if self.m.inflight.contains_key(member) || self.m.dead.contains_key(member) {
+                    bump(&self.tally.cancel_kept_body, 1);
+                } else if b.held.remove(member).is_some() {
+                    bump(&self.tally.cancel_dropped_body, 1);
+                }
+            }
         }
-        check_eq!(got.deadline_ms, deadline, "claim deadline");
+        Ok(())
+    }
 
+    /// Members a claim at `now` may take, earliest first: due and not in flight.
+    fn claimable(&self, now: i64) -> Vec<(Vec<u8>, f64)> {
         let mut due: Vec<(Vec<u8>, f64)> = self
             .m
             .source
             .iter()
-            .filter(|(_, s)| **s <= now as f64)
-            .map(|(m, s)| (m.clone(), *s))
+            .filter(|(m, s)| s.score <= now as f64 && !self.m.inflight.contains_key(*m))
+            .map(|(m, s)| (m.clone(), s.score))
             .collect();
         due.sort_by(by_score);
-        due.truncate(batch);
+        due
+    }
+
+    /// Claims with the case's store, or in hash mode with one whose bodies may total `budget`.
+    async fn claim(&mut self, batch: usize, short: bool, budget: Option<usize>) -> Step {
+        let lease = if short { SHORT_LEASE } else { LONG_LEASE };
+        let budget = self.m.bodies.as_ref().map(|_| budget.unwrap_or(ROOMY));
+        let got = match budget {
+            Some(budget) if budget != ROOMY => {
+                Store::new(self.manager.clone(), self.keys.clone()).with_hash_bodies(budget)
+            }
+            _ => self.store.clone(),
+        }
+        .claim(batch, lease)
+        .await
+        .unwrap();
+        let now = got.now_ms;
+        self.check_bodies(&got.items, budget)?;
+        // now + lease, moved on a millisecond at a time while another lease has that deadline
+        // (only when the claim takes something).
+        let mut deadline = now + lease.as_millis() as i64;
+        let any_due = !self.claimable(now).is_empty();
+        if any_due {
+            while self.m.inflight.values().any(|l| l.deadline == deadline) {
+                deadline += 1;
+            }
+        }
+        check_eq!(got.deadline_ms, deadline, "claim deadline");
+        let skipped = self
+            .m
+            .source
+            .iter()
+            .filter(|(m, s)| s.score <= now as f64 && self.m.inflight.contains_key(*m))
+            .count();
+        // The claim looks at up to `batch` claimable members; held ones before the last of
+        // those are skipped (and counted), any after it are not reached. In hash mode it stops
+        // early, at the first member but the first whose body would take it past the budget.
+        let mut due_all: Vec<(Vec<u8>, f64)> = self
+            .m
+            .source
+            .iter()
+            .filter(|(_, s)| s.score <= now as f64)
+            .map(|(m, s)| (m.clone(), s.score))
+            .collect();
+        due_all.sort_by(by_score);
+        let mut due: Vec<(Vec<u8>, f64)> = Vec::new();
+        let mut seen_skipped = 0u64;
+        let mut bytes = 0;
+        for (m, score) in &due_all {
+            if due.len() == batch {
+                break;
+            }
+            if self.m.inflight.contains_key(m) {
+                seen_skipped += 1;
+                continue;
+            }
+            if let Some(budget) = budget {
+                // A missing body weighs nothing, but cannot squeeze past a spent budget either.
+                let size = self
+                    .m
+                    .bodies
+                    .as_ref()
+                    .and_then(|b| b.held.get(m))
+                    .map_or(0, Vec::len);
+                if !due.is_empty() && bytes + size > budget {
+                    bump(&self.tally.cut_by_budget, 1);
+                    break;
+                }
+                bytes += size;
+            }
+            due.push((m.clone(), *score));
+        }
+        check_eq!(got.skipped, seen_skipped, "members skipped as in flight");
+        bump(&self.tally.skipped_in_flight, skipped as u64);
+
         let want: Vec<(Vec<u8>, f64, u32)> = due
             .iter()
-            .map(|(m, s)| {
-                (
-                    m.clone(),
-                    *s,
-                    self.m.attempts.get(m).copied().unwrap_or(0) as u32 + 1,
-                )
-            })
+            .map(|(m, s)| (m.clone(), *s, self.m.source[m].failures as u32 + 1))
             .collect();
         let seen: Vec<(Vec<u8>, f64, u32)> = got
             .items
@@ -379,20 +747,34 @@ impl Case {
             .map(|c| (c.member.clone(), parse_score(&c.due_raw), c.attempt))
             .collect();
         check_eq!(seen, want, "claimed (member, due, attempt) at now={now}");
+        check!(
+            !any_due || !got.items.is_empty(),
+            "claimed nothing while members were due"
+        );
 
+        let mut schedules = Vec::new();
         for (m, _) in &due {
-            self.m.source.remove(m);
+            let s = self.m.source.remove(m).expect("claimable");
+            schedules.push(s.schedules.clone());
             self.m.inflight.insert(
                 m.clone(),
                 Lease {
                     batch: self.m.next_batch,
                     deadline: got.deadline_ms,
                     short,
+                    failures: s.failures,
+                    schedules: s.schedules,
                 },
             );
         }
-        let mut rest: Vec<(Vec<u8>, f64)> =
-            self.m.source.iter().map(|(m, s)| (m.clone(), *s)).collect();
+        // The next head is the earliest scheduled member that is not in flight.
+        let mut rest: Vec<(Vec<u8>, f64)> = self
+            .m
+            .source
+            .iter()
+            .filter(|(m, _)| !self.m.inflight.contains_key(*m))
+            .map(|(m, s)| (m.clone(), s.score))
+            .collect();
         rest.sort_by(by_score);
         check_eq!(
             got.next_head_ms,
@@ -405,14 +787,66 @@ impl Case {
             self.m.open.push(OpenBatch {
                 id: self.m.next_batch,
                 deadline: got.deadline_ms,
-                items: got
-                    .items
-                    .iter()
-                    .map(|c| (c.member.clone(), c.due_raw.clone()))
-                    .collect(),
+                items: got.items,
+                schedules,
             });
         }
         self.m.next_batch += 1;
+        Ok(())
+    }
+
+    /// The bodies a claim returned: in hash mode the latest body written for each id, missing
+    /// only after the producer bug, and within the budget unless the claim took one member.
+    fn check_bodies(&self, items: &[Claimed], budget: Option<usize>) -> Step {
+        let Some(b) = &self.m.bodies else {
+            for c in items {
+                check_eq!(
+                    c.body,
+                    Body::Member,
+                    "body of {:?} in inline mode",
+                    c.member
+                );
+            }
+            return Ok(());
+        };
+        for c in items {
+            let modelled = match b.held.get(&c.member) {
+                Some(body) => Body::Stored(body.clone()),
+                None => Body::Missing,
+            };
+            check_eq!(c.body, modelled, "body claimed with {:?}", c.member);
+            match &c.body {
+                Body::Stored(body) => {
+                    check!(
+                        b.written.get(&c.member) == Some(body),
+                        "{:?} claimed with {body:?}, but its latest body is {:?}",
+                        c.member,
+                        b.written.get(&c.member)
+                    );
+                    bump(&self.tally.bodies_claimed, 1);
+                }
+                _ => {
+                    check!(
+                        b.bare.contains(&c.member),
+                        "{:?} claimed without a body, but the producer wrote {:?} last",
+                        c.member,
+                        b.written.get(&c.member)
+                    );
+                    bump(&self.tally.missing_claimed, 1);
+                }
+            }
+        }
+        let budget = budget.expect("hash mode has a budget");
+        let bytes: usize = items
+            .iter()
+            .filter_map(|c| c.payload())
+            .map(<[u8]>::len)
+            .sum();
+        check!(
+            items.len() <= 1 || bytes <= budget,
+            "claimed {} members with {bytes} body bytes, budget {budget}",
+            items.len()
+        );
         Ok(())
     }
 
@@ -421,19 +855,31 @@ impl Case {
             return Ok(());
         }
         let b = self.m.open.remove(which % self.m.open.len());
-        let plan: Vec<Disp> = (0..b.items.len()).map(|i| disp[i % disp.len()]).collect();
+        let plan: Vec<Disp> = b
+            .items
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match disp[i % disp.len()] {
+                d if c.body != Body::Missing || d == Disp::PutBack => d,
+                _ => Disp::Missing,
+            })
+            .collect();
         let mut s = Settlement::default();
-        let mut fail_plan = Vec::new();
-        for ((m, due), d) in b.items.iter().zip(&plan) {
+        for (c, d) in b.items.iter().zip(&plan) {
+            let fail = |retry_in, reason: &'static str, permanent| Failure {
+                member: &c.member,
+                retry_in,
+                reason: reason.into(),
+                permanent,
+                detail: detail_of(reason).map(str::to_string),
+            };
             match d {
-                Disp::Ack => s.ack.push(m),
-                Disp::Retry => s.fail.push((m, Duration::ZERO, "nack", false)),
-                Disp::RetryLater => s.fail.push((m, RETRY_LATER, "returned", false)),
-                Disp::Dead => s.fail.push((m, Duration::ZERO, "too_large", true)),
-                Disp::PutBack => s.put_back.push((m, due)),
-            }
-            if matches!(d, Disp::Retry | Disp::RetryLater | Disp::Dead) {
-                fail_plan.push((m.clone(), *d));
+                Disp::Ack => s.ack.push(&c.member),
+                Disp::Retry => s.fail.push(fail(Duration::ZERO, "nack", false)),
+                Disp::RetryLater => s.fail.push(fail(RETRY_LATER, "returned", false)),
+                Disp::Dead => s.fail.push(fail(Duration::ZERO, "too_large", true)),
+                Disp::PutBack => s.put_back.push(c),
+                Disp::Missing => s.fail.push(fail(Duration::ZERO, "missing_body", true)),
             }
         }
         let t0 = self.now().await;
@@ -444,65 +890,97 @@ impl Case {
             .unwrap();
         let t1 = self.now().await;
 
-        // Acks first: a confirmed member is delivered whoever holds its lease now.
+        let owns =
+            |m: &Model, member: &[u8]| m.inflight.get(member).is_some_and(|l| l.batch == b.id);
+        let mut released = 0;
+        // Acks: the broker has the message, whoever holds the lease now; only this batch's
+        // own leases end.
         let mut acked = 0;
-        for m in &s.ack {
-            if self.m.inflight.remove(*m).is_some() {
-                acked += 1;
+        for ((c, d), schedules) in b.items.iter().zip(&plan).zip(&b.schedules) {
+            if *d != Disp::Ack {
+                continue;
             }
-            self.m.attempts.remove(*m);
-            if !self.m.source.contains_key(*m) && !self.m.dead.contains_key(*m) {
-                self.m.gone.insert(m.to_vec(), Gone::Delivered);
+            self.m.delivered.extend(schedules.iter().copied());
+            if owns(&self.m, &c.member) {
+                self.m.inflight.remove(&c.member);
+                acked += 1;
+                // Hash mode: the body goes with the last copy of its id.
+                if let Some(bodies) = &mut self.m.bodies {
+                    if self.m.source.contains_key(&c.member) || self.m.dead.contains_key(&c.member)
+                    {
+                        bump(&self.tally.ack_kept_body, 1);
+                    } else {
+                        bodies.held.remove(&c.member);
+                        bump(&self.tally.ack_dropped_body, 1);
+                    }
+                }
+            } else {
+                bump(&self.tally.acks_not_owned, 1);
             }
         }
         check_eq!(got.acked, acked, "acked count");
         bump(&self.tally.acked, acked);
 
-        let owns =
-            |m: &Model, member: &[u8]| m.inflight.get(member).is_some_and(|l| l.batch == b.id);
         let mut outcomes = Vec::new();
-        for (member, d) in &fail_plan {
+        for (c, d) in b.items.iter().zip(&plan) {
+            let member = &c.member;
+            if !matches!(
+                d,
+                Disp::Retry | Disp::RetryLater | Disp::Dead | Disp::Missing
+            ) {
+                continue;
+            }
             if !owns(&self.m, member) {
                 outcomes.push(FailOutcome::NotOwned);
                 bump(&self.tally.not_owned, 1);
                 continue;
             }
-            self.m.inflight.remove(member);
-            let failures = self.m.attempts.get(member).copied().unwrap_or(0) + 1;
-            if *d == Disp::Dead || failures >= i64::from(self.max_attempts) {
-                self.m.attempts.remove(member);
+            let lease = self.m.inflight.remove(member).expect("owned");
+            let failures = lease.failures + 1;
+            if matches!(d, Disp::Dead | Disp::Missing) || failures >= i64::from(self.max_attempts) {
                 let dead_key = self.keys.dead.clone();
                 let at = self.adopt_score(&dead_key, member, t0, t1).await?;
-                let reason = if *d == Disp::Dead {
-                    "too_large"
-                } else if *d == Disp::Retry {
-                    "nack"
-                } else {
-                    "returned"
+                let reason = match d {
+                    Disp::Dead => "too_large",
+                    Disp::Missing => "missing_body",
+                    Disp::Retry => "nack",
+                    _ => "returned",
                 };
+                let mut schedules = lease.schedules;
+                if let Some(old) = self.m.dead.remove(member) {
+                    schedules.extend(old.schedules);
+                }
                 self.m.dead.insert(
                     member.clone(),
                     DeadEntry {
                         at,
                         reason: reason.into(),
+                        detail: detail_of(reason).map(str::to_string),
                         attempts: failures,
+                        schedules,
                     },
                 );
+                if self.m.source.contains_key(member) {
+                    released += 1;
+                }
                 outcomes.push(FailOutcome::DeadLettered);
                 bump(&self.tally.dead, 1);
             } else {
-                self.m.attempts.insert(member.clone(), failures);
-                if !self.m.source.contains_key(member) {
-                    let delay = if *d == Disp::RetryLater {
-                        RETRY_LATER.as_millis() as i64
-                    } else {
-                        0
-                    };
+                let delay = if *d == Disp::RetryLater {
+                    RETRY_LATER.as_millis() as i64
+                } else {
+                    0
+                };
+                let at = if self.m.source.contains_key(member) {
+                    0.0
+                } else {
                     let src = self.keys.source.clone();
-                    let at = self
-                        .adopt_score(&src, member, t0 + delay, t1 + delay)
-                        .await?;
-                    self.m.source.insert(member.clone(), at);
+                    self.adopt_score(&src, member, t0 + delay, t1 + delay)
+                        .await?
+                };
+                if self.m.reschedule(member, at, failures, lease.schedules) {
+                    released += 1;
+                    bump(&self.tally.merged, 1);
                 }
                 outcomes.push(FailOutcome::Retried);
                 bump(&self.tally.retried, 1);
@@ -516,17 +994,22 @@ impl Case {
         );
 
         let mut back = 0;
-        for (member, due) in &s.put_back {
-            if owns(&self.m, member) {
-                self.m.inflight.remove(*member);
-                self.m
-                    .source
-                    .entry(member.to_vec())
-                    .or_insert_with(|| parse_score(due));
+        for c in &s.put_back {
+            if owns(&self.m, &c.member) {
+                let lease = self.m.inflight.remove(&c.member).expect("owned");
+                let score = parse_score(&c.due_raw);
+                if self
+                    .m
+                    .reschedule(&c.member, score, lease.failures, lease.schedules)
+                {
+                    released += 1;
+                    bump(&self.tally.merged, 1);
+                }
                 back += 1;
             }
         }
         check_eq!(got.put_back, back, "put back count");
+        check_eq!(got.released, released, "released count");
         bump(&self.tally.put_back, back);
         Ok(())
     }
@@ -555,8 +1038,10 @@ impl Case {
 
     async fn recover(&mut self, limit: usize) -> Step {
         let t0 = self.now().await;
-        let n = self.store.recover(limit).await.unwrap() as usize;
+        let got = self.store.recover(limit, None).await.unwrap();
         let t1 = self.now().await;
+        let n = got.recovered as usize;
+        check_eq!(got.swept, 0, "swept without a cursor");
         let mut leases: Vec<(Vec<u8>, f64)> = self
             .m
             .inflight
@@ -576,15 +1061,41 @@ impl Case {
                 d.total_cmp(&(t1 as f64)).is_lt(),
                 "recovered {m:?} whose lease {d} had not expired by {t1}"
             );
-            self.m.inflight.remove(m);
-            *self.m.attempts.entry(m.clone()).or_insert(0) += 1;
-            if !self.m.source.contains_key(m) {
+            let lease = self.m.inflight.remove(m).expect("leased");
+            let at = if self.m.source.contains_key(m) {
+                0.0
+            } else {
                 let src = self.keys.source.clone();
-                let at = self.adopt_score(&src, m, t0, t1).await?;
-                self.m.source.insert(m.clone(), at);
+                self.adopt_score(&src, m, t0, t1).await?
+            };
+            if self
+                .m
+                .reschedule(m, at, lease.failures + 1, lease.schedules)
+            {
+                bump(&self.tally.merged, 1);
             }
         }
         bump(&self.tally.recovered, n as u64);
+        Ok(())
+    }
+
+    async fn sweep(&mut self) -> Step {
+        let mut cursor = "0".to_string();
+        for _ in 0..100 {
+            let got = self.store.recover(0, Some(&cursor)).await.unwrap();
+            check_eq!(got.recovered, 0, "recovered with limit 0");
+            bump(&self.tally.swept, got.swept);
+            cursor = got.cursor;
+            if cursor == "0" {
+                break;
+            }
+        }
+        check_eq!(cursor.as_str(), "0", "sweep finished a pass");
+        let stale = self.attempt_entries().await?.1;
+        check!(
+            stale.is_empty(),
+            "stale attempt entries after a sweep: {stale:?}"
+        );
         Ok(())
     }
 
@@ -603,15 +1114,34 @@ impl Case {
         };
         let mut moved = 0;
         for m in targets {
-            if self.m.dead.remove(&m).is_none() {
+            let Some(entry) = self.m.dead.remove(&m) else {
                 continue;
-            }
+            };
             moved += 1;
-            self.m.attempts.remove(&m);
-            if !self.m.source.contains_key(&m) {
-                let src = self.keys.source.clone();
-                let at = self.adopt_score(&src, &m, t0, t1).await?;
-                self.m.source.insert(m, at);
+            match self.m.source.get_mut(&m) {
+                // `ZADD LT`: the earlier of the two due times; a moved score starts afresh.
+                Some(s) => {
+                    s.schedules.extend(entry.schedules);
+                    if s.score > t0 as f64 {
+                        let src = self.keys.source.clone();
+                        let at = self.adopt_score(&src, &m, t0, t1).await?;
+                        let s = self.m.source.get_mut(&m).expect("scheduled");
+                        s.score = at;
+                        s.failures = 0;
+                    }
+                }
+                None => {
+                    let src = self.keys.source.clone();
+                    let at = self.adopt_score(&src, &m, t0, t1).await?;
+                    self.m.source.insert(
+                        m,
+                        Scheduled {
+                            score: at,
+                            failures: 0,
+                            schedules: entry.schedules,
+                        },
+                    );
+                }
             }
         }
         check_eq!(
@@ -623,11 +1153,181 @@ impl Case {
         Ok(())
     }
 
-    /// Redis holds exactly the model's state, and every member is in exactly one place.
+    async fn snapshot(&mut self, skip: &str) -> Snapshot {
+        let mut out = Vec::new();
+        for key in self.keys.all() {
+            if key == skip {
+                continue;
+            }
+            let kind: String = redis::cmd("TYPE")
+                .arg(key)
+                .query_async(&mut self.conn)
+                .await
+                .unwrap();
+            let cmd = if kind == "hash" { "HGETALL" } else { "ZRANGE" };
+            let mut c = redis::cmd(cmd);
+            c.arg(key);
+            if kind != "hash" {
+                c.arg(0).arg(-1).arg("WITHSCORES");
+            }
+            let entries: Vec<(Vec<u8>, Vec<u8>)> = if kind == "none" {
+                Vec::new()
+            } else {
+                c.query_async(&mut self.conn).await.unwrap()
+            };
+            out.push((key.to_string(), entries));
+        }
+        out
+    }
+
+    /// Gives `key` the wrong type, runs `script`, and checks that the call failed with a
+    /// wrong-type error and that every other key is exactly as it was; then restores `key`.
+    async fn wrong_type(&mut self, key: Derived, script: Script) -> Step {
+        let target = match key {
+            Derived::Source => self.keys.source.clone(),
+            Derived::Inflight => self.keys.inflight.clone(),
+            Derived::Attempts => self.keys.attempts.clone(),
+            Derived::Dead => self.keys.dead.clone(),
+            Derived::DeadReasons => self.keys.dead_reasons.clone(),
+            Derived::Bodies => self.keys.bodies.clone(),
+        };
+        // Scripts touch only some keys: those that never look at `key` are not expected to fail.
+        let touches = match script {
+            Script::Claim | Script::Settle => true,
+            Script::Recover => {
+                matches!(key, Derived::Source | Derived::Inflight | Derived::Attempts)
+            }
+            Script::Requeue => {
+                matches!(key, Derived::Source | Derived::Dead | Derived::DeadReasons)
+            }
+        };
+        if !touches || (matches!(script, Script::Settle) && self.m.open.is_empty()) {
+            return Ok(());
+        }
+        let backup = format!("{target}:backup");
+        let existed: i64 = redis::cmd("EXISTS")
+            .arg(&target)
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        if existed == 1 {
+            let _: () = redis::cmd("RENAME")
+                .arg(&target)
+                .arg(&backup)
+                .query_async(&mut self.conn)
+                .await
+                .unwrap();
+        }
+        let _: () = redis::cmd("SET")
+            .arg(&target)
+            .arg("not a queue")
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        let before = self.snapshot(&target).await;
+        let result = match script {
+            Script::Claim => self.store.claim(4, LONG_LEASE).await.map(|_| ()),
+            Script::Settle => {
+                let b = &self.m.open[0];
+                // Everything the settle script can do at once: ack, fail, dead-letter, put back.
+                let mut s = Settlement::default();
+                for (i, c) in b.items.iter().enumerate() {
+                    match i % 3 {
+                        0 => s.ack.push(&c.member),
+                        1 => s.fail.push(Failure {
+                            member: &c.member,
+                            retry_in: Duration::ZERO,
+                            reason: "nack".into(),
+                            permanent: i % 2 == 0,
+                            detail: None,
+                        }),
+                        _ => s.put_back.push(c),
+                    }
+                }
+                self.store
+                    .settle(b.deadline, self.max_attempts, &s)
+                    .await
+                    .map(|_| ())
+            }
+            Script::Recover => self.store.recover(4, Some("0")).await.map(|_| ()),
+            Script::Requeue => self.store.requeue_dead(&[], 4).await.map(|_| ()),
+        };
+        let after = self.snapshot(&target).await;
+        let _: () = redis::cmd("DEL")
+            .arg(&target)
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        if existed == 1 {
+            let _: () = redis::cmd("RENAME")
+                .arg(&backup)
+                .arg(&target)
+                .query_async(&mut self.conn)
+                .await
+                .unwrap();
+        }
+        match result {
+            Err(e) => {
+                check_eq!(e.kind(), "wrong_type", "error of {script:?} ({e})");
+            }
+            Ok(()) => {
+                return Err(TestCaseError::fail(format!(
+                    "{script:?} succeeded while {target} held a string"
+                )))
+            }
+        }
+        check!(
+            before == after,
+            "{script:?} failed on {target} but changed other keys:\n{before:?}\n{after:?}"
+        );
+        bump(&self.tally.wrong_type, 1);
+        Ok(())
+    }
+
+    /// The attempts hash: (live entries by member, stale members). An entry is live when its
+    /// stamp is the score of the member's scheduled copy or its lease.
+    #[allow(clippy::type_complexity)]
+    async fn attempt_entries(
+        &mut self,
+    ) -> Result<(BTreeMap<Vec<u8>, (i64, f64)>, Vec<Vec<u8>>), TestCaseError> {
+        let raw: BTreeMap<Vec<u8>, String> = redis::cmd("HGETALL")
+            .arg(&self.keys.attempts)
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        let mut live = BTreeMap::new();
+        let mut stale = Vec::new();
+        for (m, v) in raw {
+            let Some((count, stamp)) = v.split_once(':') else {
+                return Err(TestCaseError::fail(format!("attempt entry {v:?}")));
+            };
+            let count: i64 = count.parse().expect("a count");
+            let stamp = parse_score(stamp.as_bytes());
+            let matches = self.m.source.get(&m).is_some_and(|s| s.score == stamp)
+                || self
+                    .m
+                    .inflight
+                    .get(&m)
+                    .is_some_and(|l| l.deadline as f64 == stamp);
+            if matches {
+                live.insert(m, (count, stamp));
+            } else {
+                stale.push(m);
+            }
+        }
+        Ok((live, stale))
+    }
+
+    /// Redis holds exactly the model's state, and every schedule is accounted for.
     async fn verify(&mut self) -> Step {
         let keys = self.keys.clone();
         let source: BTreeMap<Vec<u8>, f64> = self.zrange(&keys.source).await.into_iter().collect();
-        let want: BTreeMap<Vec<u8>, f64> = self.m.source.clone().into_iter().collect();
+        let want: BTreeMap<Vec<u8>, f64> = self
+            .m
+            .source
+            .iter()
+            .map(|(m, s)| (m.clone(), s.score))
+            .collect();
         check_eq!(source, want, "scheduled set");
 
         let inflight: BTreeMap<Vec<u8>, f64> =
@@ -645,59 +1345,124 @@ impl Case {
             self.m.dead.iter().map(|(m, e)| (m.clone(), e.at)).collect();
         check_eq!(dead, want, "dead-letter set");
 
-        let attempts: BTreeMap<Vec<u8>, i64> = redis::cmd("HGETALL")
-            .arg(&keys.attempts)
-            .query_async(&mut self.conn)
-            .await
-            .unwrap();
-        let want: BTreeMap<Vec<u8>, i64> = self.m.attempts.clone().into_iter().collect();
-        check_eq!(attempts, want, "attempts hash");
+        // Failed-attempt counts: every copy that carries failures has its live entry.
+        let (live, _stale) = self.attempt_entries().await?;
+        let live: BTreeMap<Vec<u8>, i64> = live.into_iter().map(|(m, (c, _))| (m, c)).collect();
+        let mut want: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+        for (m, s) in &self.m.source {
+            if s.failures > 0 {
+                want.insert(m.clone(), s.failures);
+            }
+        }
+        for (m, l) in &self.m.inflight {
+            if l.failures > 0 {
+                check!(
+                    !want.contains_key(m),
+                    "{m:?} carries failures both scheduled and in flight"
+                );
+                want.insert(m.clone(), l.failures);
+            }
+        }
+        check_eq!(live, want, "live attempt entries");
 
         let reasons: BTreeMap<Vec<u8>, String> = redis::cmd("HGETALL")
             .arg(&keys.dead_reasons)
             .query_async(&mut self.conn)
             .await
             .unwrap();
-        let reasons: BTreeMap<Vec<u8>, DeadEntry> = reasons
+        type Reason = (f64, String, Option<String>, i64);
+        let reasons: BTreeMap<Vec<u8>, Reason> = reasons
             .into_iter()
             .map(|(m, json)| {
                 let v: serde_json::Value = serde_json::from_str(&json).expect("reason is JSON");
-                let entry = DeadEntry {
-                    at: v["at"].as_f64().unwrap_or(f64::NAN),
-                    reason: v["reason"].as_str().unwrap_or("?").to_string(),
-                    attempts: v["attempts"].as_i64().unwrap_or(-1),
-                };
+                let entry = (
+                    v["at"].as_f64().unwrap_or(f64::NAN),
+                    v["reason"].as_str().unwrap_or("?").to_string(),
+                    v["detail"].as_str().map(str::to_string),
+                    v["attempts"].as_i64().unwrap_or(-1),
+                );
                 (m, entry)
             })
             .collect();
-        let want: BTreeMap<Vec<u8>, DeadEntry> = self.m.dead.clone().into_iter().collect();
-        check_eq!(reasons, want, "dead-letter reasons");
-
-        // Conservation: each member ever written is scheduled, in flight, dead, delivered or
-        // cancelled, and in two sets only after a producer rewrote it while in flight or dead.
-        for member in POOL {
-            let places = [
-                source.contains_key(member),
-                inflight.contains_key(member),
-                dead.contains_key(member),
-            ]
+        let want: BTreeMap<Vec<u8>, Reason> = self
+            .m
+            .dead
             .iter()
-            .filter(|p| **p)
-            .count();
-            if places > 1 {
-                check!(
-                    self.m.overlap.contains(member),
-                    "{member:?} is in {places} sets without a producer rewrite"
-                );
-            } else {
-                self.m.overlap.remove(member);
-            }
-            if places == 0 && self.m.written.contains(member) {
-                check!(
-                    self.m.gone.contains_key(member),
-                    "{member:?} vanished: in no set, yet neither delivered nor cancelled"
-                );
-            }
+            .map(|(m, e)| {
+                (
+                    m.clone(),
+                    (e.at, e.reason.clone(), e.detail.clone(), e.attempts),
+                )
+            })
+            .collect();
+        check_eq!(reasons, want, "dead-letter reasons");
+        self.verify_bodies().await?;
+
+        // Every schedule a producer started ends delivered at least once, dead-lettered
+        // (dead copies hold theirs), or cancelled, or is still held by a copy in Redis.
+        let mut held: HashSet<u64> = HashSet::new();
+        for s in self.m.source.values() {
+            held.extend(&s.schedules);
+        }
+        for l in self.m.inflight.values() {
+            held.extend(&l.schedules);
+        }
+        for d in self.m.dead.values() {
+            held.extend(&d.schedules);
+        }
+        for id in &self.m.started {
+            check!(
+                held.contains(id) || self.m.delivered.contains(id) || self.m.cancelled.contains(id),
+                "schedule {id} was lost: not delivered, not dead-lettered, not cancelled, and in no set"
+            );
+        }
+        Ok(())
+    }
+
+    /// Hash mode: the bodies hash is as modelled, and it keeps the producer contract however
+    /// the scripts get there: a body is held exactly while its id is scheduled, in flight or
+    /// dead (no orphan, no loss; only the producer bug queues an id without one), and it is
+    /// the latest body written.
+    async fn verify_bodies(&mut self) -> Step {
+        let Some(b) = &self.m.bodies else {
+            return Ok(());
+        };
+        let held: BTreeMap<Vec<u8>, Vec<u8>> = redis::cmd("HGETALL")
+            .arg(&self.keys.bodies)
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        let want: BTreeMap<Vec<u8>, Vec<u8>> =
+            b.held.iter().map(|(m, v)| (m.clone(), v.clone())).collect();
+        check_eq!(held, want, "bodies hash");
+        let place = |id: &[u8]| {
+            [
+                ("scheduled", self.m.source.contains_key(id)),
+                ("in flight", self.m.inflight.contains_key(id)),
+                ("dead", self.m.dead.contains_key(id)),
+            ]
+            .into_iter()
+            .filter_map(|(name, here)| here.then_some(name))
+            .collect::<Vec<_>>()
+        };
+        for (id, body) in &held {
+            check!(
+                !place(id).is_empty(),
+                "orphan body {body:?}: {id:?} is neither scheduled, in flight nor dead"
+            );
+            check!(
+                b.written.get(id) == Some(body),
+                "{id:?} holds {body:?}, but its latest body is {:?}",
+                b.written.get(id)
+            );
+        }
+        for id in POOL {
+            let at = place(id);
+            check!(
+                at.is_empty() || held.contains_key(id) || b.bare.contains(id),
+                "lost body: {id:?} is {at:?} without one (latest written {:?})",
+                b.written.get(id)
+            );
         }
         Ok(())
     }
@@ -705,7 +1470,8 @@ impl Case {
 
 async fn run_case(
     conn: &MultiplexedConnection,
-    manager: &redis::aio::ConnectionManager,
+    manager: &Conn,
+    hash: bool,
     max_attempts: u32,
     ops: &[Op],
     tally: &'static Tally,
@@ -718,13 +1484,22 @@ async fn run_case(
     let keys = QueueKeys::derive(&key).unwrap();
     let mut conn = conn.clone();
     let base = common::redis_now(&mut conn).await;
+    let store = Store::new(manager.clone(), keys.clone());
     let mut case = Case {
         conn: conn.clone(),
-        store: Store::new(manager.clone(), keys.clone()),
-        keys,
+        manager: manager.clone(),
+        store: if hash {
+            store.with_hash_bodies(ROOMY)
+        } else {
+            store
+        },
+        keys: keys.clone(),
         max_attempts,
         base,
-        m: Model::default(),
+        m: Model {
+            bodies: hash.then(Bodies::default),
+            ..Model::default()
+        },
         tally,
     };
     let mut result = Ok(());
@@ -740,133 +1515,109 @@ async fn run_case(
         }
     }
     common::cleanup_keys(&mut conn, &key).await;
+    let _: () = redis::cmd("DEL")
+        .arg(&keys.bodies)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     result
 }
 
 #[test]
 fn scripts_agree_with_the_model() {
+    run_model(false, vec(op(), 1..48));
+}
+
+#[test]
+fn scripts_agree_with_the_model_in_hash_payload_mode() {
+    run_model(true, vec(hash_op(), 1..48));
+}
+
+/// Runs `MODEL_CASES` cases (96 by default) of steps drawn from `ops`, in hash payload mode
+/// or inline.
+fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let (conn, manager) = rt.block_on(async {
-        let client = redis::Client::open(common::redis_url()).unwrap();
         (
             common::redis().await,
-            client
-                .get_connection_manager()
+            Conn::open(&common::redis_url())
                 .await
                 .expect("Redis must run on loopback"),
         )
     });
-    static TALLY: std::sync::LazyLock<Tally> = std::sync::LazyLock::new(Tally::default);
+    let tally: &'static Tally = Box::leak(Box::default());
     let cases = std::env::var("MODEL_CASES")
         .ok()
         .and_then(|c| c.parse().ok())
-        .unwrap_or(64);
+        .unwrap_or(96);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
         ..Config::default()
     });
     let started = Instant::now();
-    let result = runner.run(&(1u32..5, vec(op(), 1..40)), |(max_attempts, ops)| {
-        rt.block_on(run_case(&conn, &manager, max_attempts, &ops, &TALLY))
+    let result = runner.run(&(1u32..5, ops), |(max_attempts, ops)| {
+        rt.block_on(run_case(&conn, &manager, hash, max_attempts, &ops, tally))
     });
-    let t = &*TALLY;
+    let t = tally;
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
     eprintln!(
-        "model: {} steps in {:?}: claimed {}, acked {}, retried {}, dead {}, put back {}, \
-         not owned {}, recovered {}, requeued {}, producer overlaps {}",
+        "model{}: {} steps in {:?}: claimed {}, skipped in flight {}, acked {}, acks not owned {}, \
+         retried {}, dead {}, put back {}, merged {}, not owned {}, recovered {}, swept {}, \
+         requeued {}, wrong-type calls {}",
+        if hash { " (hash payloads)" } else { "" },
         get(&t.steps),
         started.elapsed(),
         get(&t.claimed),
+        get(&t.skipped_in_flight),
         get(&t.acked),
+        get(&t.acks_not_owned),
         get(&t.retried),
         get(&t.dead),
         get(&t.put_back),
+        get(&t.merged),
         get(&t.not_owned),
         get(&t.recovered),
+        get(&t.swept),
         get(&t.requeued),
-        get(&t.overlaps),
+        get(&t.wrong_type),
     );
+    if hash {
+        eprintln!(
+            "bodies: claimed {}, missing {}, claims cut by the budget {}, dropped by an ack {}, \
+             kept by an ack {}, dropped by a cancel {}, kept by a cancel {}",
+            get(&t.bodies_claimed),
+            get(&t.missing_claimed),
+            get(&t.cut_by_budget),
+            get(&t.ack_dropped_body),
+            get(&t.ack_kept_body),
+            get(&t.cancel_dropped_body),
+            get(&t.cancel_kept_body),
+        );
+    }
     if let Err(e) = result {
         panic!("{e}");
     }
-}
-
-/// A producer may re-add a member while it is in flight; if that copy is claimed in the same
-/// millisecond with the same lease, the two leases must still be told apart, or the first
-/// batch's settle (a retry, a dead letter, a put-back) would act on the second batch's claim.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_batch_cannot_settle_a_newer_claim_of_the_same_member() {
-    let mut conn = common::redis().await;
-    let key = common::unique("model-token");
-    let keys = QueueKeys::derive(&key).unwrap();
-    let manager = redis::Client::open(common::redis_url())
-        .unwrap()
-        .get_connection_manager()
-        .await
-        .unwrap();
-    let store = Store::new(manager, keys.clone());
-    let mut collided = 0;
-    for i in 0..200 {
-        let member = format!("m{i}");
-        let zadd = |conn: &mut MultiplexedConnection| {
-            let mut c = conn.clone();
-            let (key, member) = (key.clone(), member.clone());
-            async move {
-                let _: i64 = redis::cmd("ZADD")
-                    .arg(&key)
-                    .arg(0)
-                    .arg(&member)
-                    .query_async(&mut c)
-                    .await
-                    .unwrap();
-            }
-        };
-        zadd(&mut conn).await;
-        let first = store.claim(1, LONG_LEASE).await.unwrap();
-        assert_eq!(first.items.len(), 1);
-        zadd(&mut conn).await;
-        // Pick the second lease so that, if the clock has not ticked, both deadlines coincide.
-        let t = common::redis_now(&mut conn).await;
-        let lease = Duration::from_millis((first.deadline_ms - t) as u64);
-        let second = store.claim(1, lease).await.unwrap();
-        assert_eq!(second.items.len(), 1);
-        if second.now_ms != t {
-            continue;
-        }
-        collided += 1;
-        assert_ne!(
-            second.deadline_ms, first.deadline_ms,
-            "two live claims of {member} share the deadline token"
-        );
-        let s = Settlement {
-            fail: vec![(member.as_bytes(), Duration::ZERO, "nack", false)],
-            put_back: vec![],
-            ack: vec![],
-        };
-        let settled = store.settle(first.deadline_ms, 3, &s).await.unwrap();
-        assert_eq!(settled.fail_outcomes, vec![FailOutcome::NotOwned]);
-        let held: Option<f64> = redis::cmd("ZSCORE")
-            .arg(&keys.inflight)
-            .arg(&member)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        assert_eq!(
-            held,
-            Some(second.deadline_ms as f64),
-            "still leased by the second claim"
-        );
-        if collided >= 5 {
-            break;
-        }
+    // The paths this test exists for must have been taken.
+    let mut paths = vec![
+        ("claims", &t.claimed),
+        ("in-flight skips", &t.skipped_in_flight),
+        ("acks of a lost lease", &t.acks_not_owned),
+        ("merges", &t.merged),
+        ("wrong-type calls", &t.wrong_type),
+    ];
+    if hash {
+        paths.extend([
+            ("claims of a missing body", &t.missing_claimed),
+            ("claims cut by the budget", &t.cut_by_budget),
+            ("bodies kept by an ack", &t.ack_kept_body),
+            ("bodies dropped by a cancel", &t.cancel_dropped_body),
+        ]);
     }
-    common::cleanup_keys(&mut conn, &key).await;
-    assert!(
-        collided > 0,
-        "the clock ticked between every pair of claims; try again"
-    );
+    for (what, c) in paths {
+        assert!(get(c) > 0, "no {what} in {cases} cases");
+    }
 }

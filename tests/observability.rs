@@ -3,32 +3,14 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::Command;
 use std::time::Duration;
 
+use common::proxy::Proxy;
 use common::*;
 
 const ALLOWED_LABELS: [&str; 7] = [
     "trigger", "sink", "reason", "state", "kind", "version", "le",
 ];
-
-async fn zadd(r: &mut redis::aio::MultiplexedConnection, key: &str, score: i64, member: &str) {
-    let _: i64 = redis::cmd("ZADD")
-        .arg(key)
-        .arg(score)
-        .arg(member)
-        .query_async(r)
-        .await
-        .unwrap();
-}
-
-/// The cumulative count of the largest bucket bound not above `le`.
-fn count_le(buckets: &[(f64, f64)], le: f64) -> f64 {
-    buckets
-        .iter()
-        .rfind(|(b, _)| *b <= le)
-        .map_or(0.0, |(_, c)| *c)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_n_messages_moves_counters_and_histograms_by_exactly_n() {
@@ -37,21 +19,15 @@ async fn forwarding_n_messages_moves_counters_and_histograms_by_exactly_n() {
     let key = format!("{}:{{obs}}", unique("delay"));
     let port = free_port();
     let batch = 4;
-    let mut bridge = Bridge::start(
-        &(base_config(port)
-            + &amqp_trigger(
-                "obs",
-                &key,
-                &capture,
-                &format!("workers = 2\nbatch = {batch}"),
-            )),
-        port,
+    let trigger = amqp_trigger(
+        "obs",
+        &key,
+        &capture,
+        &format!("workers = 2\nbatch = {batch}"),
     );
-    assert!(
-        bridge.wait_ready(Duration::from_secs(15)).await,
-        "{}",
-        bridge.log()
-    );
+    let mut bridge = Bridge::start(&(base_config(port) + &trigger), port)
+        .ready(Duration::from_secs(15))
+        .await;
     let fwd = [("trigger", "obs"), ("sink", "rabbit")];
     let obs = [("trigger", "obs")];
     assert_eq!(
@@ -72,25 +48,23 @@ async fn forwarding_n_messages_moves_counters_and_histograms_by_exactly_n() {
     let overdue = 10;
     let n = 30;
     let now = redis_now(&mut r).await;
-    let payload = |i: usize| format!("obs-secret-payload-{i}");
-    for i in 0..n {
-        let due = if i < overdue {
+    let due = |i: usize| {
+        if i < overdue {
             now - 6000 - i as i64
         } else {
             now + 200 + 20 * i as i64
-        };
-        zadd(&mut r, &key, due, &payload(i)).await;
-    }
-    assert!(
-        wait_until(Duration::from_secs(20), || capture.count() >= n).await,
-        "only {} of {n} arrived\n{}",
-        capture.count(),
-        bridge.log()
-    );
-    let (settled, body) = wait_scrape(port, Duration::from_secs(10), |b| {
-        metric_value(b, "delay_bridge_messages_forwarded_total", &fwd) >= n as f64
-    })
-    .await;
+        }
+    };
+    let members = (0..n).map(|i| (due(i), format!("obs-secret-payload-{i}")));
+    zadd_all(&mut r, &key, members).await;
+    bridge
+        .expect_arrivals(n, Duration::from_secs(20), || capture.count())
+        .await;
+    let (settled, body) = bridge
+        .wait_scrape(Duration::from_secs(10), |b| {
+            metric_value(b, "delay_bridge_messages_forwarded_total", &fwd) >= n as f64
+        })
+        .await;
     assert!(settled, "forwarded counter never reached {n}:\n{body}");
 
     assert_eq!(
@@ -191,8 +165,7 @@ async fn forwarding_n_messages_moves_counters_and_histograms_by_exactly_n() {
             .await,
         n as f64
     );
-    bridge.signal(15);
-    assert_eq!(bridge.wait_exit(Duration::from_secs(15)).await, Some(0));
+    bridge.terminate(Duration::from_secs(15)).await;
     cleanup_keys(&mut r, &key).await;
 }
 
@@ -203,77 +176,54 @@ async fn backlog_gauges_and_readyz_follow_the_sink_going_away_and_coming_back() 
     let key = format!("{}:{{backlog}}", unique("delay"));
     let keys = delay_bridge::keys::QueueKeys::derive(&key).unwrap();
     let port = free_port();
-    // Nothing listens on this port until the forwarder below starts.
+    // Nothing listens on this port until the proxy below starts.
     let broker_port = free_port();
-    let config = format!(
-        r#"{base}
-[sinks.flaky]
-type = "amqp"
-url = "amqp://guest:guest@127.0.0.1:{broker_port}/%2f"
-reconnect_max = "300ms"
-
-[[triggers]]
-name = "backlog"
-key = "{key}"
-sink = "flaky"
-exchange = "{exchange}"
-routing_key = "{rk}"
-workers = 2
-"#,
-        base = base_config(port),
-        exchange = capture.exchange,
-        rk = capture.routing_key,
-    );
+    let settings = ConfigToml::base(port)
+        .amqp_sink(
+            "flaky",
+            &format!("amqp://guest:guest@127.0.0.1:{broker_port}/%2f"),
+        )
+        .set_str("sinks.flaky", "reconnect_max", "300ms");
+    let to = capture.destination() + "workers = 2";
+    let config = settings.to_string() + &trigger("backlog", &key, "flaky", &to);
     let bridge = Bridge::start(&config, port);
-    let (alive, got) = wait_http(port, "/healthz", Duration::from_secs(15), |s, _| s == 200).await;
+    let (alive, got) = bridge
+        .wait_http("/healthz", Duration::from_secs(15), |s, _| s == 200)
+        .await;
     assert!(alive, "/healthz: {got:?}\n{}", bridge.log());
     // Redis connects, the sink does not: not ready, and the reason names the sink alone.
-    let (unready, got) = wait_http(port, "/readyz", Duration::from_secs(15), |s, b| {
-        s == 503 && b.trim() == "sink flaky: not connected"
-    })
-    .await;
+    let (unready, got) = bridge
+        .wait_http("/readyz", Duration::from_secs(15), |s, b| {
+            s == 503 && b.trim() == "sink flaky: not connected"
+        })
+        .await;
     assert!(unready, "/readyz: {got:?}\n{}", bridge.log());
 
     // With the sink down nothing is claimed, so the sizes stay put.
     let (scheduled, due, inflight, dead) = (7, 5, 2, 3);
     let now = redis_now(&mut r).await;
-    for i in 0..scheduled {
-        zadd(&mut r, &key, now + 3_600_000 + i, &format!("later-{i}")).await;
-    }
-    for i in 0..due {
-        zadd(
-            &mut r,
-            &key,
-            now - 10_000 - 1000 * i,
-            &format!("overdue-{i}"),
-        )
-        .await;
-    }
+    let later = (0..scheduled).map(|i| (now + 3_600_000 + i, format!("later-{i}")));
+    let overdue = (0..due).map(|i| (now - 10_000 - 1000 * i, format!("overdue-{i}")));
+    zadd_all(&mut r, &key, later.chain(overdue)).await;
     // A lease far in the future is not recovered; dead letters are only counted.
-    for i in 0..inflight {
-        zadd(
-            &mut r,
-            &keys.inflight,
-            now + 3_600_000,
-            &format!("leased-{i}"),
-        )
-        .await;
-    }
-    for i in 0..dead {
-        zadd(&mut r, &keys.dead, now, &format!("dead-{i}")).await;
-    }
+    let leased = (0..inflight).map(|i| (now + 3_600_000, format!("leased-{i}")));
+    zadd_all(&mut r, &keys.inflight, leased).await;
+    let dead_letters = (0..dead).map(|i| (now, format!("dead-{i}")));
+    zadd_all(&mut r, &keys.dead, dead_letters).await;
     let t = [("trigger", "backlog")];
     let state = |s: &'static str| [("trigger", "backlog"), ("state", s)];
     let oldest_overdue = (10_000 + 1000 * (due - 1)) as f64 / 1000.0;
-    let (seen, body) = wait_scrape(port, Duration::from_secs(10), |b| {
-        metric_value(b, "delay_bridge_backlog_messages", &state("scheduled")) == scheduled as f64
-            && metric_value(b, "delay_bridge_backlog_messages", &state("due")) == due as f64
-            && metric_value(b, "delay_bridge_backlog_messages", &state("inflight"))
-                == inflight as f64
-            && metric_value(b, "delay_bridge_backlog_messages", &state("dead")) == dead as f64
-            && metric_value(b, "delay_bridge_oldest_due_age_seconds", &t) >= oldest_overdue
-    })
-    .await;
+    let (seen, body) = bridge
+        .wait_scrape(Duration::from_secs(10), |b| {
+            metric_value(b, "delay_bridge_backlog_messages", &state("scheduled"))
+                == scheduled as f64
+                && metric_value(b, "delay_bridge_backlog_messages", &state("due")) == due as f64
+                && metric_value(b, "delay_bridge_backlog_messages", &state("inflight"))
+                    == inflight as f64
+                && metric_value(b, "delay_bridge_backlog_messages", &state("dead")) == dead as f64
+                && metric_value(b, "delay_bridge_oldest_due_age_seconds", &t) >= oldest_overdue
+        })
+        .await;
     assert!(seen, "backlog gauges never matched:\n{body}");
     let age = metric_value(&body, "delay_bridge_oldest_due_age_seconds", &t);
     assert!(
@@ -291,8 +241,10 @@ workers = 2
     );
 
     // The broker appears on the configured port: the same process becomes ready and drains.
-    let _broker = TcpForwarder::start(broker_port, amqp_addr()).await;
-    let (ready, got) = wait_http(port, "/readyz", Duration::from_secs(15), |s, _| s == 200).await;
+    let _broker = Proxy::start_on(broker_port, shared_amqp_addr()).await;
+    let (ready, got) = bridge
+        .wait_http("/readyz", Duration::from_secs(15), |s, _| s == 200)
+        .await;
     assert!(ready, "/readyz after recovery: {got:?}\n{}", bridge.log());
     assert_eq!(got.map(|(_, b)| b), Some("ready\n".to_string()));
     assert!(
@@ -301,15 +253,16 @@ workers = 2
         capture.count(),
         bridge.log()
     );
-    let (drained, body) = wait_scrape(port, Duration::from_secs(10), |b| {
-        metric_value(b, "delay_bridge_backlog_messages", &state("due")) == 0.0
+    let (drained, body) = bridge
+        .wait_scrape(Duration::from_secs(10), |b| {
+            metric_value(b, "delay_bridge_backlog_messages", &state("due")) == 0.0
             && metric_value(b, "delay_bridge_oldest_due_age_seconds", &t) == 0.0
             && metric_value(b, "delay_bridge_messages_forwarded_total", &t) == due as f64
             // A refresh taken while the batch awaited its confirmation counts it in flight.
             && metric_value(b, "delay_bridge_backlog_messages", &state("inflight"))
                 == inflight as f64
-    })
-    .await;
+        })
+        .await;
     assert!(drained, "gauges after draining:\n{body}");
     assert_eq!(
         metric_value(&body, "delay_bridge_backlog_messages", &state("scheduled")),
@@ -320,10 +273,11 @@ workers = 2
         dead as f64
     );
     // The gauge follows the sink's supervisor, which looks again within reconnect_max.
-    let (up, body) = wait_scrape(port, Duration::from_secs(5), |b| {
-        metric_value(b, "delay_bridge_sink_up", &[("sink", "flaky")]) == 1.0
-    })
-    .await;
+    let (up, body) = bridge
+        .wait_scrape(Duration::from_secs(5), |b| {
+            metric_value(b, "delay_bridge_sink_up", &[("sink", "flaky")]) == 1.0
+        })
+        .await;
     assert!(up, "sink_up after recovery:\n{body}");
     assert_eq!(capture.count(), due as usize);
     drop(bridge);
@@ -341,51 +295,34 @@ async fn json_logs_carry_worker_spans_and_never_a_password() {
     let closed = free_port();
     // One trigger dead-letters (unroutable, one attempt), one cannot reach its broker:
     // both log from inside a worker span.
-    let config = base_config(port)
-        + &format!(
-            r#"
-[sinks.down]
-type = "amqp"
-url = "amqp://guest:{secret}@127.0.0.1:{closed}/%2f"
-reconnect_max = "300ms"
-
-[[triggers]]
-name = "logs-dead"
-key = "{key}"
-sink = "rabbit"
-exchange = "{exchange}"
-routing_key = "nobody-listens"
-max_attempts = 1
-
-[[triggers]]
-name = "logs-down"
-key = "{down_key}"
-sink = "down"
-exchange = "{exchange}"
-routing_key = "{rk}"
-"#,
-            exchange = capture.exchange,
-            rk = capture.routing_key,
-        );
-    let config = config.replace("[log]\n", "[log]\nformat = \"json\"\n");
-    let bridge = Bridge::start(&config, port);
-    let (alive, got) = wait_http(port, "/healthz", Duration::from_secs(15), |s, _| s == 200).await;
+    let settings = ConfigToml::base(port)
+        .set_str("log", "format", "json")
+        .amqp_sink(
+            "down",
+            &format!("amqp://guest:{secret}@127.0.0.1:{closed}/%2f"),
+        )
+        .set_str("sinks.down", "reconnect_max", "300ms");
+    let unroutable = format!(
+        "exchange = \"{}\"\nrouting_key = \"nobody-listens\"\nmax_attempts = 1",
+        capture.exchange
+    );
+    let triggers = trigger("logs-dead", &key, "rabbit", &unroutable)
+        + &trigger("logs-down", &down_key, "down", &capture.destination());
+    let bridge = Bridge::start(&(settings.to_string() + &triggers), port);
+    let (alive, got) = bridge
+        .wait_http("/healthz", Duration::from_secs(15), |s, _| s == 200)
+        .await;
     assert!(alive, "{got:?}\n{}", bridge.log());
     let now = redis_now(&mut r).await;
     zadd(&mut r, &key, now, "undeliverable").await;
     let keys = delay_bridge::keys::QueueKeys::derive(&key).unwrap();
-    let mut dead = 0i64;
-    for _ in 0..300 {
-        dead = redis::cmd("ZCARD")
-            .arg(&keys.dead)
-            .query_async(&mut r)
-            .await
-            .unwrap();
-        if dead == 1 && bridge.log().contains("sink unavailable") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (_, dead) = poll(
+        Duration::from_secs(15),
+        Duration::from_millis(50),
+        async || zcard(&mut r, &keys.dead).await,
+        |dead| *dead == 1 && bridge.log().contains("sink unavailable"),
+    )
+    .await;
     assert_eq!(dead, 1, "{}", bridge.log());
     let log = bridge.log();
 
@@ -420,10 +357,7 @@ routing_key = "{rk}"
     // why, and never logs the password.
     let redis_secret = unique("redis-s3cret");
     let redis_url = redis_url().replacen("redis://", &format!("redis://:{redis_secret}@"), 1);
-    let config = config.replace(
-        &format!("url = \"{}\"", common::redis_url()),
-        &format!("url = \"{redis_url}\""),
-    );
+    let config = settings.set_str("redis", "url", &redis_url).to_string() + &triggers;
     assert!(config.contains(&redis_secret));
     let mut bridge = Bridge::start(&config, port);
     let code = bridge.wait_exit(Duration::from_secs(15)).await;
@@ -446,56 +380,25 @@ async fn stats_prints_a_row_per_trigger_and_json_with_the_sizes() {
     let empty = unique("delay-stats-empty");
     let keys = delay_bridge::keys::QueueKeys::derive(&busy).unwrap();
     let now = redis_now(&mut r).await;
-    for i in 0..4 {
-        zadd(&mut r, &busy, now + 600_000 + i, &format!("later-{i}")).await;
-    }
-    for i in 0..3 {
-        zadd(&mut r, &busy, now - 7_000 + i, &format!("overdue-{i}")).await;
-    }
-    for i in 0..2 {
-        zadd(
-            &mut r,
-            &keys.inflight,
-            now + 600_000,
-            &format!("leased-{i}"),
-        )
-        .await;
-    }
+    let later = (0..4).map(|i| (now + 600_000 + i, format!("later-{i}")));
+    let overdue = (0..3).map(|i| (now - 7_000 + i, format!("overdue-{i}")));
+    zadd_all(&mut r, &busy, later.chain(overdue)).await;
+    let leased = (0..2).map(|i| (now + 600_000, format!("leased-{i}")));
+    zadd_all(&mut r, &keys.inflight, leased).await;
     zadd(&mut r, &keys.dead, now, "dead-0").await;
 
-    let config = format!(
-        r#"{base}
-[[triggers]]
-name = "stats-busy"
-key = "{busy}"
-sink = "rabbit"
-exchange = "x"
-
-[[triggers]]
-name = "stats-empty"
-key = "{empty}"
-sink = "rabbit"
-exchange = "x"
-"#,
-        base = base_config(free_port())
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("stats.toml");
-    std::fs::write(&path, config).unwrap();
+    let config = base_config(free_port())
+        + &trigger("stats-busy", &busy, "rabbit", "exchange = \"x\"")
+        + &trigger("stats-empty", &empty, "rabbit", "exchange = \"x\"");
     let run = |json: bool| {
-        let mut cmd = Command::new(binary());
-        cmd.args(["stats", "--config"]).arg(&path);
-        if json {
-            cmd.arg("--json");
-        }
-        let out = cmd.output().unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        let args: &[&str] = if json {
+            &["stats", "--json"]
+        } else {
+            &["stats"]
+        };
+        let out = cli(args, &config, &[]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out.stdout
     };
 
     let table = run(false);
@@ -540,4 +443,66 @@ exchange = "x"
 
     cleanup_keys(&mut r, &busy).await;
     cleanup_keys(&mut r, &empty).await;
+}
+
+/// Series whose labels are known at start-up are exported from start-up with 0, so an
+/// `increase(...) > 0` alert sees the first dead letter of each reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_counters_are_exported_at_zero_from_start_up() {
+    let capture = AmqpCapture::start("zero").await;
+    let key = format!("{}:{{zero}}", unique("delay"));
+    let port = free_port();
+    let bridge = Bridge::start(
+        &(base_config(port) + &amqp_trigger("zero", &key, &capture, "")),
+        port,
+    )
+    .ready(Duration::from_secs(15))
+    .await;
+    let body = bridge.scrape().await;
+    let samples = parse_samples(&body);
+    let present = |name: &str, labels: &[(&str, &str)]| {
+        samples
+            .iter()
+            .any(|s| s.name == name && s.has(labels) && s.value == 0.0)
+    };
+    for reason in [
+        "nack",
+        "unroutable",
+        "timeout",
+        "refused",
+        "too_large",
+        "bad_payload",
+    ] {
+        for name in [
+            "delay_bridge_messages_retried_total",
+            "delay_bridge_messages_dead_lettered_total",
+        ] {
+            assert!(
+                present(name, &[("trigger", "zero"), ("reason", reason)]),
+                "{name}{{reason={reason}}} missing at start-up:\n{body}"
+            );
+        }
+    }
+    for kind in ["connection", "timeout", "wrong_type", "script"] {
+        assert!(
+            present(
+                "delay_bridge_redis_errors_total",
+                &[("trigger", "zero"), ("kind", kind)]
+            ),
+            "redis_errors_total{{kind={kind}}} missing at start-up"
+        );
+    }
+    for name in [
+        "delay_bridge_messages_forwarded_total",
+        "delay_bridge_messages_redelivered_total",
+        "delay_bridge_messages_put_back_total",
+        "delay_bridge_empty_claims_total",
+    ] {
+        assert!(
+            samples
+                .iter()
+                .any(|s| s.name == name && s.has(&[("trigger", "zero")])),
+            "{name} missing at start-up"
+        );
+    }
 }

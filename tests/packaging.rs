@@ -91,18 +91,9 @@ fn the_compose_bridge_config_is_mounted_and_accepted_by_check() {
         "the image's default command reads {target} as well"
     );
 
-    let out = Command::new(binary())
-        .args(["check", "--config"])
-        .arg(repo("docker/bridge.toml"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_cli(&["check"], &repo("docker/bridge.toml"), &[]);
+    let stdout = &out.stdout;
+    assert_eq!(out.code, 0, "{}", out.text());
     assert!(
         stdout.contains("metrics: http://0.0.0.0:9464/metrics"),
         "{stdout}"
@@ -147,40 +138,19 @@ async fn dashboard_and_alerts_query_only_metrics_the_bridge_exports() {
     let port = free_port();
     // A healthy trigger and one whose messages are unroutable (a retry, then a dead letter),
     // so every counter and histogram has a series.
+    let unroutable = format!(
+        "exchange = \"{}\"\nrouting_key = \"nobody-listens\"\nmax_attempts = 2\n\
+         backoff_initial = \"50ms\"\nbackoff_max = \"50ms\"\nlease = \"2s\"\npublish_timeout = \"1s\"",
+        capture.exchange
+    );
     let config = base_config(port)
         + &amqp_trigger("dash", &key, &capture, "batch = 8")
-        + &format!(
-            r#"
-[[triggers]]
-name = "dash-bad"
-key = "{bad_key}"
-sink = "rabbit"
-exchange = "{exchange}"
-routing_key = "nobody-listens"
-max_attempts = 2
-backoff_initial = "50ms"
-backoff_max = "50ms"
-lease = "2s"
-publish_timeout = "1s"
-"#,
-            exchange = capture.exchange
-        );
-    let mut bridge = Bridge::start(&config, port);
-    assert!(
-        bridge.wait_ready(Duration::from_secs(15)).await,
-        "{}",
-        bridge.log()
-    );
+        + &trigger("dash-bad", &bad_key, "rabbit", &unroutable);
+    let mut bridge = Bridge::start(&config, port)
+        .ready(Duration::from_secs(15))
+        .await;
     let now = redis_now(&mut r).await;
-    for i in 0..5 {
-        let _: i64 = redis::cmd("ZADD")
-            .arg(&key)
-            .arg(now - i)
-            .arg(format!("dash-{i}"))
-            .query_async(&mut r)
-            .await
-            .unwrap();
-    }
+    zadd_all(&mut r, &key, (0..5).map(|i| (now - i, format!("dash-{i}")))).await;
     let bad = delay_bridge::keys::QueueKeys::derive(&bad_key).unwrap();
     // An expired lease, as a crashed bridge leaves it: recovered and redelivered.
     let _: () = redis::pipe()
@@ -196,22 +166,23 @@ publish_timeout = "1s"
         .await
         .unwrap();
     let bad_t = [("trigger", "dash-bad")];
-    let (all_there, body) = wait_scrape(port, Duration::from_secs(20), |b| {
-        metric_value(
-            b,
-            "delay_bridge_messages_forwarded_total",
-            &[("trigger", "dash")],
-        ) == 5.0
-            && metric_value(b, "delay_bridge_messages_retried_total", &bad_t) >= 1.0
-            && metric_value(b, "delay_bridge_messages_dead_lettered_total", &bad_t) >= 2.0
-            && metric_value(b, "delay_bridge_messages_redelivered_total", &bad_t) >= 1.0
-            && metric_value(
+    let (all_there, body) = bridge
+        .wait_scrape(Duration::from_secs(20), |b| {
+            metric_value(
                 b,
-                "delay_bridge_backlog_messages",
-                &[("trigger", "dash-bad"), ("state", "dead")],
-            ) == 2.0
-    })
-    .await;
+                "delay_bridge_messages_forwarded_total",
+                &[("trigger", "dash")],
+            ) == 5.0
+                && metric_value(b, "delay_bridge_messages_retried_total", &bad_t) >= 1.0
+                && metric_value(b, "delay_bridge_messages_dead_lettered_total", &bad_t) >= 2.0
+                && metric_value(b, "delay_bridge_messages_redelivered_total", &bad_t) >= 1.0
+                && metric_value(
+                    b,
+                    "delay_bridge_backlog_messages",
+                    &[("trigger", "dash-bad"), ("state", "dead")],
+                ) == 2.0
+        })
+        .await;
     assert!(
         all_there,
         "not every metric moved:\n{body}\n{}",
@@ -285,8 +256,7 @@ publish_timeout = "1s"
         "the scan found the queries: {queried:?}"
     );
 
-    bridge.signal(15);
-    assert_eq!(bridge.wait_exit(Duration::from_secs(15)).await, Some(0));
+    bridge.terminate(Duration::from_secs(15)).await;
     cleanup_keys(&mut r, &key).await;
     cleanup_keys(&mut r, &bad_key).await;
 }

@@ -3,13 +3,22 @@
 mod common;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::servers::RedisServer;
 use common::*;
 
 /// A password with every character that needs care in a URL.
 fn hostile_password() -> String {
     format!("p@ss:w/rd#%?&+ {}", unique("x"))
+}
+
+/// `base` (a test server's URL) with user `name` and `password` (percent-encoded).
+fn user_url(base: &str, name: &str, password: Option<&str>) -> String {
+    let mut u = url::Url::parse(base).unwrap();
+    u.set_username(name).unwrap();
+    u.set_password(password).unwrap();
+    u.to_string()
 }
 
 /// A Redis ACL user on the shared Redis, deleted on drop.
@@ -39,12 +48,9 @@ impl RedisUser {
         user
     }
 
-    /// The test Redis URL with this user and `password` (percent-encoded).
+    /// The test Redis URL with this user and `password`.
     fn url(&self, password: Option<&str>) -> String {
-        let mut u = url::Url::parse(&redis_url()).unwrap();
-        u.set_username(&self.name).unwrap();
-        u.set_password(password).unwrap();
-        u.to_string()
+        user_url(&redis_url(), &self.name, password)
     }
 }
 
@@ -89,11 +95,9 @@ impl RabbitUser {
         user
     }
 
+    /// The test RabbitMQ URL with this user and `password`.
     fn url(&self, password: Option<&str>) -> String {
-        let mut u = url::Url::parse(&amqp_url()).unwrap();
-        u.set_username(&self.name).unwrap();
-        u.set_password(password).unwrap();
-        u.to_string()
+        user_url(&amqp_url(), &self.name, password)
     }
 }
 
@@ -121,34 +125,90 @@ fn assert_hidden(what: &str, text: &str, secret: &str) {
     }
 }
 
-/// `delay-bridge check` on `config` with `env`: (exit code, stdout + stderr).
-fn check(config: &str, env: &[(&str, &str)]) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.toml");
-    std::fs::write(&path, config).unwrap();
-    let out = Command::new(binary())
-        .args(["check", "--config"])
-        .arg(&path)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
-}
-
 /// How a credential reaches the bridge.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Via {
     Url,
     File,
     Env,
 }
 
+/// Where a server's credentials go in the config.
+struct Credentials {
+    /// Its name in messages.
+    what: &'static str,
+    /// Its URL for tests.
+    url: fn() -> String,
+    /// The section holding its `url` and `password_file`.
+    section: &'static str,
+    /// The variable that overrides that `url`.
+    env_var: &'static str,
+    /// A `url` for the file that cannot work: with `Via::Env`, the variable must win.
+    unusable_url: &'static str,
+    /// The run whose log is JSON (a secret must leak in neither format).
+    json_log: Via,
+}
+
+const REDIS: Credentials = Credentials {
+    what: "redis",
+    url: redis_url,
+    section: "redis",
+    env_var: "DELAY_BRIDGE_REDIS__URL",
+    unusable_url: "redis://127.0.0.1:1/0",
+    json_log: Via::File,
+};
+
+const AMQP: Credentials = Credentials {
+    what: "amqp",
+    url: amqp_url,
+    section: "sinks.rabbit",
+    env_var: "DELAY_BRIDGE_SINKS__RABBIT__URL",
+    unusable_url: "amqp://nobody@127.0.0.1:1/%2f",
+    json_log: Via::Url,
+};
+
+/// [`forward_once`] with user `name`'s credentials given each way: in the URL, as the URL
+/// without the password plus `password_file`, and as the URL in the environment.
+async fn forward_each_way(
+    c: &Credentials,
+    (name, password): (&str, &str),
+    password_file: &std::path::Path,
+    capture: &AmqpCapture,
+) {
+    let url = |password| user_url(&(c.url)(), name, password);
+    let full_url = url(Some(password));
+    for via in [Via::Url, Via::File, Via::Env] {
+        let port = free_port();
+        let key = format!("{}:{{sec}}", unique("delay"));
+        let settings = ConfigToml::base(port);
+        let settings = match via {
+            Via::Url => settings.set_str(c.section, "url", &full_url),
+            Via::File => settings.set_str(c.section, "url", &url(None)).set_str(
+                c.section,
+                "password_file",
+                &password_file.display().to_string(),
+            ),
+            Via::Env => settings.set_str(c.section, "url", c.unusable_url),
+        };
+        let settings = if via == c.json_log {
+            settings.set_str("log", "format", "json")
+        } else {
+            settings
+        };
+        let env: &[(&str, &str)] = match via {
+            Via::Env => &[(c.env_var, &full_url)],
+            _ => &[],
+        };
+        let config = settings.to_string() + &amqp_trigger("sec", &key, capture, "workers = 1");
+        let what = format!("{} {via:?}", c.what);
+        forward_once(&config, env, port, password, &what).await;
+    }
+}
+
 /// Starts a bridge, forwards one message through it and checks that `secret` appears in
 /// neither `check`, the log nor `/metrics`.
 async fn forward_once(config: &str, env: &[(&str, &str)], port: u16, secret: &str, what: &str) {
-    let (code, text) = check(config, env);
+    let (code, text) = check_with_env(config, env);
     assert_eq!(code, 0, "{what}: check failed:\n{text}");
     assert_hidden(&format!("{what}: check"), &text, secret);
 
@@ -165,41 +225,17 @@ async fn forward_once(config: &str, env: &[(&str, &str)], port: u16, secret: &st
         "{what}: not ready\n{}",
         bridge.log()
     );
-    let body = format!("through {what}");
-    let _: i64 = redis::cmd("ZADD")
-        .arg(&key)
-        .arg(0)
-        .arg(&body)
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(15);
-    loop {
-        let forwarded = bridge
-            .metric("delay_bridge_messages_forwarded_total", &[])
-            .await;
-        if forwarded >= 1.0 {
-            break;
-        }
-        assert!(
-            Instant::now() < end,
-            "{what}: not forwarded\n{}",
-            bridge.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let metrics = bridge.get("/metrics").await.unwrap().1;
+    zadd(&mut r, &key, 0, format!("through {what}")).await;
+    let (forwarded, metrics) = bridge
+        .wait_scrape(Duration::from_secs(15), |b| {
+            metric_value(b, "delay_bridge_messages_forwarded_total", &[]) >= 1.0
+        })
+        .await;
+    assert!(forwarded, "{what}: not forwarded\n{}", bridge.log());
     assert_hidden(&format!("{what}: /metrics"), &metrics, secret);
-    bridge.signal(15);
-    assert_eq!(bridge.wait_exit(Duration::from_secs(15)).await, Some(0));
+    bridge.terminate(Duration::from_secs(15)).await;
     assert_hidden(&format!("{what}: log"), &bridge.log(), secret);
     cleanup_keys(&mut r, &key).await;
-}
-
-fn with_redis(config: &str, lines: &str) -> String {
-    let url_line = format!("url = \"{}\"\n", redis_url());
-    assert!(config.contains(&url_line));
-    config.replacen(&url_line, lines, 1)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,49 +247,18 @@ async fn redis_acl_user_by_url_file_and_env_and_a_wrong_password_fails_clearly()
     // Editors add a trailing newline; it is not part of the password.
     std::fs::write(&pw_file, format!("{}\n", user.password)).unwrap();
 
-    for via in [Via::Url, Via::File, Via::Env] {
-        let port = free_port();
-        let key = format!("{}:{{sec}}", unique("delay"));
-        let trigger = amqp_trigger("sec", &key, &capture, "workers = 1");
-        let full_url = user.url(Some(&user.password));
-        let (redis_lines, env): (String, Vec<(&str, &str)>) = match via {
-            Via::Url => (format!("url = \"{full_url}\"\n"), vec![]),
-            Via::File => (
-                format!(
-                    "url = \"{}\"\npassword_file = \"{}\"\n",
-                    user.url(None),
-                    pw_file.display()
-                ),
-                vec![],
-            ),
-            Via::Env => (
-                "url = \"redis://127.0.0.1:1/0\"\n".to_string(),
-                vec![("DELAY_BRIDGE_REDIS__URL", full_url.as_str())],
-            ),
-        };
-        let mut config = with_redis(&base_config(port), &redis_lines) + &trigger;
-        if matches!(via, Via::File) {
-            config = config.replace("[log]\n", "[log]\nformat = \"json\"\n");
-        }
-        forward_once(
-            &config,
-            &env,
-            port,
-            &user.password,
-            &format!("redis {via:?}"),
-        )
-        .await;
-    }
+    let credentials = (user.name.as_str(), user.password.as_str());
+    forward_each_way(&REDIS, credentials, &pw_file, &capture).await;
     assert_eq!(capture.count(), 3);
 
     // A wrong password: refuses to start with a clear message, no panic, the password not echoed.
     let wrong = hostile_password();
     let port = free_port();
     let key = unique("delay");
-    let config = with_redis(
-        &base_config(port),
-        &format!("url = \"{}\"\n", user.url(Some(&wrong))),
-    ) + &amqp_trigger("sec", &key, &capture, "");
+    let config = ConfigToml::base(port)
+        .set_str("redis", "url", &user.url(Some(&wrong)))
+        .to_string()
+        + &amqp_trigger("sec", &key, &capture, "");
     refuses(&config, "rejected the credentials", &wrong).await;
     drop(user);
 }
@@ -284,27 +289,21 @@ async fn redis_requirepass_needs_the_password_and_takes_it_from_a_file() {
     let trigger = amqp_trigger("pw", &key, &capture, "workers = 1");
 
     // No password at all: the connection opens, commands would fail; the bridge says so at once.
-    let config =
-        with_redis(&base_config(port), &format!("url = \"{}\"\n", server.url())) + &trigger;
-    refuses(&config, "requires credentials", &password).await;
+    let settings = ConfigToml::base(port).set_str("redis", "url", &server.url());
+    refuses(
+        &(settings.to_string() + &trigger),
+        "requires credentials",
+        &password,
+    )
+    .await;
 
     let dir = tempfile::tempdir().unwrap();
     let pw_file = dir.path().join("pw");
     std::fs::write(&pw_file, format!("{password}\n")).unwrap();
-    let config = with_redis(
-        &base_config(port),
-        &format!(
-            "url = \"{}\"\npassword_file = \"{}\"\n",
-            server.url(),
-            pw_file.display()
-        ),
-    ) + &trigger;
-    let mut bridge = Bridge::start(&config, port);
-    assert!(
-        bridge.wait_ready(Duration::from_secs(20)).await,
-        "{}",
-        bridge.log()
-    );
+    let settings = settings.set_str("redis", "password_file", &pw_file.display().to_string());
+    let mut bridge = Bridge::start(&(settings.to_string() + &trigger), port)
+        .ready(Duration::from_secs(20))
+        .await;
     let mut u = url::Url::parse(&server.url()).unwrap();
     u.set_password(Some(&password)).unwrap();
     let mut r = redis::Client::open(u.as_str())
@@ -312,20 +311,13 @@ async fn redis_requirepass_needs_the_password_and_takes_it_from_a_file() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let _: i64 = redis::cmd("ZADD")
-        .arg(&key)
-        .arg(0)
-        .arg("behind a password")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    zadd(&mut r, &key, 0, "behind a password").await;
     assert!(
         wait_until(Duration::from_secs(15), || capture.count() == 1).await,
         "{}",
         bridge.log()
     );
-    bridge.signal(15);
-    assert_eq!(bridge.wait_exit(Duration::from_secs(15)).await, Some(0));
+    bridge.terminate(Duration::from_secs(15)).await;
     assert_hidden("log", &bridge.log(), &password);
 }
 
@@ -336,53 +328,17 @@ async fn rabbitmq_user_by_url_file_and_env_and_a_wrong_password_fails_clearly() 
     let dir = tempfile::tempdir().unwrap();
     let pw_file = dir.path().join("amqp-password");
     std::fs::write(&pw_file, format!("{}\r\n", user.password)).unwrap();
-    let amqp_line = format!("url = \"{}\"\n", amqp_url());
-
-    for via in [Via::Url, Via::File, Via::Env] {
-        let port = free_port();
-        let key = format!("{}:{{sec}}", unique("delay"));
-        let trigger = amqp_trigger("sec", &key, &capture, "workers = 1");
-        let full_url = user.url(Some(&user.password));
-        let (sink_lines, env): (String, Vec<(&str, &str)>) = match via {
-            Via::Url => (format!("url = \"{full_url}\"\n"), vec![]),
-            Via::File => (
-                format!(
-                    "url = \"{}\"\npassword_file = \"{}\"\n",
-                    user.url(None),
-                    pw_file.display()
-                ),
-                vec![],
-            ),
-            Via::Env => (
-                "url = \"amqp://nobody@127.0.0.1:1/%2f\"\n".to_string(),
-                vec![("DELAY_BRIDGE_SINKS__RABBIT__URL", full_url.as_str())],
-            ),
-        };
-        let base = base_config(port);
-        assert!(base.contains(&amqp_line));
-        let mut config = base.replacen(&amqp_line, &sink_lines, 1) + &trigger;
-        if matches!(via, Via::Url) {
-            config = config.replace("[log]\n", "[log]\nformat = \"json\"\n");
-        }
-        forward_once(
-            &config,
-            &env,
-            port,
-            &user.password,
-            &format!("amqp {via:?}"),
-        )
-        .await;
-    }
+    let credentials = (user.name.as_str(), user.password.as_str());
+    forward_each_way(&AMQP, credentials, &pw_file, &capture).await;
     assert_eq!(capture.count(), 3);
 
     let wrong = hostile_password();
     let port = free_port();
     let key = unique("delay");
-    let config = base_config(port).replacen(
-        &amqp_line,
-        &format!("url = \"{}\"\n", user.url(Some(&wrong))),
-        1,
-    ) + &amqp_trigger("sec", &key, &capture, "");
+    let config = ConfigToml::base(port)
+        .set_str("sinks.rabbit", "url", &user.url(Some(&wrong)))
+        .to_string()
+        + &amqp_trigger("sec", &key, &capture, "");
     let mut bridge = Bridge::start(&config, port);
     let said = wait_until(Duration::from_secs(15), || {
         let log = bridge.log().to_lowercase();
@@ -398,14 +354,13 @@ async fn rabbitmq_user_by_url_file_and_env_and_a_wrong_password_fails_clearly() 
         .await
         .expect("serving while the sink is down");
     assert_ne!(code, 200, "ready without RabbitMQ");
-    let metrics = bridge.get("/metrics").await.unwrap().1;
+    let metrics = bridge.scrape().await;
     assert_eq!(
         metric_value(&metrics, "delay_bridge_sink_up", &[("sink", "rabbit")]),
         0.0
     );
     assert_hidden("wrong-password /metrics", &metrics, &wrong);
-    bridge.signal(15);
-    assert_eq!(bridge.wait_exit(Duration::from_secs(15)).await, Some(0));
+    bridge.terminate(Duration::from_secs(15)).await;
     assert_hidden("wrong-password log", &bridge.log(), &wrong);
 }
 
@@ -438,7 +393,7 @@ topic = "x"
 "#,
         pw_file.display()
     );
-    let (code, text) = check(&config, &[]);
+    let (code, text) = check(&config);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("sasl.username=bridge"), "{text}");
     assert_hidden("check", &text, &secret);

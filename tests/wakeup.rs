@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use common::*;
 
+/// How long a bridge may take to become ready.
+const READY: Duration = Duration::from_secs(15);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notification_wakes_the_idle_worker_long_before_the_guard() {
     let mut r = redis().await;
@@ -13,38 +16,19 @@ async fn a_notification_wakes_the_idle_worker_long_before_the_guard() {
     let key = format!("{}:{{wake}}", unique("delay"));
     let port = free_port();
     let cfg = base_config(port) + &amqp_trigger("wake", &key, &capture, "guard_interval = \"60s\"");
-    let mut bridge = Bridge::start(&cfg, port);
-    assert!(
-        bridge.wait_ready(Duration::from_secs(15)).await,
-        "{}",
-        bridge.log()
-    );
+    let bridge = Bridge::start(&cfg, port).ready(READY).await;
     let labels = [("trigger", "wake")];
     // Every worker has made its first (empty) claim and the idle one sleeps on a 60 s guard.
-    let mut settled = false;
-    for _ in 0..100 {
-        if bridge
-            .metric("delay_bridge_empty_claims_total", &labels)
-            .await
-            >= 4.0
-        {
-            settled = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (settled, _) = bridge
+        .wait_scrape(Duration::from_secs(5), |b| {
+            metric_value(b, "delay_bridge_empty_claims_total", &labels) >= 4.0
+        })
+        .await;
     assert!(settled, "{}", bridge.log());
     let woken_before = bridge
         .metric("delay_bridge_notify_wakeups_total", &labels)
         .await;
-    let now = redis_now(&mut r).await;
-    let _: i64 = redis::cmd("ZADD")
-        .arg(&key)
-        .arg(now)
-        .arg("wake up")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    schedule_now(&mut r, &key, ["wake up"]).await;
     assert!(
         wait_until(Duration::from_secs(20), || capture.count() == 1).await,
         "not delivered before the 60 s guard: {}",
@@ -73,12 +57,7 @@ async fn an_empty_trigger_claims_once_per_guard_tick_not_once_per_worker() {
             &capture,
             "workers = 8\nguard_interval = \"1s\"",
         );
-    let mut bridge = Bridge::start(&cfg, port);
-    assert!(
-        bridge.wait_ready(Duration::from_secs(15)).await,
-        "{}",
-        bridge.log()
-    );
+    let bridge = Bridge::start(&cfg, port).ready(READY).await;
     let labels = [("trigger", "idle")];
     // Let the start-up claims (one per worker) pass.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -104,12 +83,7 @@ async fn claims_never_exceed_the_batch_and_a_backlog_drains_fully() {
     let capture = AmqpCapture::start("batch").await;
     let key = format!("{}:{{batch}}", unique("delay"));
     let now = redis_now(&mut r).await;
-    let mut cmd = redis::cmd("ZADD");
-    cmd.arg(&key);
-    for i in 0..500 {
-        cmd.arg(now - 10).arg(format!("m{i}"));
-    }
-    let _: i64 = cmd.query_async(&mut r).await.unwrap();
+    zadd_all(&mut r, &key, (0..500).map(|i| (now - 10, format!("m{i}")))).await;
     let port = free_port();
     let cfg = base_config(port) + &amqp_trigger("batch", &key, &capture, "workers = 3\nbatch = 8");
     let bridge = Bridge::start(&cfg, port);

@@ -1,6 +1,5 @@
 //! Loading the layered configuration and collecting every problem at once.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use figment::providers::{Env, Format, Toml};
@@ -8,52 +7,14 @@ use figment::value::Value;
 use figment::Figment;
 use serde::de::DeserializeOwned;
 
+use super::problem::{ConfigError, Problem};
+use super::validate::{validate, Parsed};
 use super::{
     Config, LogConfig, MetricsConfig, RedisConfig, ShutdownConfig, SinkConfig, TriggerConfig,
 };
 
 /// Environment variables with this prefix override the file; `__` separates levels.
 pub const ENV_PREFIX: &str = "DELAY_BRIDGE_";
-
-/// One thing wrong with the configuration, with the key it is about and where that key came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// Dotted key path, e.g. `triggers[0].lease`.
-    pub key: String,
-    /// What is wrong.
-    pub message: String,
-    /// The file or environment variable the key came from.
-    pub source: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} (in {})", self.key, self.message, self.source)
-    }
-}
-
-/// Every problem found in a configuration.
-#[derive(Debug)]
-pub struct ConfigError {
-    /// The problems, in the order they were found.
-    pub problems: Vec<Problem>,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid configuration ({} problem", self.problems.len())?;
-        if self.problems.len() != 1 {
-            write!(f, "s")?;
-        }
-        write!(f, "):")?;
-        for p in &self.problems {
-            write!(f, "\n  - {p}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// `DELAY_BRIDGE_<SECTION>__<KEY>` variables. Every setting lives in a section, so a name
 /// without `__` (`DELAY_BRIDGE_CONFIG`, the `--config` default) is not an override.
@@ -78,31 +39,27 @@ pub fn load_from(figment: Figment, path: &Path) -> Result<Config, ConfigError> {
         file: path.to_path_buf(),
         problems: Vec::new(),
     };
-    let parsed = loader.extract();
-    let found = super::validate::validate(&parsed, &|key| loader.source_of(key));
-    loader.problems.extend(found);
+    let mut parsed = loader.extract();
+    let validated = validate(&parsed);
+    for (key, message) in validated.problems {
+        loader.push(&key, message);
+    }
     if loader.problems.is_empty() {
+        for (t, d) in parsed
+            .config
+            .triggers
+            .iter_mut()
+            .zip(validated.destinations)
+        {
+            t.destination = d;
+        }
+        super::tls::keep_clients(&mut parsed.config, validated.tls_clients);
         Ok(parsed.config)
     } else {
         Err(ConfigError {
             problems: loader.problems,
         })
     }
-}
-
-/// What extraction produced: a config whose broken parts hold defaults, and what was broken.
-pub(super) struct Parsed {
-    pub config: Config,
-    /// Position in the file of each entry of `config.triggers`.
-    pub trigger_index: Vec<usize>,
-    /// Sinks that failed to parse (already reported).
-    pub broken_sinks: Vec<String>,
-    /// `[redis]` failed to parse (already reported).
-    pub broken_redis: bool,
-    /// The file itself does not parse (already reported); nothing else is checked.
-    pub unparsable: bool,
-    /// The file has at least one `[[triggers]]` entry, parsed or not.
-    pub had_triggers: bool,
 }
 
 struct Loader {
@@ -262,8 +219,7 @@ impl Loader {
                 for err in e {
                     let mut key = prefix.to_string();
                     for part in &err.path {
-                        key.push('.');
-                        key.push_str(part);
+                        push_part(&mut key, part);
                     }
                     let source = self.source_of(prefix);
                     self.problems.push(Problem {
@@ -283,10 +239,7 @@ impl Loader {
             let own: Vec<&str> = prefix.split('.').collect();
             let mut key = prefix.to_string();
             for part in err.path.iter().filter(|p| !own.contains(&p.as_str())) {
-                if !key.is_empty() {
-                    key.push('.');
-                }
-                key.push_str(part);
+                push_part(&mut key, part);
             }
             let source = match &err.metadata {
                 Some(md) => describe_source(md, &self.file),
@@ -317,6 +270,18 @@ impl Loader {
             Some(md) => describe_source(md, &self.file),
             None => self.file.display().to_string(),
         }
+    }
+}
+
+/// Appends one path segment: `.field`, or `[i]` for an array index.
+fn push_part(key: &mut String, part: &str) {
+    if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+        key.push_str(&format!("[{part}]"));
+    } else {
+        if !key.is_empty() {
+            key.push('.');
+        }
+        key.push_str(part);
     }
 }
 

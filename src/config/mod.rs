@@ -1,6 +1,9 @@
 //! Configuration: the TOML schema, its defaults, and loading through figment.
 
 mod load;
+mod problem;
+mod route;
+mod tls;
 mod validate;
 
 #[cfg(test)]
@@ -8,11 +11,14 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use load::{load, ConfigError, Problem};
+pub use load::{load, load_from};
+pub use problem::{ConfigError, Problem};
+pub use route::{AmqpRoute, AmqpRouting, Destination, KafkaRoute};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -61,6 +67,10 @@ pub struct RedisConfig {
     /// Refuse to start when Redis may evict keys (`maxmemory-policy` other than `noeviction`).
     #[serde(default)]
     pub require_noeviction: bool,
+    /// `[redis.tls]`: how a `rediss://` connection verifies the server and identifies itself.
+    /// Without it, `rediss://` trusts the system's CAs and checks the URL's host name.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
 }
 
 fn default_redis_url() -> String {
@@ -82,6 +92,7 @@ impl Default for RedisConfig {
             response_timeout: default_response_timeout(),
             enable_keyspace_events: false,
             require_noeviction: false,
+            tls: None,
         }
     }
 }
@@ -196,9 +207,17 @@ impl SinkConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AmqpSinkConfig {
-    /// `amqp://user:password@host:port/vhost` or `amqps://` for TLS.
-    pub url: String,
-    /// Read the password from this file instead of the URL (overrides the URL's password).
+    /// One node: `amqp://user:password@host:port/vhost` or `amqps://` for TLS. Give this or
+    /// `urls`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The nodes of a cluster, same scheme, credentials and vhost, differing in host and port:
+    /// the bridge connects to one at a time, starting from a random one, and moves on to the
+    /// next when it cannot connect or the connection drops. Give this or `url`.
+    #[serde(default)]
+    pub urls: Option<Vec<String>>,
+    /// Read the password from this file instead of the URL (overrides the password of every
+    /// address).
     #[serde(default)]
     pub password_file: Option<String>,
     /// Exchanges and queues to declare (idempotently) on every connect.
@@ -207,10 +226,66 @@ pub struct AmqpSinkConfig {
     /// Longest wait between reconnection attempts.
     #[serde(default = "default_reconnect_max", with = "humantime_serde")]
     pub reconnect_max: Duration,
+    /// `[sinks.NAME.tls]`: how an `amqps://` connection verifies the broker and identifies
+    /// itself. Without it, `amqps://` trusts the system's CAs and checks the URL's host name.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+}
+
+/// `[redis.tls]`, `[sinks.NAME.tls]`: TLS client settings. The files are read when the
+/// configuration is loaded, never logged.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file with the CA certificates to trust instead of the system's (a private CA).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// PEM file with the client certificate (and its chain), for servers that require one.
+    /// Needs `key_file`.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// PEM file with the client certificate's private key (PKCS#8, PKCS#1 or SEC1). Keep it
+    /// readable by the bridge's user only: a key readable by group or others is warned about.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// The name the server's certificate must carry, where the URL's host is not that name
+    /// (an IP address, a load balancer, a tunnel). Also sent as SNI.
+    #[serde(default)]
+    pub server_name: Option<String>,
+    /// Accept any certificate from any server: no verification at all, so anyone on the path
+    /// can read and change messages. Only for trying things out; warned at start and by
+    /// `check`. Excludes `ca_file`; `server_name` is then only sent as SNI.
+    #[serde(default)]
+    pub insecure: bool,
+    /// The client built from the files above when the configuration was loaded, so that
+    /// they are read once (`None` in a configuration that was not loaded).
+    #[serde(skip)]
+    pub client: Option<crate::tls::Tls>,
+}
+
+impl TlsConfig {
+    /// The client loaded with the configuration, or one built from the files now.
+    pub fn client(&self) -> Result<crate::tls::Tls, Vec<crate::tls::TlsProblem>> {
+        match &self.client {
+            Some(client) => Ok(client.clone()),
+            None => crate::tls::Tls::new(self),
+        }
+    }
 }
 
 fn default_reconnect_max() -> Duration {
     Duration::from_secs(10)
+}
+
+impl AmqpSinkConfig {
+    /// Every configured address, in the order given: `urls`, or `url` alone.
+    pub fn addresses(&self) -> Vec<&str> {
+        match (&self.url, &self.urls) {
+            (_, Some(urls)) => urls.iter().map(String::as_str).collect(),
+            (Some(url), None) => vec![url.as_str()],
+            (None, None) => Vec::new(),
+        }
+    }
 }
 
 /// `[[sinks.NAME.declare]]`: an exchange, optionally with a queue bound to it.
@@ -219,19 +294,57 @@ fn default_reconnect_max() -> Duration {
 pub struct AmqpDeclare {
     /// Exchange name (durable).
     pub exchange: String,
-    /// Exchange type: `direct`, `topic`, `fanout` or `headers`.
-    #[serde(default = "default_exchange_kind")]
-    pub kind: String,
+    /// Exchange type: `direct` (default), `topic`, `fanout` or `headers`.
+    #[serde(default)]
+    pub kind: ExchangeType,
     /// A durable queue to declare and bind to the exchange.
     #[serde(default)]
     pub queue: Option<String>,
+    /// The queue's type (`x-queue-type`): `classic`, `quorum` (replicated over the cluster by
+    /// Raft) or `stream`. Unset: no argument, which RabbitMQ takes as classic.
+    #[serde(default)]
+    pub queue_type: Option<QueueType>,
     /// Binding key of the queue (defaults to the queue name).
     #[serde(default)]
     pub binding_key: Option<String>,
 }
 
-fn default_exchange_kind() -> String {
-    "direct".into()
+/// The type of a declared exchange.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExchangeType {
+    /// Routes on the exact routing key.
+    #[default]
+    Direct,
+    /// Routes on routing-key patterns.
+    Topic,
+    /// Routes to every bound queue.
+    Fanout,
+    /// Routes on header values.
+    Headers,
+}
+
+/// The type of a declared queue (`x-queue-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueType {
+    /// A queue on one node.
+    Classic,
+    /// A queue replicated by Raft: a confirm means a majority of its replicas has the message.
+    Quorum,
+    /// An append-only log replicated over the cluster; consumers read it by offset.
+    Stream,
+}
+
+impl QueueType {
+    /// The value of `x-queue-type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueType::Classic => "classic",
+            QueueType::Quorum => "quorum",
+            QueueType::Stream => "stream",
+        }
+    }
 }
 
 /// `[sinks.NAME] type = "kafka"`
@@ -246,6 +359,11 @@ pub struct KafkaSinkConfig {
     /// Read `sasl.password` from this file.
     #[serde(default)]
     pub sasl_password_file: Option<String>,
+    /// Allow `properties` that make a delivery report prove nothing (`acks` other than
+    /// `all`/`-1`, `enable.idempotence = false`): members are then deleted from Redis on the
+    /// word of a broker that may not have stored them. Off: such properties are refused.
+    #[serde(default)]
+    pub accept_possible_loss: bool,
 }
 
 /// How a trigger finds the message body.
@@ -255,6 +373,32 @@ pub enum PayloadMode {
     /// The member is the payload.
     #[default]
     Inline,
+    /// The member is an id; the body is the id's field in the hash `KEY:bodies` (`{KEY}:bodies`
+    /// for a key without a hash tag). Producers cancel and reschedule by id.
+    Hash,
+}
+
+/// How the payload (member or body) is read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageFormat {
+    /// The payload is the body, published byte for byte.
+    #[default]
+    Raw,
+    /// The payload is a JSON envelope (`schema/envelope.schema.json`): the body plus the
+    /// message's own headers, properties, routing key, Kafka key, id and expiry.
+    Envelope,
+}
+
+/// What happens to a message that is claimed after it expired.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExpired {
+    /// Dead-lettered with reason `expired` (visible, requeueable).
+    #[default]
+    DeadLetter,
+    /// Removed without a trace but the `delay_bridge_messages_expired_total` counter.
+    Drop,
 }
 
 /// What a Kafka record's key is.
@@ -295,9 +439,30 @@ pub struct TriggerConfig {
     /// Kafka: record key, `none` or `member`.
     #[serde(default)]
     pub kafka_key: Option<KafkaKey>,
-    /// How the member maps to the message body.
+    /// How the member maps to the message body: `inline` (the member is the body) or `hash`
+    /// (the member is an id, the body is in the bodies hash).
     #[serde(default)]
     pub payload: PayloadMode,
+    /// Hash payload mode: the most body bytes one claim returns (it always takes at least
+    /// one member), so that one script call never returns hundreds of MiB.
+    #[serde(default = "default_max_claim_bytes")]
+    pub max_claim_bytes: usize,
+    /// `raw` (the payload is the body) or `envelope` (the payload is a JSON envelope with
+    /// the body and the message's own properties).
+    #[serde(default)]
+    pub format: MessageFormat,
+    /// How late a message may still be delivered (after its due time); later ones expire
+    /// instead of being published. Unset: never (an envelope's `expires_at_ms` still applies).
+    #[serde(default, with = "humantime_serde")]
+    pub expire_after: Option<Duration>,
+    /// What an expired message becomes: `dead_letter` (reason `expired`) or `drop`.
+    #[serde(default)]
+    pub on_expired: OnExpired,
+    /// AMQP topic patterns (`*` one word, `#` any number) a message's own routing key (from
+    /// an envelope or `routing_key_pointer`) must match; others are dead-lettered as
+    /// `route_not_allowed`. Unset: any routing key on the trigger's exchange.
+    #[serde(default)]
+    pub allowed_routing_keys: Option<Vec<String>>,
     /// Worker tasks claiming and publishing for this trigger.
     #[serde(default = "default_workers")]
     pub workers: usize,
@@ -322,9 +487,14 @@ pub struct TriggerConfig {
     /// Cap of the backoff.
     #[serde(default = "default_backoff_max", with = "humantime_serde")]
     pub backoff_max: Duration,
-    /// Larger members are dead-lettered with reason `too_large` instead of published.
+    /// Larger members are dead-lettered with reason `too_large` instead of published
+    /// (at most 128 MiB).
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
+    /// Where the messages go: resolved from the fields above and the sink's type when the
+    /// configuration is loaded (`None` only in a configuration that was not loaded).
+    #[serde(skip)]
+    pub destination: Option<Destination>,
 }
 
 fn default_workers() -> usize {
@@ -353,4 +523,7 @@ fn default_backoff_max() -> Duration {
 }
 fn default_max_message_bytes() -> usize {
     1024 * 1024
+}
+fn default_max_claim_bytes() -> usize {
+    16 * 1024 * 1024
 }

@@ -3,30 +3,61 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::load::Parsed;
-use super::{Problem, SinkConfig};
+use super::route::{resolve, Destination};
+use super::{AmqpSinkConfig, Config, SinkConfig};
 use crate::keys::QueueKeys;
 
 /// Largest claim batch: bounds how long one claim script may block Redis.
 pub const MAX_BATCH: usize = 10_000;
 /// Most workers per trigger.
 pub const MAX_WORKERS: usize = 1024;
+/// Largest `max_message_bytes`: RabbitMQ's own ceiling for `max_message_size` (a claim
+/// holds up to `batch` such members in memory).
+pub const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
+/// AMQP names (exchanges, queues, routing and binding keys) are short strings.
+const AMQP_SHORT_STRING: usize = 255;
+/// Largest `max_claim_bytes`: what one claim script may return in bodies.
+pub const MAX_CLAIM_BYTES: usize = 512 * 1024 * 1024;
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(86_400);
 
-/// Returns every problem in `config`; `source` names where a key came from.
-pub(super) fn validate(parsed: &Parsed, source: &dyn Fn(&str) -> String) -> Vec<Problem> {
+/// What extraction produced: a config whose broken parts hold defaults, and what was broken.
+pub(super) struct Parsed {
+    pub config: Config,
+    /// Position in the file of each entry of `config.triggers`.
+    pub trigger_index: Vec<usize>,
+    /// Sinks that failed to parse (already reported).
+    pub broken_sinks: Vec<String>,
+    /// `[redis]` failed to parse (already reported).
+    pub broken_redis: bool,
+    /// The file itself does not parse (already reported); nothing else is checked.
+    pub unparsable: bool,
+    /// The file has at least one `[[triggers]]` entry, parsed or not.
+    pub had_triggers: bool,
+}
+
+/// What validation found: every problem as (key, message), and each trigger's destination
+/// (`None` where it could not be resolved).
+pub(super) struct Validated {
+    pub problems: Vec<(String, String)>,
+    pub destinations: Vec<Option<Destination>>,
+    /// The TLS clients built while checking their files, by table.
+    pub tls_clients: Vec<super::tls::Built>,
+}
+
+/// Checks everything serde cannot and resolves each trigger's destination.
+pub(super) fn validate(parsed: &Parsed) -> Validated {
     let config = &parsed.config;
     let mut out = Vec::new();
+    let mut destinations = Vec::new();
     if parsed.unparsable {
-        return out;
+        return Validated {
+            problems: out,
+            destinations,
+            tls_clients: Vec::new(),
+        };
     }
-    let mut push = |key: String, message: String| {
-        let src = source(&key);
-        out.push(Problem {
-            key,
-            message,
-            source: src,
-        });
-    };
+    let mut push = |key: String, message: String| out.push((key, message));
 
     match url::Url::parse(&config.redis.url) {
         _ if parsed.broken_redis => {}
@@ -58,6 +89,24 @@ pub(super) fn validate(parsed: &Parsed, source: &dyn Fn(&str) -> String) -> Vec<
             "must be greater than zero".into(),
         );
     }
+    for (key, value, max) in [
+        ("redis.connect_timeout", config.redis.connect_timeout, HOUR),
+        (
+            "redis.response_timeout",
+            config.redis.response_timeout,
+            HOUR,
+        ),
+        ("shutdown.timeout", config.shutdown.timeout, HOUR),
+        (
+            "metrics.backlog_interval",
+            config.metrics.backlog_interval,
+            HOUR,
+        ),
+    ] {
+        if let Some(why) = too_long(value, max) {
+            push(key.into(), why);
+        }
+    }
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&config.log.level) {
         push("log.level".into(), format!("not a valid log filter: {e}"));
     }
@@ -77,22 +126,26 @@ pub(super) fn validate(parsed: &Parsed, source: &dyn Fn(&str) -> String) -> Vec<
         }
         match sink {
             SinkConfig::Amqp(amqp) => {
-                match url::Url::parse(&amqp.url) {
-                    Ok(u) if matches!(u.scheme(), "amqp" | "amqps") => {}
-                    Ok(u) => push(
-                        format!("sinks.{name}.url"),
-                        format!(
-                            "scheme `{}` is not supported, use amqp:// or amqps://",
-                            u.scheme()
-                        ),
-                    ),
-                    Err(e) => push(format!("sinks.{name}.url"), format!("not a valid URL: {e}")),
+                for (key, why) in amqp_addresses(name, amqp) {
+                    push(key, why);
+                }
+                if let Some(why) = too_long(amqp.reconnect_max, HOUR) {
+                    push(format!("sinks.{name}.reconnect_max"), why);
                 }
                 for (i, d) in amqp.declare.iter().enumerate() {
-                    if !matches!(d.kind.as_str(), "direct" | "topic" | "fanout" | "headers") {
+                    for (field, value) in [
+                        ("exchange", Some(&d.exchange)),
+                        ("queue", d.queue.as_ref()),
+                        ("binding_key", d.binding_key.as_ref()),
+                    ] {
+                        if let Some(why) = value.and_then(|v| too_long_name(v)) {
+                            push(format!("sinks.{name}.declare[{i}].{field}"), why);
+                        }
+                    }
+                    if d.queue_type.is_some() && d.queue.is_none() {
                         push(
-                            format!("sinks.{name}.declare[{i}].kind"),
-                            format!("unknown exchange type `{}`, expected direct, topic, fanout or headers", d.kind),
+                            format!("sinks.{name}.declare[{i}].queue_type"),
+                            "needs a `queue` to declare".into(),
                         );
                     }
                     if d.exchange.is_empty() {
@@ -107,6 +160,11 @@ pub(super) fn validate(parsed: &Parsed, source: &dyn Fn(&str) -> String) -> Vec<
                 if kafka.brokers.trim().is_empty() {
                     push(format!("sinks.{name}.brokers"), "must not be empty".into());
                 }
+                if !kafka.accept_possible_loss {
+                    for (property, why) in unsafe_kafka_properties(&kafka.properties) {
+                        push(format!("sinks.{name}.properties.{property}"), why);
+                    }
+                }
             }
         }
     }
@@ -120,6 +178,7 @@ pub(super) fn validate(parsed: &Parsed, source: &dyn Fn(&str) -> String) -> Vec<
     let mut names = HashSet::new();
     for (&i, t) in parsed.trigger_index.iter().zip(&config.triggers) {
         let k = |field: &str| format!("triggers[{i}].{field}");
+        let mut destination = None;
         if !valid_name(&t.name) {
             push(
                 k("name"),
@@ -147,57 +206,28 @@ pub(super) fn validate(parsed: &Parsed, source: &dyn Fn(&str) -> String) -> Vec<
                     }
                 ),
             ),
-            Some(SinkConfig::Amqp(_)) => {
-                if let Some(p) = &t.routing_key_pointer {
+            Some(sink) => {
+                if let (SinkConfig::Amqp(_), Some(p)) = (sink, &t.routing_key_pointer) {
                     if let Err(why) = check_pointer(p) {
                         push(k("routing_key_pointer"), why);
                     }
                 }
-                if t.exchange.is_none() {
-                    push(
-                        k("exchange"),
-                        "required for an amqp sink (use \"\" for the default exchange)".into(),
-                    );
+                for (field, value) in [("exchange", &t.exchange), ("routing_key", &t.routing_key)] {
+                    if let Some(why) = value.as_deref().and_then(too_long_name) {
+                        push(k(field), why);
+                    }
                 }
-                if t.topic.is_some() {
-                    push(
-                        k("topic"),
-                        "only for kafka sinks; this trigger's sink is amqp".into(),
-                    );
-                }
-                if t.kafka_key.is_some() {
-                    push(
-                        k("kafka_key"),
-                        "only for kafka sinks; this trigger's sink is amqp".into(),
-                    );
-                }
-            }
-            Some(SinkConfig::Kafka(_)) => {
-                match &t.topic {
-                    None => push(k("topic"), "required for a kafka sink".into()),
-                    Some(topic) if topic.is_empty() => push(k("topic"), "must not be empty".into()),
-                    Some(_) => {}
-                }
-                if t.exchange.is_some() {
-                    push(
-                        k("exchange"),
-                        "only for amqp sinks; this trigger's sink is kafka".into(),
-                    );
-                }
-                if t.routing_key.is_some() {
-                    push(
-                        k("routing_key"),
-                        "only for amqp sinks; this trigger's sink is kafka".into(),
-                    );
-                }
-                if t.routing_key_pointer.is_some() {
-                    push(
-                        k("routing_key_pointer"),
-                        "only for amqp sinks; this trigger's sink is kafka".into(),
-                    );
+                match resolve(t, sink) {
+                    Ok(d) => destination = Some(d),
+                    Err(problems) => {
+                        for (field, why) in problems {
+                            push(k(field), why);
+                        }
+                    }
                 }
             }
         }
+        destinations.push(destination);
         if t.workers == 0 || t.workers > MAX_WORKERS {
             push(
                 k("workers"),
@@ -237,11 +267,226 @@ pub(super) fn validate(parsed: &Parsed, source: &dyn Fn(&str) -> String) -> Vec<
                 "must not be shorter than backoff_initial".into(),
             );
         }
-        if t.max_message_bytes == 0 {
-            push(k("max_message_bytes"), "must be greater than zero".into());
+        if t.expire_after.is_some_and(|d| d.is_zero()) {
+            push(
+                k("expire_after"),
+                "must be greater than zero (unset: messages never expire)".into(),
+            );
+        }
+        if t.max_claim_bytes == 0 || t.max_claim_bytes > MAX_CLAIM_BYTES {
+            push(
+                k("max_claim_bytes"),
+                format!(
+                    "must be between 1 and {MAX_CLAIM_BYTES} (512 MiB), got {}",
+                    t.max_claim_bytes
+                ),
+            );
+        }
+        if t.max_message_bytes == 0 || t.max_message_bytes > MAX_MESSAGE_BYTES {
+            push(
+                k("max_message_bytes"),
+                format!(
+                    "must be between 1 and {MAX_MESSAGE_BYTES} (128 MiB), got {}",
+                    t.max_message_bytes
+                ),
+            );
+        }
+        for (field, value, max) in [
+            ("lease", t.lease, DAY),
+            ("guard_interval", t.guard_interval, HOUR),
+            ("publish_timeout", t.publish_timeout, HOUR),
+            ("backoff_initial", t.backoff_initial, DAY),
+            ("backoff_max", t.backoff_max, DAY),
+        ] {
+            if let Some(why) = too_long(value, max) {
+                push(k(field), why);
+            }
+        }
+    }
+    let (tls_problems, tls_clients) = super::tls::problems(config, parsed.broken_redis);
+    for (key, why) in tls_problems {
+        push(key, why);
+    }
+    for (a, b, key) in key_overlaps(config, &parsed.trigger_index) {
+        push(
+            format!("triggers[{a}].key"),
+            format!(
+                "trigger `{}` and trigger `{}` (triggers[{b}]) both use the Redis key `{key}`; \
+                 each trigger needs keys of its own (source and derived: KEY:inflight, KEY:dead, ...)",
+                config.triggers[pos(&parsed.trigger_index, a)].name,
+                config.triggers[pos(&parsed.trigger_index, b)].name,
+            ),
+        );
+    }
+    Validated {
+        problems: out,
+        destinations,
+        tls_clients,
+    }
+}
+
+/// Where the trigger written as `triggers[i]` sits in the parsed list.
+fn pos(index: &[usize], i: usize) -> usize {
+    index.iter().position(|&j| j == i).unwrap_or(0)
+}
+
+/// Problems with an AMQP sink's addresses: exactly one of `url` and `urls`, each a valid
+/// amqp(s) URL, and the nodes of one cluster: only host, port and query may differ, since the
+/// credentials, `password_file` and the vhost apply to whichever node the bridge is on.
+fn amqp_addresses(name: &str, amqp: &AmqpSinkConfig) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let keys: Vec<String> = match (&amqp.url, &amqp.urls) {
+        (Some(_), Some(_)) => {
+            out.push((
+                format!("sinks.{name}.urls"),
+                "give `url` (one node) or `urls` (the nodes of a cluster), not both".into(),
+            ));
+            return out;
+        }
+        (None, None) => {
+            out.push((
+                format!("sinks.{name}.url"),
+                "missing: give `url` (one node) or `urls` (the nodes of a cluster)".into(),
+            ));
+            return out;
+        }
+        (Some(_), None) => vec![format!("sinks.{name}.url")],
+        (None, Some(urls)) if urls.is_empty() => {
+            out.push((
+                format!("sinks.{name}.urls"),
+                "must list at least one address".into(),
+            ));
+            return out;
+        }
+        (None, Some(urls)) => (0..urls.len())
+            .map(|i| format!("sinks.{name}.urls[{i}]"))
+            .collect(),
+    };
+    let mut first: Option<url::Url> = None;
+    let mut seen = HashSet::new();
+    for (key, raw) in keys.into_iter().zip(amqp.addresses()) {
+        let u = match url::Url::parse(raw) {
+            Ok(u) if matches!(u.scheme(), "amqp" | "amqps") => u,
+            Ok(u) => {
+                let why = format!(
+                    "scheme `{}` is not supported, use amqp:// or amqps://",
+                    u.scheme()
+                );
+                out.push((key, why));
+                continue;
+            }
+            Err(e) => {
+                out.push((key, format!("not a valid URL: {e}")));
+                continue;
+            }
+        };
+        let node = (u.host_str().map(str::to_string), u.port());
+        if !seen.insert(node.clone()) {
+            let host = node.0.unwrap_or_default();
+            let port = node.1.map_or_else(String::new, |p| format!(":{p}"));
+            out.push((key, format!("`{host}{port}` is listed twice")));
+            continue;
+        }
+        match &first {
+            None => first = Some(u),
+            Some(f) => {
+                let differs: Vec<&str> = [
+                    ("the scheme", f.scheme() != u.scheme()),
+                    ("the user", f.username() != u.username()),
+                    ("the password", f.password() != u.password()),
+                    ("the vhost", f.path() != u.path()),
+                ]
+                .into_iter()
+                .filter_map(|(what, differs)| differs.then_some(what))
+                .collect();
+                if !differs.is_empty() {
+                    out.push((
+                        key,
+                        format!(
+                            "{} {} from urls[0]: the addresses are the nodes of one cluster and \
+                             share scheme, credentials and vhost (only host, port and query may differ)",
+                            differs.join(", "),
+                            if differs.len() == 1 { "differs" } else { "differ" }
+                        ),
+                    ));
+                }
+            }
         }
     }
     out
+}
+
+/// Pairs of triggers (by their index in the file) whose source or derived keys coincide,
+/// with one shared key each: two triggers on one key would split its messages at random,
+/// and one trigger's source being another's in-flight set would deliver leases.
+fn key_overlaps(config: &Config, index: &[usize]) -> Vec<(usize, usize, String)> {
+    let mut owner: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut pairs = std::collections::BTreeMap::new();
+    for (&i, t) in index.iter().zip(&config.triggers) {
+        let Ok(keys) = QueueKeys::derive(&t.key) else {
+            continue;
+        };
+        for key in keys.all() {
+            match owner.get(key) {
+                Some(&other) if other != i => {
+                    pairs.entry((other, i)).or_insert_with(|| key.to_string());
+                }
+                Some(_) => {}
+                None => {
+                    owner.insert(key.to_string(), i);
+                }
+            }
+        }
+    }
+    pairs.into_iter().map(|((a, b), k)| (b, a, k)).collect()
+}
+
+/// Properties under which a Kafka delivery report no longer proves the record is stored.
+fn unsafe_kafka_properties(
+    properties: &std::collections::BTreeMap<String, String>,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (k, v) in properties {
+        let value = v.trim().to_ascii_lowercase();
+        let unsafe_value = match k.as_str() {
+            "acks" | "request.required.acks" => !matches!(value.as_str(), "all" | "-1"),
+            "enable.idempotence" => value != "true",
+            _ => false,
+        };
+        if unsafe_value {
+            out.push((
+                k.clone(),
+                format!(
+                    "`{v}` lets the broker confirm records it may lose, and the bridge deletes a \
+                     member once its record is confirmed; remove it, or set accept_possible_loss = true \
+                     on this sink to accept that"
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// `Some(reason)` when `value` exceeds `max` (durations are bounded so that deadline
+/// arithmetic cannot overflow).
+fn too_long(value: Duration, max: Duration) -> Option<String> {
+    (value > max).then(|| {
+        format!(
+            "must be at most {}, got {}",
+            humantime::format_duration(max),
+            humantime::format_duration(value)
+        )
+    })
+}
+
+/// `Some(reason)` when an AMQP name does not fit the protocol's 255-byte short string.
+fn too_long_name(value: &str) -> Option<String> {
+    (value.len() > AMQP_SHORT_STRING).then(|| {
+        format!(
+            "is {} bytes; AMQP names are at most {AMQP_SHORT_STRING} bytes",
+            value.len()
+        )
+    })
 }
 
 /// A JSON Pointer (RFC 6901) naming a field: `/a/b`, with `~` only in `~0` and `~1`.
@@ -265,4 +510,40 @@ fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+impl Config {
+    /// Everything an operator should hear before the configuration is used: the TLS
+    /// warnings, and envelope routing that reaches further than the operator may think.
+    /// Logged at start and printed by `check`.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = self.tls_warnings();
+        for (i, t) in self.triggers.iter().enumerate() {
+            let Some(Destination::Amqp(route)) = &t.destination else {
+                continue;
+            };
+            let own_keys = t.format == super::MessageFormat::Envelope
+                || matches!(route.routing, super::AmqpRouting::Pointer(_));
+            if own_keys && route.exchange.is_empty() && route.allowed_routing_keys.is_none() {
+                out.push(format!(
+                    "triggers[{i}]: messages choose their own routing key on the default exchange, \
+                     which reaches every queue of the vhost: set allowed_routing_keys"
+                ));
+            }
+            let headers_exchange = self.sinks.get(&t.sink).is_some_and(|s| match s {
+                SinkConfig::Amqp(a) => a.declare.iter().any(|d| {
+                    d.exchange == route.exchange && d.kind == super::ExchangeType::Headers
+                }),
+                SinkConfig::Kafka(_) => false,
+            });
+            if t.format == super::MessageFormat::Envelope && headers_exchange {
+                out.push(format!(
+                    "triggers[{i}]: `{}` is a headers exchange and envelopes set headers: \
+                     messages choose their own queues, allowed_routing_keys does not apply",
+                    route.exchange
+                ));
+            }
+        }
+        out
+    }
 }

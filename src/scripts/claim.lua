@@ -1,39 +1,112 @@
--- Claim: move up to ARGV[1] due members of the source set into the in-flight set,
--- leased until now + ARGV[2] ms. "Now" is the Redis server clock.
--- KEYS: source, inflight, attempts
--- Reply: {now, lease_deadline, next_head_score or "", member, due_score, attempt, ...}
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Claim: move up to ARGV[1] due members of the source set into the in-flight set, leased
+-- until now + ARGV[2] ms. "Now" is the Redis server clock. A due member that is still in
+-- flight (the producer added it again while an earlier copy is being delivered) is left
+-- where it is until that copy settles, so a member has at most one lease at a time and
+-- every settle can tell its own lease from a newer one.
+-- With ARGV[3] > 0 (hash payload mode) each member is an id whose body is read from the
+-- bodies hash, in this same call; nothing is deleted from it. The sizes are looked at first
+-- (HSTRLEN) and only the chosen bodies read: the claim stops before the bodies would pass
+-- ARGV[3] bytes in all, but always takes at least one member, and a body over ARGV[4] bytes
+-- (0: no limit) is not read at all.
+-- KEYS: the queue's six keys (see prelude)
+-- ARGV: limit, lease ms, body byte budget (0: inline), largest body to read (0: any)
+-- Reply: {now, deadline, next_head_score or "", skipped, member, due_score, attempt, [body], ...}
+--   skipped: due members left in place because an earlier copy of them is still in flight.
+--   body (hash mode only): the body; 0 where the id has none; its size where it is too large.
+local now, bad = begin()
+if bad then
+  return bad
+end
+local limit = tonumber(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
-local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
-local n = #items / 2
-local out = {now, deadline, ''}
-if n > 0 then
-  -- The deadline is the batch's ownership token for settle. A member the producer re-added
-  -- while in flight may still be leased by an unsettled batch that claimed it in this same
-  -- millisecond: move this batch's deadline past such a lease so the two stay distinct.
-  local held = {}
-  for i = 1, n, 1000 do
-    local chunk = {}
-    for j = i, math.min(i + 999, n) do
-      chunk[#chunk + 1] = items[2 * j - 1]
-    end
-    for _, score in ipairs(redis.call('ZMSCORE', KEYS[2], unpack(chunk))) do
-      if score then
-        held[tonumber(score)] = true
+local budget = tonumber(ARGV[3]) or 0
+local largest = tonumber(ARGV[4]) or 0
+local hash = budget > 0
+
+-- Pick the due members, skipping those in flight; at most `limit` + 1,000 are looked at.
+local members, dues, bodies = {}, {}, {}
+local skipped, offset, bytes, full = 0, 0, 0, false
+while #members < limit and skipped < 1000 and not full do
+  local want = limit - #members
+  local page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', offset, want)
+  local n = #page / 2
+  if n == 0 then
+    break
+  end
+  local names = {}
+  for j = 1, n do
+    names[j] = page[2 * j - 1]
+  end
+  local held = presence(KEYS[2], names)
+  for j = 1, n do
+    if held[j] then
+      skipped = skipped + 1
+    else
+      if hash then
+        -- What the body would cost: false (none), its size (to read), or a size marker
+        -- (too large to read: the worker dead-letters it as too_large).
+        local size = redis.call('HSTRLEN', KEYS[6], names[j])
+        local body, cost = size, size
+        if size == 0 and redis.call('HEXISTS', KEYS[6], names[j]) == 0 then
+          body = false
+        elseif largest > 0 and size > largest then
+          cost = 0
+        else
+          body = true
+        end
+        if #members > 0 and bytes + cost > budget then
+          full = true
+          break
+        end
+        bytes = bytes + cost
+        bodies[#members + 1] = body
       end
+      members[#members + 1] = names[j]
+      dues[#dues + 1] = page[2 * j]
     end
   end
-  while held[deadline] do
+  offset = offset + n
+  if n < want then
+    break
+  end
+end
+
+-- Read the chosen bodies: false stays 0 (none), a number is the size of one too large.
+if hash then
+  local wanted, at = {}, {}
+  for i = 1, #members do
+    if bodies[i] == true then
+      wanted[#wanted + 1] = members[i]
+      at[#at + 1] = i
+    elseif bodies[i] == false then
+      bodies[i] = 0
+    end
+  end
+  local read = hmget(KEYS[6], wanted)
+  for k = 1, #wanted do
+    bodies[at[k]] = read[k] or 0
+  end
+end
+
+local out = {now, deadline, '', skipped}
+local n = #members
+if n > 0 then
+  -- A deadline of its own (another batch may have claimed in this millisecond with the same
+  -- lease), so that settle can remove a fully acked batch by its score alone.
+  while redis.call('ZCOUNT', KEYS[2], deadline, deadline) > 0 do
     deadline = deadline + 1
   end
   out[2] = deadline
-  -- The claimed members are exactly the lowest n ranks.
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
+  if skipped == 0 then
+    -- The claimed members are exactly the lowest n ranks.
+    redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
+  else
+    each_chunk('ZREM', KEYS[1], members)
+  end
   local args = {}
   for i = 1, n do
     args[#args + 1] = deadline
-    args[#args + 1] = items[2 * i - 1]
+    args[#args + 1] = members[i]
     if #args >= 1000 then
       redis.call('ZADD', KEYS[2], unpack(args))
       args = {}
@@ -44,21 +117,40 @@ if n > 0 then
   end
   local counted = redis.call('EXISTS', KEYS[3]) == 1
   for i = 1, n do
-    local member = items[2 * i - 1]
     local attempt = 1
     if counted then
-      local failed = redis.call('HGET', KEYS[3], member)
-      if failed then
-        attempt = tonumber(failed) + 1
+      local failed = failures(KEYS[3], members[i], dues[i])
+      if failed > 0 then
+        -- The count moves with the member to its lease.
+        set_failures(KEYS[3], members[i], failed, deadline)
+        attempt = failed + 1
       end
     end
-    out[#out + 1] = member
-    out[#out + 1] = items[2 * i]
+    out[#out + 1] = members[i]
+    out[#out + 1] = dues[i]
     out[#out + 1] = attempt
+    if hash then
+      out[#out + 1] = bodies[i]
+    end
   end
 end
+
+-- The next head is the earliest member a claim could take: one still in flight is not.
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if head[2] then
+if head[1] and not redis.call('ZSCORE', KEYS[2], head[1]) then
   out[3] = head[2]
+elseif head[1] then
+  local probe = redis.call('ZRANGE', KEYS[1], 1, skipped + 8, 'WITHSCORES')
+  local names = {}
+  for j = 1, #probe / 2 do
+    names[j] = probe[2 * j - 1]
+  end
+  local held = presence(KEYS[2], names)
+  for j = 1, #names do
+    if not held[j] then
+      out[3] = probe[2 * j]
+      break
+    end
+  end
 end
 return out

@@ -1,14 +1,50 @@
--- Recover: members whose lease expired (their worker died or lost its reply) go back to
--- the source set as due now, and the unfinished attempt is counted.
--- A member the producer re-added meanwhile keeps the producer's due time.
--- KEYS: source, inflight, attempts   ARGV: most members to recover
--- Reply: number of members recovered
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local items = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - 1, 'LIMIT', 0, tonumber(ARGV[1]))
-for _, member in ipairs(items) do
-  redis.call('ZREM', KEYS[2], member)
-  redis.call('ZADD', KEYS[1], 'NX', now, member)
-  redis.call('HINCRBY', KEYS[3], member, 1)
+-- Recover: members whose lease expired (their worker died or lost its reply) go back to the
+-- source set as due now, and the unfinished attempt is counted. A member the producer added
+-- again meanwhile keeps the producer's schedule. Then one page of the attempts hash is swept
+-- of stale entries (members the producer removed), so no count outlives its member.
+-- KEYS: the queue's six keys (see prelude)   ARGV: most members to recover, sweep cursor ("" for none)
+-- Reply: {recovered, next sweep cursor ("0" when a pass ended), entries swept}
+local limit, malformed = number_arg(1, 'recover limit')
+if malformed then
+  return malformed
 end
-return #items
+local now, bad = begin()
+if bad then
+  return bad
+end
+local items = {}
+if limit > 0 then
+  items = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - 1, 'WITHSCORES', 'LIMIT', 0, limit)
+end
+for j = 1, #items / 2 do
+  local member, lease = items[2 * j - 1], items[2 * j]
+  local count = failures(KEYS[3], member, lease) + 1
+  redis.call('ZREM', KEYS[2], member)
+  if redis.call('ZADD', KEYS[1], 'NX', now, member) == 1 then
+    set_failures(KEYS[3], member, count, now)
+  else
+    redis.call('HDEL', KEYS[3], member)
+  end
+end
+
+local cursor, swept = '0', 0
+if ARGV[2] ~= '' then
+  local page = redis.call('HSCAN', KEYS[3], ARGV[2], 'COUNT', 200)
+  cursor = page[1]
+  local fields = page[2]
+  for j = 1, #fields / 2 do
+    local member, v = fields[2 * j - 1], fields[2 * j]
+    local at = tonumber(string.match(v, '^%d+:(.+)$'))
+    local live = false
+    if at then
+      local s = redis.call('ZSCORE', KEYS[1], member)
+      local l = redis.call('ZSCORE', KEYS[2], member)
+      live = (s and tonumber(s) == at) or (l and tonumber(l) == at)
+    end
+    if not live then
+      redis.call('HDEL', KEYS[3], member)
+      swept = swept + 1
+    end
+  end
+end
+return {#items / 2, cursor, swept}

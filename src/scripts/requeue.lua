@@ -1,24 +1,34 @@
 -- Requeue dead letters: move the named members (or, with no names, up to ARGV[1] of the
--- oldest) from the dead-letter set back to the source set, due now, with a fresh count.
--- KEYS: source, attempts, dead, dead_reasons   ARGV: limit, member...
+-- oldest) from the dead-letter set back to the source set, due now. A member the producer
+-- scheduled again keeps the earlier of its two due times (`ZADD LT`), so one parked at
+-- +inf fires now. The failure count starts afresh.
+-- KEYS: the queue's six keys (see prelude)   ARGV: limit, member...
 -- Reply: number of members requeued
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit, malformed = number_arg(1, 'requeue limit')
+if malformed then
+  return malformed
+end
+local now, bad = begin()
+if bad then
+  return bad
+end
 local members = {}
 if #ARGV > 1 then
   for i = 2, #ARGV do
     members[#members + 1] = ARGV[i]
   end
-elseif tonumber(ARGV[1]) > 0 then
+elseif limit > 0 then
   -- A limit of 0 must move nothing: ZRANGE 0 -1 would mean the whole set.
-  members = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[1]) - 1)
+  members = redis.call('ZRANGE', KEYS[4], 0, limit - 1)
 end
 local moved = 0
 for _, member in ipairs(members) do
-  if redis.call('ZREM', KEYS[3], member) == 1 then
-    redis.call('HDEL', KEYS[4], member)
-    redis.call('HDEL', KEYS[2], member)
-    redis.call('ZADD', KEYS[1], 'NX', now, member)
+  -- Back in the source set first, then out of the dead-letter set: a Redis too old for
+  -- `ZADD LT` fails the call before its first write instead of after a ZREM.
+  if redis.call('ZSCORE', KEYS[4], member) then
+    redis.call('ZADD', KEYS[1], 'LT', now, member)
+    redis.call('ZREM', KEYS[4], member)
+    redis.call('HDEL', KEYS[5], member)
     moved = moved + 1
   end
 end

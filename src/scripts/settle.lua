@@ -1,55 +1,119 @@
--- Settle one claimed batch in one call: ack the confirmed members, fail the rejected
--- ones (retry later or dead-letter), and put back the ones that were never tried.
--- Fail and put-back act only on members still leased with this batch's deadline, so a
--- worker whose lease expired cannot undo another worker's claim.
--- KEYS: source, inflight, attempts, dead, dead_reasons
--- ARGV: deadline, max_attempts, n_ack, n_fail, n_back,
---       n_ack x member, n_fail x (member, delay_ms, reason, permanent 0|1), n_back x (member, due_score)
--- Reply: {acked, put_back, outcome per failed member: 0 not ours, 1 retried, 2 dead-lettered}
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Settle one claimed batch in one call: ack the confirmed members, fail the rejected ones
+-- (retry later or dead-letter), and put back the ones that were never tried. Every action
+-- applies only to members still leased with this batch's deadline: a batch whose lease
+-- expired cannot undo the claim of another.
+-- A retried or put-back member that the producer added again meanwhile keeps the
+-- producer's schedule (identical members de-duplicate; the fresh schedule restarts the count).
+-- KEYS: the queue's six keys (see prelude)
+-- In hash payload mode (ARGV[6] = 1) an acked id's body is deleted too, unless the id is
+-- scheduled again or dead-lettered (a newer copy needs it); every other action keeps it.
+-- ARGV: deadline, max_attempts, n_ack, n_fail, n_back, hash 0|1,
+--       n_ack x member, n_fail x (member, delay_ms, reason, permanent 0|1, detail or ""),
+--       n_back x (member, due_score)
+-- Reply: {acked, put_back, released, outcome per failed member: 0 not ours, 1 retried, 2 dead-lettered}
+--   released: failed or put-back members whose scheduled copy (added again by the producer)
+--   became claimable when this batch let go of them. Acks do not look (it would cost a
+--   lookup per message): a claim that skipped a member in flight says so instead.
 local deadline = tonumber(ARGV[1])
 local max_attempts = tonumber(ARGV[2])
 local n_ack, n_fail, n_back = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local i = 6
-
-local acked = 0
-local chunk = {}
-local function flush_acks()
-  if #chunk > 0 then
-    acked = acked + redis.call('ZREM', KEYS[2], unpack(chunk))
-    redis.call('HDEL', KEYS[3], unpack(chunk))
-    chunk = {}
-  end
+local hash = ARGV[6] == '1'
+if not (deadline and max_attempts and n_ack and n_fail and n_back)
+  or #ARGV ~= 6 + n_ack + 5 * n_fail + 2 * n_back then
+  return redis.error_reply('ERR settle: malformed arguments')
 end
-for _ = 1, n_ack do
-  chunk[#chunk + 1] = ARGV[i]
+local acks, fails, backs = {}, {}, {}
+local i = 7
+for k = 1, n_ack do
+  acks[k] = ARGV[i]
   i = i + 1
-  if #chunk >= 1000 then
-    flush_acks()
-  end
 end
-flush_acks()
+for k = 1, n_fail do
+  local delay = tonumber(ARGV[i + 1])
+  if not delay then
+    return redis.error_reply('ERR settle: malformed retry delay')
+  end
+  fails[k] = {ARGV[i], delay, ARGV[i + 2], ARGV[i + 3] == '1', ARGV[i + 4]}
+  i = i + 5
+end
+for k = 1, n_back do
+  if not tonumber(ARGV[i + 1]) then
+    return redis.error_reply('ERR settle: malformed score')
+  end
+  backs[k] = {ARGV[i], ARGV[i + 1]}
+  i = i + 2
+end
+local now, bad = begin()
+if bad then
+  return bad
+end
 
 local function owned(member)
   local score = redis.call('ZSCORE', KEYS[2], member)
   return score and tonumber(score) == deadline
 end
 
-local out = {acked, 0}
-for _ = 1, n_fail do
-  local member, delay, reason, permanent = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3] == '1'
-  i = i + 4
+local out = {0, 0, 0}
+
+-- Acks: only members still leased by this batch; a copy the producer added again stays.
+if n_ack > 0 then
+  local leased = redis.call('ZRANGEBYSCORE', KEYS[2], deadline, deadline)
+  local held = {}
+  for _, m in ipairs(leased) do
+    held[m] = true
+  end
+  local mine = {}
+  for k = 1, n_ack do
+    if held[acks[k]] then
+      mine[#mine + 1] = acks[k]
+    end
+  end
+  if #mine > 0 and #mine == #leased then
+    -- The whole lease set of this deadline is acked: remove it by score.
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], deadline, deadline)
+  elseif #mine > 0 then
+    each_chunk('ZREM', KEYS[2], mine)
+  end
+  if #mine > 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+    each_chunk('HDEL', KEYS[3], mine)
+  end
+  if hash and #mine > 0 then
+    local scheduled, dead = presence(KEYS[1], mine), presence(KEYS[4], mine)
+    local done = {}
+    for k = 1, #mine do
+      if not scheduled[k] and not dead[k] then
+        done[#done + 1] = mine[k]
+      end
+    end
+    each_chunk('HDEL', KEYS[6], done)
+  end
+  out[1] = #mine
+end
+
+for _, f in ipairs(fails) do
+  local member, delay, reason, permanent, detail = f[1], f[2], f[3], f[4], f[5]
   if owned(member) then
+    local count = failures(KEYS[3], member, deadline) + 1
     redis.call('ZREM', KEYS[2], member)
-    local failures = redis.call('HINCRBY', KEYS[3], member, 1)
-    if permanent or failures >= max_attempts then
+    if permanent or count >= max_attempts then
       redis.call('HDEL', KEYS[3], member)
       redis.call('ZADD', KEYS[4], now, member)
-      redis.call('HSET', KEYS[5], member, cjson.encode({reason = reason, attempts = failures, at = now}))
+      local why = {reason = reason, attempts = count, at = now}
+      if detail ~= '' then
+        why.detail = detail
+      end
+      redis.call('HSET', KEYS[5], member, cjson.encode(why))
+      if redis.call('ZSCORE', KEYS[1], member) then
+        out[3] = out[3] + 1
+      end
       out[#out + 1] = 2
     else
-      redis.call('ZADD', KEYS[1], 'NX', now + delay, member)
+      if redis.call('ZADD', KEYS[1], 'NX', now + delay, member) == 1 then
+        set_failures(KEYS[3], member, count, now + delay)
+      else
+        redis.call('HDEL', KEYS[3], member)
+        out[3] = out[3] + 1
+      end
       out[#out + 1] = 1
     end
   else
@@ -57,12 +121,17 @@ for _ = 1, n_fail do
   end
 end
 
-for _ = 1, n_back do
-  local member, due = ARGV[i], ARGV[i + 1]
-  i = i + 2
+for _, b in ipairs(backs) do
+  local member, due = b[1], b[2]
   if owned(member) then
+    local count = failures(KEYS[3], member, deadline)
     redis.call('ZREM', KEYS[2], member)
-    redis.call('ZADD', KEYS[1], 'NX', due, member)
+    if redis.call('ZADD', KEYS[1], 'NX', due, member) == 1 then
+      set_failures(KEYS[3], member, count, due)
+    else
+      redis.call('HDEL', KEYS[3], member)
+      out[3] = out[3] + 1
+    end
     out[2] = out[2] + 1
   end
 end

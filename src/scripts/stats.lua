@@ -1,8 +1,7 @@
 -- Stats: one consistent, read-only snapshot of a queue's sizes (ZCOUNT/ZCARD only).
 -- KEYS: source, inflight, dead
 -- Reply: {now, due, total, inflight, dead, oldest_due_score or ""}
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local due = redis.call('ZCOUNT', KEYS[1], '-inf', now)
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local oldest = ''

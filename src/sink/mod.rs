@@ -9,41 +9,49 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{KafkaKey, SinkConfig};
+use crate::config::{Destination, SinkConfig};
+use crate::envelope::Properties;
+pub use crate::wire::MessageId;
 
 /// One message to publish: the member and what the headers say about it.
 #[derive(Debug, Clone, Copy)]
 pub struct OutMessage<'a> {
     /// The body, byte for byte.
     pub payload: &'a [u8],
+    /// The member: the body itself in inline payload mode, the id in hash mode.
+    pub member: &'a [u8],
     /// Due time, epoch ms.
     pub due_ms: i64,
     /// 1 for the first delivery.
     pub attempt: u32,
     /// Stable id of the member (hex), for consumers that de-duplicate.
     pub id: &'a str,
-    /// AMQP: overrides the route's routing key for this message.
+    /// AMQP: this message's routing key, when the route takes it from the payload.
     pub routing_key: Option<&'a str>,
+    /// What the message's envelope asks for (headers, properties, Kafka key), if it has one.
+    pub properties: Option<&'a Properties>,
 }
 
-/// Where a trigger's messages go on its sink.
-#[derive(Debug, Clone)]
-pub enum Route {
-    /// AMQP exchange and routing key.
-    Amqp {
-        /// Exchange name, `""` for the default exchange.
-        exchange: String,
-        /// Routing key.
-        routing_key: String,
-    },
-    /// Kafka topic and record key choice.
-    Kafka {
-        /// Topic name.
-        topic: String,
-        /// Record key.
-        key: KafkaKey,
-    },
+/// Proof that the broker confirmed one message. Only the sinks construct it (the
+/// constructor is private to this module and its children), so nothing else can ack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Confirmed(());
+
+impl Confirmed {
+    /// The broker has the message: an AMQP ack without a return, a Kafka delivery report.
+    fn by_broker() -> Self {
+        Self(())
+    }
+
+    /// A confirmation for unit tests of code that consumes outcomes.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Self {
+        Self(())
+    }
 }
+
+/// What became of one published message.
+pub type Outcome = Result<Confirmed, PublishError>;
 
 /// Why a message was not confirmed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -79,9 +87,37 @@ pub enum PublishError {
     /// The payload cannot be published as configured.
     #[error("bad payload: {0}")]
     BadPayload(String),
+    /// Hash payload mode: the id has no body in the bodies hash (`HSET` it, then requeue).
+    #[error("the id has no body in the bodies hash")]
+    MissingBody,
+    /// The payload is not a valid envelope (`format = "envelope"`).
+    #[error("bad envelope: {0}")]
+    BadEnvelope(String),
+    /// The message's own routing key is not in the trigger's `allowed_routing_keys`.
+    #[error("routing key `{0}` is not allowed by allowed_routing_keys")]
+    RouteNotAllowed(String),
+    /// Claimed after its expiry (`expire_after`, or the envelope's `expires_at_ms`).
+    #[error("expired before it could be delivered")]
+    Expired,
     /// The shutdown deadline passed before the broker answered.
     #[error("shutdown deadline passed before the broker confirmed")]
     Aborted,
+    /// RabbitMQ blocked the connection (a memory or disk alarm): it takes no messages now.
+    #[error("the broker blocked the connection (resource alarm)")]
+    Blocked,
+    /// The broker refused this message by closing the channel (AMQP 406 PRECONDITION_FAILED,
+    /// e.g. a body over its `max_message_size`); retrying cannot help.
+    #[error("the broker refused the message: {0}")]
+    Refused(String),
+}
+
+/// Why a sink cannot work as configured: waiting or reconnecting will not help, so the bridge
+/// stops with it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Fatal {
+    /// RabbitMQ refused to declare the configured exchanges or queues.
+    #[error(transparent)]
+    Topology(#[from] amqp::TopologyRefused),
 }
 
 /// What the worker does with a message that was not confirmed.
@@ -95,7 +131,40 @@ pub enum Disposition {
     PutBack,
 }
 
+/// Retry and dead-letter reasons an AMQP route can produce (their counters start at 0).
+const AMQP_REASONS: &[&str] = &[
+    "nack",
+    "unroutable",
+    "timeout",
+    "refused",
+    "too_large",
+    "bad_payload",
+    "missing_body",
+    "bad_envelope",
+    "route_not_allowed",
+    "expired",
+];
+/// The same for a Kafka route (other `kafka_<error>` reasons appear when they happen).
+const KAFKA_REASONS: &[&str] = &[
+    "timeout",
+    "too_large",
+    "missing_body",
+    "bad_envelope",
+    "expired",
+    "kafka_message_size_too_large",
+    "kafka_invalid_message_size",
+    "kafka_invalid_record",
+];
+
 impl PublishError {
+    /// The reasons a message published to `destination` may be retried or dead-lettered for.
+    pub fn reasons_of(destination: &Destination) -> &'static [&'static str] {
+        match destination {
+            Destination::Amqp(_) => AMQP_REASONS,
+            Destination::Kafka(_) => KAFKA_REASONS,
+        }
+    }
+
     /// A bounded label for metrics and the dead-letter reason.
     pub fn reason(&self) -> Cow<'static, str> {
         match self {
@@ -107,8 +176,34 @@ impl PublishError {
             PublishError::Kafka { code, .. } => format!("kafka_{code}").into(),
             PublishError::TooLarge => "too_large".into(),
             PublishError::BadPayload(_) => "bad_payload".into(),
+            PublishError::MissingBody => "missing_body".into(),
+            PublishError::BadEnvelope(_) => "bad_envelope".into(),
+            PublishError::RouteNotAllowed(_) => "route_not_allowed".into(),
+            PublishError::Expired => "expired".into(),
             PublishError::Aborted => "shutdown".into(),
+            PublishError::Blocked => "blocked".into(),
+            PublishError::Refused(_) => "refused".into(),
         }
+    }
+
+    /// What a dead letter's reason says besides the label: the parser's message, the key
+    /// that was refused, the broker's words.
+    /// At most 1 KiB of it: a dead letter's reason stays small.
+    pub fn detail(&self) -> Option<String> {
+        let why = match self {
+            PublishError::BadEnvelope(why)
+            | PublishError::BadPayload(why)
+            | PublishError::Refused(why)
+            | PublishError::Returned(why)
+            | PublishError::RouteNotAllowed(why) => why,
+            PublishError::Kafka { message, .. } => message,
+            _ => return None,
+        };
+        let mut end = why.len().min(1024);
+        while !why.is_char_boundary(end) {
+            end -= 1;
+        }
+        Some(why[..end].to_string())
     }
 
     /// How the worker settles a message that ended in this error.
@@ -124,24 +219,33 @@ impl PublishError {
                 permanent: true, ..
             }
             | PublishError::TooLarge
-            | PublishError::BadPayload(_) => Disposition::DeadLetter,
-            PublishError::Connection(_) | PublishError::NoExchange(_) | PublishError::Aborted => {
-                Disposition::PutBack
-            }
+            | PublishError::Refused(_)
+            | PublishError::BadPayload(_)
+            | PublishError::MissingBody
+            | PublishError::BadEnvelope(_)
+            | PublishError::RouteNotAllowed(_)
+            | PublishError::Expired => Disposition::DeadLetter,
+            PublishError::Connection(_)
+            | PublishError::NoExchange(_)
+            | PublishError::Aborted
+            | PublishError::Blocked => Disposition::PutBack,
         }
     }
 
     /// True when the sink itself is suspect and the worker should get a fresh publisher
     /// (channel) and back off before claiming again.
     pub fn breaks_sink(&self) -> bool {
-        matches!(self, PublishError::Connection(_) | PublishError::Timeout)
+        matches!(
+            self,
+            PublishError::Connection(_) | PublishError::Timeout | PublishError::Blocked
+        )
     }
 }
 
 /// A configured broker connection shared by the workers of every trigger that uses it.
 pub enum Sink {
-    /// RabbitMQ.
-    Amqp(amqp::AmqpSink),
+    /// RabbitMQ (boxed: it holds a connection's state, the Kafka variant a handle).
+    Amqp(Box<amqp::AmqpSink>),
     /// Kafka.
     Kafka(kafka::KafkaSink),
 }
@@ -150,7 +254,7 @@ impl Sink {
     /// Builds the sink; connecting happens lazily and in [`Sink::supervise`].
     pub fn new(name: &str, config: &SinkConfig) -> anyhow::Result<Arc<Sink>> {
         Ok(Arc::new(match config {
-            SinkConfig::Amqp(c) => Sink::Amqp(amqp::AmqpSink::new(name, c)?),
+            SinkConfig::Amqp(c) => Sink::Amqp(Box::new(amqp::AmqpSink::new(name, c)?)),
             SinkConfig::Kafka(c) => Sink::Kafka(kafka::KafkaSink::new(name, c)?),
         }))
     }
@@ -171,33 +275,60 @@ impl Sink {
         }
     }
 
-    /// Keeps the connection alive (reconnecting with capped backoff) until `cancel`.
-    pub async fn supervise(&self, metrics: crate::metrics::Metrics, cancel: CancellationToken) {
+    /// Keeps the connection alive (reconnecting with capped backoff) until `cancel`; returns
+    /// early only when the sink cannot work as configured, and the bridge must stop.
+    pub async fn supervise(
+        &self,
+        metrics: crate::metrics::Metrics,
+        cancel: CancellationToken,
+    ) -> Result<(), Fatal> {
         match self {
-            Sink::Amqp(s) => s.supervise(metrics, cancel).await,
-            Sink::Kafka(s) => s.supervise(metrics, cancel).await,
-        }
-    }
-
-    /// A publisher for one worker publishing to `route`; fails while the broker is
-    /// unreachable or the route's exchange is missing.
-    pub async fn publisher(&self, route: &Route) -> Result<Publisher, PublishError> {
-        match self {
-            Sink::Amqp(s) => {
-                let exchange = match route {
-                    Route::Amqp { exchange, .. } => exchange.as_str(),
-                    Route::Kafka { .. } => "",
-                };
-                Ok(Publisher::Amqp(s.publisher(exchange).await?))
+            Sink::Amqp(s) => Ok(s.supervise(metrics, cancel).await?),
+            Sink::Kafka(s) => {
+                s.supervise(metrics, cancel).await;
+                Ok(())
             }
-            Sink::Kafka(s) => Ok(Publisher::Kafka(s.publisher()?)),
         }
     }
 
-    /// Called when a worker's publisher broke: an AMQP connection is dropped and re-made.
-    pub async fn reset(&self) {
+    /// Whether this sink can publish to `destination` (an AMQP route needs an AMQP sink).
+    pub fn serves(&self, destination: &Destination) -> bool {
+        matches!(
+            (self, destination),
+            (Sink::Amqp(_), Destination::Amqp(_)) | (Sink::Kafka(_), Destination::Kafka(_))
+        )
+    }
+
+    /// A publisher for one worker, bound to `destination`; fails while the broker is
+    /// unreachable or the route's exchange is missing. The bridge checks [`Sink::serves`]
+    /// at start-up, so a worker never asks a sink for a route of the other kind.
+    pub async fn publisher(&self, destination: &Destination) -> Result<Publisher, PublishError> {
+        match (self, destination) {
+            (Sink::Amqp(s), Destination::Amqp(route)) => {
+                Ok(Publisher::Amqp(Box::new(s.publisher(route).await?)))
+            }
+            (Sink::Kafka(s), Destination::Kafka(route)) => {
+                Ok(Publisher::Kafka(s.publisher(route)?))
+            }
+            _ => Err(PublishError::Connection(format!(
+                "sink {} cannot publish to {destination}",
+                self.name()
+            ))),
+        }
+    }
+
+    /// Called when a worker's publisher broke: the AMQP connection it used is dropped (and
+    /// re-made on the next call), unless it was already replaced.
+    pub async fn reset(&self, broken: &Publisher) {
+        if let (Sink::Amqp(s), Publisher::Amqp(p)) = (self, broken) {
+            s.reset(p).await;
+        }
+    }
+
+    /// Closes the broker connection (an AMQP sink reconnects if asked again).
+    pub async fn close(&self) {
         if let Sink::Amqp(s) = self {
-            s.reset().await;
+            s.close().await;
         }
     }
 
@@ -213,32 +344,25 @@ impl Sink {
 /// channel or producer.
 #[derive(Clone)]
 pub enum Publisher {
-    /// An AMQP channel in confirm mode.
-    Amqp(amqp::AmqpPublisher),
+    /// An AMQP channel in confirm mode (boxed: it holds the channel and the route).
+    Amqp(Box<amqp::AmqpPublisher>),
     /// A Kafka producer handle.
     Kafka(kafka::KafkaPublisher),
 }
 
 impl Publisher {
-    /// Publishes every message and waits for each confirmation, at most `timeout`, or until
-    /// `abort` fires. Returns one result per message, in order.
+    /// Publishes every message to the publisher's route and waits for each confirmation, at
+    /// most `timeout`, or until `abort` fires. Returns one outcome per message, in order.
     pub async fn publish_batch(
         &mut self,
         trigger: &str,
-        route: &Route,
         messages: &[OutMessage<'_>],
         timeout: Duration,
         abort: &CancellationToken,
-    ) -> Vec<Result<(), PublishError>> {
+    ) -> Vec<Outcome> {
         match self {
-            Publisher::Amqp(p) => {
-                p.publish_batch(trigger, route, messages, timeout, abort)
-                    .await
-            }
-            Publisher::Kafka(p) => {
-                p.publish_batch(trigger, route, messages, timeout, abort)
-                    .await
-            }
+            Publisher::Amqp(p) => p.publish_batch(trigger, messages, timeout, abort).await,
+            Publisher::Kafka(p) => p.publish_batch(trigger, messages, timeout, abort).await,
         }
     }
 
@@ -251,42 +375,14 @@ impl Publisher {
     }
 }
 
-/// A member's stable id: FNV-1a 64 of the key and member as 16 hex digits, the same in
-/// every process, kept inline to avoid an allocation per message.
-#[derive(Clone, Copy)]
-pub struct MessageId([u8; 16]);
-
-impl MessageId {
-    /// The id of `member` in the queue `key`.
-    pub fn new(key: &str, member: &[u8]) -> Self {
-        use std::hash::Hasher;
-        let mut h = fnv::FnvHasher::default();
-        h.write(key.as_bytes());
-        h.write(&[0]);
-        h.write(member);
-        let mut out = [0u8; 16];
-        let v = h.finish();
-        for (i, b) in out.iter_mut().enumerate() {
-            *b = b"0123456789abcdef"[((v >> (60 - 4 * i)) & 0xf) as usize];
-        }
-        Self(out)
-    }
-
-    /// The hex digits.
-    pub fn as_str(&self) -> &str {
-        // Only ASCII hex digits are ever written.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-}
-
 /// Collects per-message results while confirmations arrive, with a deadline and an abort.
-pub(crate) async fn await_confirms<F>(
-    results: &mut [Result<(), PublishError>],
+async fn await_confirms<F>(
+    results: &mut [Outcome],
     pending: F,
     timeout: Duration,
     abort: &CancellationToken,
 ) where
-    F: futures_util::Stream<Item = (usize, Result<(), PublishError>)>,
+    F: futures_util::Stream<Item = (usize, Outcome)>,
 {
     use futures_util::StreamExt;
     let deadline = tokio::time::sleep(timeout);
@@ -308,24 +404,5 @@ pub(crate) async fn await_confirms<F>(
                 return;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_are_stable_hex_and_depend_on_key_and_member() {
-        let a = MessageId::new("k", b"m");
-        assert_eq!(a.as_str(), MessageId::new("k", b"m").as_str());
-        assert_eq!(a.as_str().len(), 16);
-        assert!(a.as_str().bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_ne!(a.as_str(), MessageId::new("k2", b"m").as_str());
-        assert_ne!(a.as_str(), MessageId::new("k", b"m2").as_str());
-        // FNV-1a 64 of the empty input is its offset basis.
-        let mut h = fnv::FnvHasher::default();
-        std::hash::Hasher::write(&mut h, b"");
-        assert_eq!(std::hash::Hasher::finish(&h), 0xcbf29ce484222325);
     }
 }

@@ -1,142 +1,119 @@
-//! Delivering one claimed batch: publish, wait for the broker's confirmations, settle in Redis.
+//! Delivering one claimed batch: prepare the messages, publish them, plan the settlement
+//! from the broker's outcomes, settle in Redis.
 
 use std::sync::Arc;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::route::routing_key_at;
+use super::prepare::prepare;
+use super::settlement::{plan, Plan};
 use super::{Trigger, ERROR_BACKOFF};
 use crate::backoff::Backoff;
-use crate::sink::{Disposition, MessageId, OutMessage, PublishError, Publisher};
-use crate::store::{ClaimBatch, FailOutcome, Settlement};
+use crate::sink::{MessageId, OutMessage, Outcome, Publisher};
+use crate::store::ClaimBatch;
+
+/// How a delivered batch went, for the worker that claimed it.
+pub(super) enum Verdict {
+    /// Every member was settled on its own merits (acked, retried, dead-lettered).
+    Settled,
+    /// The sink failed on this publisher: the worker drops it (and, if it keeps failing,
+    /// its connection) and backs off before claiming.
+    SinkFailed(Box<Publisher>),
+}
 
 /// Publishes a claimed batch and settles every member: ack, retry, dead-letter or put
 /// back. Runs as its own task so the worker can claim again while the broker confirms.
-/// Returns true when the sink failed (the worker then gets a new publisher and backs off).
 pub(super) async fn deliver(
     t: Arc<Trigger>,
     mut publisher: Publisher,
     batch: ClaimBatch,
     claimed_at: Instant,
     abort: CancellationToken,
-) -> bool {
-    let cfg = &t.config;
+) -> Verdict {
     let ids: Vec<MessageId> = batch
         .items
         .iter()
-        .map(|c| MessageId::new(&cfg.key, &c.member))
+        .map(|c| MessageId::new(&t.config.key, &c.member))
         .collect();
-    let pointed: Vec<Result<String, PublishError>> = match &cfg.routing_key_pointer {
-        Some(pointer) => batch
-            .items
-            .iter()
-            .map(|c| routing_key_at(&c.member, pointer))
-            .collect(),
-        None => Vec::new(),
+    let outcomes = publish(&t, &mut publisher, &batch, &ids, &abort).await;
+    let backoff = Backoff {
+        initial: t.config.backoff_initial,
+        max: t.config.backoff_max,
     };
-    let mut results: Vec<Result<(), PublishError>> = Vec::with_capacity(batch.items.len());
-    let mut out = Vec::with_capacity(batch.items.len());
+    let plan = plan(&batch.items, &outcomes, &backoff, t.config.on_expired);
+    // Confirmation time on the Redis clock: claim time plus what elapsed locally since.
+    // Counted at confirmation: a member whose lease was lost meanwhile is redelivered and
+    // counted again (a duplicate the broker really received twice).
+    let confirmed_ms = batch.now_ms + claimed_at.elapsed().as_millis() as i64;
+    t.metrics.confirmed(&plan.confirmed_due_ms, confirmed_ms);
+    settle(&t, &abort, &batch, &plan).await;
+    if plan.sink_broken {
+        tracing::warn!(sink = %t.sink.name(), confirmed = plan.settlement.ack.len(),
+            "broker connection failed mid-batch; unconfirmed messages went back");
+        Verdict::SinkFailed(Box::new(publisher))
+    } else {
+        Verdict::Settled
+    }
+}
+
+/// One outcome slot per member: members refused before publishing get their error, the
+/// rest what the sink answered. A slot the sink did not fill stays `None` (unconfirmed).
+async fn publish(
+    t: &Trigger,
+    publisher: &mut Publisher,
+    batch: &ClaimBatch,
+    ids: &[MessageId],
+    abort: &CancellationToken,
+) -> Vec<Option<Outcome>> {
+    let cfg = &t.config;
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.items.len()];
+    let mut prepared = Vec::with_capacity(batch.items.len());
     let mut slots = Vec::with_capacity(batch.items.len());
     for (i, c) in batch.items.iter().enumerate() {
-        let routing_key = match pointed.get(i) {
-            Some(Ok(rk)) => Some(rk.as_str()),
-            Some(Err(e)) => {
-                results.push(Err(e.clone()));
-                continue;
+        match prepare(cfg, &t.destination, c, batch.now_ms) {
+            Ok(p) => {
+                slots.push(i);
+                prepared.push((c, p));
             }
-            None => None,
-        };
-        if c.member.len() > cfg.max_message_bytes {
-            results.push(Err(PublishError::TooLarge));
-        } else {
-            results.push(Ok(()));
-            slots.push(i);
-            out.push(OutMessage {
-                payload: &c.member,
-                due_ms: c.due_ms,
-                attempt: c.attempt,
-                id: ids[i].as_str(),
-                routing_key,
-            });
+            Err(e) => outcomes[i] = Some(Err(e)),
         }
     }
-    if !out.is_empty() {
-        let started = Instant::now();
-        let published = publisher
-            .publish_batch(
-                cfg.name.as_str(),
-                &t.route,
-                &out,
-                cfg.publish_timeout,
-                &abort,
-            )
-            .await;
-        t.metrics
-            .publish_duration
-            .with_label_values(&[cfg.name.as_str(), t.sink.name()])
-            .observe(started.elapsed().as_secs_f64());
-        for (slot, r) in slots.into_iter().zip(published) {
-            results[slot] = r;
-        }
+    if prepared.is_empty() {
+        return outcomes;
     }
-    // Confirmation time on the Redis clock: claim time plus what elapsed locally since.
-    let confirmed_ms = batch.now_ms + claimed_at.elapsed().as_millis() as i64;
-
-    let backoff = Backoff {
-        initial: cfg.backoff_initial,
-        max: cfg.backoff_max,
-    };
-    let mut settlement = Settlement::default();
-    let mut fail_reasons = Vec::new();
-    let mut sink_broken = false;
-    let lateness = t.metrics.lateness.with_label_values(&[cfg.name.as_str()]);
-    for (c, r) in batch.items.iter().zip(&results) {
-        match r {
-            Ok(()) => {
-                settlement.ack.push(&c.member);
-                lateness.observe(
-                    (confirmed_ms.saturating_sub(c.due_ms)).clamp(0, 86_400_000) as f64 / 1000.0,
-                );
-            }
-            Err(e) => {
-                sink_broken |= e.breaks_sink();
-                match e.disposition() {
-                    Disposition::PutBack => settlement.put_back.push((&c.member, &c.due_raw)),
-                    d => {
-                        fail_reasons.push(e.reason());
-                        settlement.fail.push((
-                            &c.member,
-                            backoff.delay(c.attempt),
-                            "",
-                            d == Disposition::DeadLetter,
-                        ));
-                    }
-                }
-            }
-        }
+    let out: Vec<OutMessage<'_>> = prepared
+        .iter()
+        .zip(&slots)
+        .map(|((c, p), &i)| OutMessage {
+            payload: &p.body,
+            member: &c.member,
+            due_ms: c.due_ms,
+            attempt: c.attempt,
+            id: p
+                .properties
+                .as_ref()
+                .and_then(|p| p.id.as_deref())
+                .unwrap_or(ids[i].as_str()),
+            routing_key: p.routing_key.as_deref(),
+            properties: p.properties.as_ref(),
+        })
+        .collect();
+    let started = Instant::now();
+    let published = publisher
+        .publish_batch(t.name(), &out, cfg.publish_timeout, abort)
+        .await;
+    t.metrics.published(started.elapsed());
+    for (slot, outcome) in slots.into_iter().zip(published) {
+        outcomes[slot] = Some(outcome);
     }
-    for (entry, reason) in settlement.fail.iter_mut().zip(&fail_reasons) {
-        entry.2 = reason;
-    }
-    settle(&t, &abort, &batch, &settlement, &fail_reasons).await;
-    if sink_broken {
-        tracing::warn!(sink = %t.sink.name(), confirmed = settlement.ack.len(),
-            "broker connection failed mid-batch; unconfirmed messages went back");
-    }
-    sink_broken
+    outcomes
 }
 
 /// Runs the settle script, retrying Redis errors until the lease would expire anyway
 /// (after that, recovery redelivers the batch: a duplicate, never a loss).
-async fn settle(
-    t: &Trigger,
-    abort: &CancellationToken,
-    batch: &ClaimBatch,
-    s: &Settlement<'_>,
-    fail_reasons: &[std::borrow::Cow<'static, str>],
-) {
-    let name = t.config.name.as_str();
+async fn settle(t: &Trigger, abort: &CancellationToken, batch: &ClaimBatch, plan: &Plan<'_>) {
+    let s = &plan.settlement;
     let give_up = Instant::now() + t.config.lease;
     let mut failures = 0u32;
     let settled = loop {
@@ -160,29 +137,12 @@ async fn settle(
             }
         }
     };
-    if !s.ack.is_empty() {
-        t.metrics
-            .forwarded
-            .with_label_values(&[name, t.sink.name()])
-            .inc_by(s.ack.len() as u64);
-    }
-    if settled.put_back > 0 {
-        t.metrics
-            .put_back
-            .with_label_values(&[name])
-            .inc_by(settled.put_back);
-    }
-    for (outcome, reason) in settled.fail_outcomes.iter().zip(fail_reasons) {
-        match outcome {
-            FailOutcome::Retried => t.metrics.retried.with_label_values(&[name, reason]).inc(),
-            FailOutcome::DeadLettered => {
-                tracing::warn!(reason = %reason, "message dead-lettered");
-                t.metrics
-                    .dead_lettered
-                    .with_label_values(&[name, reason])
-                    .inc()
-            }
-            FailOutcome::NotOwned => {}
-        }
+    t.metrics.settled(s, &settled);
+    let held_back = t
+        .held_back
+        .swap(false, std::sync::atomic::Ordering::Relaxed);
+    if settled.released > 0 || held_back {
+        // A copy the producer added while this one was in flight may be claimable now.
+        t.wake_all();
     }
 }

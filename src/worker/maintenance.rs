@@ -8,23 +8,31 @@ use tokio_util::sync::CancellationToken;
 use super::Trigger;
 use crate::backoff::jitter_down;
 
-/// Recovers expired leases of one trigger until `stop` (any bridge instance may do this).
+/// Recovers expired leases of one trigger until `stop` (any bridge instance may do this),
+/// and sweeps stale failed-attempt entries a page at a time as it goes.
 pub async fn recover_loop(t: Arc<Trigger>, stop: CancellationToken) {
     let interval = (t.config.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
-    let counter = t.metrics.redelivered.with_label_values(&[t.name()]);
+    let mut cursor = String::from("0");
     loop {
         tokio::select! {
             _ = tokio::time::sleep(jitter_down(interval)) => {}
             _ = stop.cancelled() => return,
         }
+        let mut sweep = Some(cursor.as_str());
         loop {
-            match t.store.recover(1000).await {
-                Ok(0) => break,
-                Ok(n) => {
-                    tracing::info!(trigger = %t.name(), recovered = n, "expired leases recovered");
-                    counter.inc_by(n);
+            match t.store.recover(RECOVER_LIMIT, sweep).await {
+                Ok(r) => {
+                    if sweep.is_some() {
+                        cursor = r.cursor;
+                        sweep = None;
+                    }
+                    if r.recovered == 0 {
+                        break;
+                    }
+                    tracing::info!(trigger = %t.name(), recovered = r.recovered, "expired leases recovered");
+                    t.metrics.redelivered(r.recovered);
                     t.wake_all();
-                    if n < 1000 {
+                    if r.recovered < RECOVER_LIMIT as u64 {
                         break;
                     }
                 }
@@ -37,28 +45,16 @@ pub async fn recover_loop(t: Arc<Trigger>, stop: CancellationToken) {
     }
 }
 
+/// Most expired leases one recover call moves (bounds how long the script blocks Redis).
+const RECOVER_LIMIT: usize = 1000;
+
 /// Refreshes the backlog gauges of one trigger until `stop`.
 pub async fn stats_loop(t: Arc<Trigger>, interval: Duration, stop: CancellationToken) {
-    let name = t.name().to_string();
     loop {
         match t.store.stats().await {
             Ok(s) => {
-                t.metrics.redis_up.set(1);
-                for (state, v) in [
-                    ("due", s.due),
-                    ("scheduled", s.scheduled),
-                    ("inflight", s.inflight),
-                    ("dead", s.dead),
-                ] {
-                    t.metrics
-                        .backlog
-                        .with_label_values(&[&name, state])
-                        .set(v as i64);
-                }
-                t.metrics
-                    .oldest_due_age
-                    .with_label_values(&[&name])
-                    .set(s.oldest_due_age_seconds);
+                t.health.redis_answered();
+                t.metrics.backlog(&s);
             }
             Err(e) => t.redis_error(&e),
         }

@@ -1,4 +1,4 @@
-//! A trigger's worker loop: claim due members, publish them, settle the batch, sleep until the next head.
+//! A trigger's workers: claim due members, hand each batch to a delivery task, sleep until the next head.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,65 +10,106 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::{jitter_down, Backoff};
-use crate::config::TriggerConfig;
-use crate::metrics::Metrics;
-use crate::sink::{Publisher, Route, Sink};
-use crate::store::{ClaimBatch, Store};
+use crate::config::{Destination, TriggerConfig};
+use crate::health::Health;
+use crate::metrics::{Metrics, TriggerMetrics};
+use crate::repeat::Repeated;
+use crate::sink::{PublishError, Publisher, Sink};
+use crate::store::{ClaimBatch, Store, StoreError};
 
 mod batch;
 mod deliver;
 mod maintenance;
+mod prepare;
 mod route;
+mod settlement;
 
 use batch::AdaptiveBatch;
+use deliver::Verdict;
 pub use maintenance::{recover_loop, stats_loop};
 
 /// Everything the workers of one trigger share.
 pub struct Trigger {
-    /// The trigger's configuration.
-    pub config: TriggerConfig,
-    /// Its queue in Redis.
-    pub store: Store,
-    /// Its broker.
-    pub sink: Arc<Sink>,
-    /// Where on the broker its messages go.
-    pub route: Route,
-    /// Metrics, labelled per trigger on use.
-    pub metrics: Metrics,
+    config: TriggerConfig,
+    destination: Destination,
+    store: Store,
+    sink: Arc<Sink>,
+    metrics: TriggerMetrics,
+    health: Health,
     /// Woken when the head of the queue may have moved earlier (keyspace notification).
-    pub head_changed: Notify,
+    head_changed: Notify,
     /// Woken when a claim left due members behind: every idle worker should help.
     backlog: Notify,
     /// Only one idle worker per trigger waits on the head; the rest queue here.
     gate: tokio::sync::Mutex<()>,
     /// When the earliest known member becomes due, in local monotonic time.
     next_due: std::sync::Mutex<Option<Instant>>,
+    /// A claim left due members behind because earlier copies of them were in flight: the
+    /// next settled batch may have freed them, so it wakes the workers.
+    held_back: std::sync::atomic::AtomicBool,
 }
 
 impl Trigger {
-    /// Bundles a trigger's parts.
+    /// Bundles a trigger's parts; fails when the configuration was not loaded (no resolved
+    /// destination) or its destination is not of the sink's kind.
     pub fn new(
         config: TriggerConfig,
         store: Store,
         sink: Arc<Sink>,
-        route: Route,
-        metrics: Metrics,
-    ) -> Self {
-        Self {
+        metrics: &Metrics,
+        health: Health,
+    ) -> Result<Self, String> {
+        let destination = config
+            .destination
+            .clone()
+            .ok_or_else(|| format!("trigger {}: destination not resolved", config.name))?;
+        if !sink.serves(&destination) {
+            return Err(format!(
+                "trigger {}: sink {} cannot publish to {destination}",
+                config.name,
+                sink.name()
+            ));
+        }
+        let metrics = TriggerMetrics::new(
+            metrics,
+            &config.name,
+            sink.name(),
+            PublishError::reasons_of(&destination),
+        );
+        Ok(Self {
             config,
+            destination,
             store,
             sink,
-            route,
             metrics,
+            health,
             head_changed: Notify::new(),
             backlog: Notify::new(),
             gate: tokio::sync::Mutex::new(()),
             next_due: std::sync::Mutex::new(None),
-        }
+            held_back: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
-    fn name(&self) -> &str {
+    /// The trigger's name.
+    pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// The sorted set producers write to.
+    pub fn source_key(&self) -> &str {
+        &self.store.keys().source
+    }
+
+    /// The head may have moved earlier (a producer wrote): the idle worker looks again.
+    pub fn wake(&self) {
+        self.head_changed.notify_one();
+    }
+
+    /// Wakes every idle worker: there may be more due than one worker takes.
+    fn wake_all(&self) {
+        self.backlog.notify_waiters();
+        self.head_changed.notify_one();
     }
 
     /// Remembers the head reported by a claim; wakes the idle waiter if it moved earlier.
@@ -90,26 +131,17 @@ impl Trigger {
         }
     }
 
-    /// Counts a failed Redis call; a connection problem also marks Redis down for `/readyz`.
-    pub(crate) fn redis_error(&self, e: &crate::store::StoreError) {
-        let kind = e.kind();
-        self.metrics
-            .redis_errors
-            .with_label_values(&[self.name(), kind])
-            .inc();
-        if matches!(kind, "connection" | "timeout") {
-            self.metrics.redis_up.set(0);
-        }
-    }
-
-    /// Wakes every idle worker: there may be more due than one worker takes.
-    fn wake_all(&self) {
-        self.backlog.notify_waiters();
-        self.head_changed.notify_one();
-    }
-
     fn next_due(&self) -> Option<Instant> {
         *self.next_due.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a failed Redis call; a connection problem also marks Redis down for `/readyz`.
+    fn redis_error(&self, e: &StoreError) {
+        let kind = e.kind();
+        self.metrics.redis_error(kind);
+        if matches!(kind, "connection" | "timeout") {
+            self.health.redis_unreachable();
+        }
     }
 }
 
@@ -128,6 +160,8 @@ pub async fn run(
         batch,
         broken_batches: 0,
         publisher: None,
+        sink_failures: Repeated::default(),
+        redis_failures: Repeated::default(),
         in_flight: JoinSet::new(),
         stop,
         abort,
@@ -145,8 +179,12 @@ struct Worker {
     /// Consecutive batches that ended with the sink failing; the worker backs off by it.
     broken_batches: u32,
     publisher: Option<Publisher>,
-    /// Batches published and awaiting their confirmations; the result says if the sink failed.
-    in_flight: JoinSet<bool>,
+    /// Failures to get a publisher (the sink is down).
+    sink_failures: Repeated,
+    /// Failed claims.
+    redis_failures: Repeated,
+    /// Batches published and awaiting their confirmations.
+    in_flight: JoinSet<Verdict>,
     stop: CancellationToken,
     abort: CancellationToken,
 }
@@ -161,105 +199,18 @@ pub(super) const ERROR_BACKOFF: Backoff = Backoff {
 };
 
 impl Worker {
+    /// The lifecycle, one batch at a time: publisher -> claim -> deliver (in its own task,
+    /// which publishes and settles) -> claim again while it confirms.
     async fn run(mut self) {
-        let mut sink_failures = 0u32;
-        let mut redis_failures = 0u32;
         while !self.stop.is_cancelled() {
-            while let Some(done) = self.in_flight.try_join_next() {
-                self.delivered(done).await;
-            }
-            if !self.publisher.as_ref().is_some_and(Publisher::is_usable) {
-                self.publisher = None;
-                let publisher = tokio::select! {
-                    p = self.t.sink.publisher(&self.t.route) => p,
-                    _ = self.stop.cancelled() => break,
-                };
-                match publisher {
-                    Ok(p) => {
-                        self.publisher = Some(p);
-                        sink_failures = 0;
-                    }
-                    Err(e) => {
-                        // Messages stay in Redis while the broker is away: no claim without a publisher.
-                        sink_failures += 1;
-                        // One worker per trigger speaks for all of them.
-                        if self.id == 0 && (sink_failures == 1 || sink_failures.is_power_of_two()) {
-                            tracing::warn!(sink = %self.t.sink.name(), error = %e,
-                                failures = sink_failures, "sink unavailable, not claiming");
-                        }
-                        self.pause(ERROR_BACKOFF.delay(sink_failures)).await;
-                        continue;
-                    }
-                }
-            }
-            let asked = self.batch.size;
-            let started = Instant::now();
-            let batch = match self.t.store.claim(asked, self.t.config.lease).await {
-                Ok(batch) => {
-                    if redis_failures > 0 {
-                        tracing::info!("redis is answering again");
-                    }
-                    redis_failures = 0;
-                    self.t.metrics.redis_up.set(1);
-                    batch
-                }
-                Err(e) => {
-                    redis_failures += 1;
-                    self.t.redis_error(&e);
-                    let kind = e.kind();
-                    if redis_failures == 1 || redis_failures.is_power_of_two() {
-                        tracing::warn!(error = %e, kind, failures = redis_failures, "claim failed, backing off");
-                    }
-                    self.pause(ERROR_BACKOFF.delay(redis_failures)).await;
-                    continue;
-                }
-            };
-            let claimed_at = Instant::now();
-            let took = claimed_at - started;
-            self.t
-                .metrics
-                .claim_duration
-                .with_label_values(&[self.t.name()])
-                .observe(took.as_secs_f64());
-            self.batch.adapt(batch.items.len(), took);
-            self.t.note_head(&batch, claimed_at);
-            if batch.items.is_empty() {
-                self.t
-                    .metrics
-                    .empty_claims
-                    .with_label_values(&[self.t.name()])
-                    .inc();
-                self.idle().await;
+            self.reap().await;
+            let Some(publisher) = self.publisher().await else {
                 continue;
-            }
-            self.t
-                .metrics
-                .claim_batch_size
-                .with_label_values(&[self.t.name()])
-                .observe(batch.items.len() as f64);
-            let more_due = batch.items.len() >= asked
-                || batch.next_head_ms.is_some_and(|h| h <= batch.now_ms as f64);
-            if more_due {
-                self.t.backlog.notify_waiters();
-            }
-            let publisher = self
-                .publisher
-                .clone()
-                .expect("publisher is set before claiming");
-            let task = deliver::deliver(
-                self.t.clone(),
-                publisher,
-                batch,
-                claimed_at,
-                self.abort.clone(),
-            );
-            self.in_flight
-                .spawn(task.instrument(tracing::Span::current()));
-            while self.in_flight.len() >= MAX_IN_FLIGHT {
-                if let Some(done) = self.in_flight.join_next().await {
-                    self.delivered(done).await;
-                }
-            }
+            };
+            let Some((batch, claimed_at)) = self.claim().await else {
+                continue;
+            };
+            self.dispatch(publisher, batch, claimed_at).await;
         }
         // Stopping: let the batches in flight be confirmed (or aborted) and settled.
         while let Some(done) = self.in_flight.join_next().await {
@@ -269,15 +220,121 @@ impl Worker {
         }
     }
 
+    /// Takes note of the batches that finished meanwhile.
+    async fn reap(&mut self) {
+        while let Some(done) = self.in_flight.try_join_next() {
+            self.delivered(done).await;
+        }
+    }
+
+    /// A usable publisher, or `None` after backing off while the sink is unavailable:
+    /// nothing is claimed without one, so messages wait in Redis, not in the bridge.
+    async fn publisher(&mut self) -> Option<Publisher> {
+        if let Some(p) = self.publisher.as_ref().filter(|p| p.is_usable()) {
+            return Some(p.clone());
+        }
+        self.publisher = None;
+        let got = tokio::select! {
+            p = self.t.sink.publisher(&self.t.destination) => p,
+            _ = self.stop.cancelled() => return None,
+        };
+        match got {
+            Ok(p) => {
+                self.sink_failures.recovered();
+                self.publisher = Some(p.clone());
+                Some(p)
+            }
+            Err(e) => {
+                // One worker per trigger speaks for all of them.
+                if let Some(unlogged) = self.sink_failures.failed().filter(|_| self.id == 0) {
+                    tracing::warn!(sink = %self.t.sink.name(), error = %e,
+                        failures = self.sink_failures.count(), unlogged, "sink unavailable, not claiming");
+                }
+                self.pause(ERROR_BACKOFF.delay(self.sink_failures.count()))
+                    .await;
+                None
+            }
+        }
+    }
+
+    /// Claims the next batch; `None` when there was nothing due (after an idle wait) or the
+    /// claim failed (after a backoff).
+    async fn claim(&mut self) -> Option<(ClaimBatch, Instant)> {
+        let asked = self.batch.size;
+        let started = Instant::now();
+        let batch = match self.t.store.claim(asked, self.t.config.lease).await {
+            Ok(batch) => batch,
+            Err(e) => {
+                self.t.redis_error(&e);
+                if let Some(unlogged) = self.redis_failures.failed() {
+                    let failures = self.redis_failures.count();
+                    if e.kind() == "wrong_type" {
+                        // Nothing moved (the scripts check types before writing), but
+                        // nothing will until an operator fixes the key.
+                        tracing::error!(error = %e, failures, unlogged,
+                            "a key of this trigger holds the wrong type; nothing is claimed until it is renamed or deleted");
+                    } else {
+                        tracing::warn!(error = %e, kind = e.kind(), failures, unlogged, "claim failed, backing off");
+                    }
+                }
+                self.pause(ERROR_BACKOFF.delay(self.redis_failures.count()))
+                    .await;
+                return None;
+            }
+        };
+        if self.redis_failures.recovered().is_some() {
+            tracing::info!("redis is answering again");
+        }
+        self.t.health.redis_answered();
+        let claimed_at = Instant::now();
+        let took = claimed_at - started;
+        self.t.metrics.claimed(batch.items.len(), took);
+        self.batch.adapt(batch.items.len(), took);
+        self.t.note_head(&batch, claimed_at);
+        if batch.skipped > 0 {
+            self.t
+                .held_back
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if batch.items.is_empty() {
+            self.idle().await;
+            return None;
+        }
+        let more_due = batch.items.len() >= asked
+            || batch.next_head_ms.is_some_and(|h| h <= batch.now_ms as f64);
+        if more_due {
+            self.t.backlog.notify_waiters();
+        }
+        Some((batch, claimed_at))
+    }
+
+    /// Delivers the batch in its own task, keeping at most [`MAX_IN_FLIGHT`] at once.
+    async fn dispatch(&mut self, publisher: Publisher, batch: ClaimBatch, claimed_at: Instant) {
+        let task = deliver::deliver(
+            self.t.clone(),
+            publisher,
+            batch,
+            claimed_at,
+            self.abort.clone(),
+        );
+        self.in_flight
+            .spawn(task.instrument(tracing::Span::current()));
+        while self.in_flight.len() >= MAX_IN_FLIGHT {
+            if let Some(done) = self.in_flight.join_next().await {
+                self.delivered(done).await;
+            }
+        }
+    }
+
     /// Takes note of a finished batch: when the sink failed, drop the publisher and back off.
-    async fn delivered(&mut self, done: Result<bool, tokio::task::JoinError>) {
+    async fn delivered(&mut self, done: Result<Verdict, tokio::task::JoinError>) {
         match done {
-            Ok(false) => self.broken_batches = 0,
-            Ok(true) => {
+            Ok(Verdict::Settled) => self.broken_batches = 0,
+            Ok(Verdict::SinkFailed(broken)) => {
                 self.broken_batches += 1;
                 self.publisher = None;
                 if self.broken_batches > 1 {
-                    self.t.sink.reset().await;
+                    self.t.sink.reset(&broken).await;
                 }
                 self.pause(ERROR_BACKOFF.delay(self.broken_batches)).await;
             }
@@ -311,9 +368,7 @@ impl Worker {
         let wake_at = t.next_due().map_or(guard, |due| due.min(guard));
         tokio::select! {
             _ = tokio::time::sleep_until(wake_at) => {}
-            _ = t.head_changed.notified() => {
-                t.metrics.notify_wakeups.with_label_values(&[t.name()]).inc();
-            }
+            _ = t.head_changed.notified() => t.metrics.woken(),
             _ = &mut backlog => {}
             _ = self.stop.cancelled() => {}
         }

@@ -1,5 +1,4 @@
-//! Kafka helpers for the integration tests: topics, a capturing consumer, config snippets.
-#![allow(dead_code)]
+//! Kafka helpers: topics made and deleted with the Admin API, and a capturing consumer.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,7 +73,7 @@ pub async fn delete_topic(brokers: &str, topic: &str) {
 fn consumer(brokers: &str) -> BaseConsumer {
     ClientConfig::new()
         .set("bootstrap.servers", brokers)
-        .set("group.id", crate::common::unique("test"))
+        .set("group.id", super::unique("test"))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .set("reconnect.backoff.max.ms", "200")
@@ -169,7 +168,7 @@ impl KafkaCapture {
                         partition: m.partition(),
                         offset: m.offset(),
                         headers,
-                        at_ms: crate::common::now_ms(),
+                        at_ms: super::now_ms(),
                     };
                     sink.lock().unwrap().push(r);
                 }
@@ -206,7 +205,7 @@ impl KafkaCapture {
             .set("message.timeout.ms", "10000")
             .create()
             .unwrap();
-        let token = crate::common::unique("fence").into_bytes();
+        let token = super::unique("fence").into_bytes();
         for p in 0..self.partitions {
             producer
                 .send(
@@ -230,7 +229,7 @@ impl KafkaCapture {
                 .count() as i32
         };
         assert!(
-            crate::common::wait_until(Duration::from_secs(15), || seen(&self.fences)
+            super::wait_until(Duration::from_secs(15), || seen(&self.fences)
                 >= self.partitions)
             .await,
             "the consumer did not catch up with the fence records"
@@ -254,30 +253,4 @@ impl Drop for KafkaCapture {
             let _ = t.join();
         }
     }
-}
-
-/// A `[sinks.NAME]` Kafka section with extra librdkafka properties.
-pub fn kafka_sink(name: &str, brokers: &str, properties: &[(&str, &str)]) -> String {
-    let mut s = format!("\n[sinks.{name}]\ntype = \"kafka\"\nbrokers = \"{brokers}\"\n");
-    if !properties.is_empty() {
-        s += &format!("[sinks.{name}.properties]\n");
-        for (k, v) in properties {
-            s += &format!("\"{k}\" = \"{v}\"\n");
-        }
-    }
-    s
-}
-
-/// A `[[triggers]]` entry producing to `topic` on sink `sink`, plus extra lines.
-pub fn kafka_trigger(name: &str, key: &str, sink: &str, topic: &str, extra: &str) -> String {
-    format!(
-        r#"
-[[triggers]]
-name = "{name}"
-key = "{key}"
-sink = "{sink}"
-topic = "{topic}"
-{extra}
-"#
-    )
 }

@@ -1,5 +1,4 @@
 //! A loopback TCP proxy for fault injection: forward, cut every connection, or blackhole.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,7 +22,7 @@ pub enum Mode {
     Stall,
 }
 
-/// A proxy listening on a free loopback port, forwarding to `upstream`.
+/// A proxy listening on a loopback port, forwarding to `upstream`.
 pub struct Proxy {
     addr: SocketAddr,
     mode: watch::Sender<Mode>,
@@ -32,9 +31,17 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Starts forwarding to `upstream` (e.g. `127.0.0.1:5672`).
+    /// Starts forwarding to `upstream` (e.g. `127.0.0.1:5672`) from a free port.
     pub async fn start(upstream: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(0, upstream).await
+    }
+
+    /// Starts forwarding to `upstream` from `port`: lets a test make a server appear on a port
+    /// a client already knows.
+    pub async fn start_on(port: u16, upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("proxy port is free");
         let addr = listener.local_addr().unwrap();
         let (mode, rx) = watch::channel(Mode::Pass);
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -63,6 +70,15 @@ impl Proxy {
     /// The port clients should connect to.
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// `url` (a Redis or AMQP URL) with its port replaced by the proxy's and its query by
+    /// `query` (none if empty).
+    pub fn url(&self, url: &str, query: &str) -> String {
+        let mut url = url::Url::parse(url).unwrap();
+        url.set_port(Some(self.port())).unwrap();
+        url.set_query((!query.is_empty()).then_some(query));
+        url.to_string()
     }
 
     /// Switches every connection, open or future, to `mode`.

@@ -1,8 +1,8 @@
-//! Fault-test bookkeeping: schedule numbered messages, count what the broker delivers, find losses.
-#![allow(dead_code)]
+//! Fault-test bookkeeping: count what the broker delivers of the numbered messages
+//! [`schedule`](super::schedule) wrote, find losses, and the config the fault tests share.
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
+use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,67 +15,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{amqp_url, Bridge};
-use crate::proxy::Proxy;
-
-/// Body of message `i`: a fixed-width number, padded with `pad` bytes so tests can make
-/// messages large enough to fill socket buffers.
-pub fn body(i: usize, pad: usize) -> Vec<u8> {
-    let mut b = format!("msg-{i:07}").into_bytes();
-    b.resize(b.len() + pad, b'.');
-    b
-}
-
-/// Schedules `n` messages due in the past on `key`, 1000 members per `ZADD`.
-pub async fn schedule(
-    conn: &mut redis::aio::MultiplexedConnection,
-    key: &str,
-    n: usize,
-    pad: usize,
-) {
-    let (s, _): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
-    let due = s * 1000 - 60_000;
-    for start in (0..n).step_by(1000) {
-        let mut cmd = redis::cmd("ZADD");
-        cmd.arg(key);
-        for i in start..(start + 1000).min(n) {
-            // Distinct scores keep the drain order stable; all are already due.
-            cmd.arg(due + i as i64).arg(body(i, pad));
-        }
-        let _: i64 = cmd.query_async(conn).await.unwrap();
-    }
-}
-
-/// Sizes of a queue's source and in-flight sets (and dead letters).
-pub async fn queue_sizes(
-    conn: &mut redis::aio::MultiplexedConnection,
-    key: &str,
-) -> (u64, u64, u64) {
-    let keys = delay_bridge::keys::QueueKeys::derive(key).unwrap();
-    redis::pipe()
-        .zcard(&keys.source)
-        .zcard(&keys.inflight)
-        .zcard(&keys.dead)
-        .query_async(conn)
-        .await
-        .unwrap()
-}
-
-/// Every member still in Redis: in the source set or leased (in flight, to be recovered).
-pub async fn members_in_redis(
-    conn: &mut redis::aio::MultiplexedConnection,
-    key: &str,
-) -> Vec<Vec<u8>> {
-    let keys = delay_bridge::keys::QueueKeys::derive(key).unwrap();
-    let (mut source, inflight): (Vec<Vec<u8>>, Vec<Vec<u8>>) = redis::pipe()
-        .zrange(&keys.source, 0, -1)
-        .zrange(&keys.inflight, 0, -1)
-        .query_async(conn)
-        .await
-        .unwrap();
-    source.extend(inflight);
-    source
-}
+use super::{body, queue_sizes, trigger, unique, wait_until, Bridge, ConfigToml, Conn};
 
 /// What a consumer saw.
 #[derive(Default)]
@@ -104,29 +44,80 @@ impl Tally {
     /// Declares the topology at `url` and starts consuming.
     pub async fn start(url: &str) -> Self {
         let me = Self {
-            exchange: crate::common::unique("faults-ex"),
+            exchange: unique("faults-ex"),
             routing_key: "faults".into(),
-            queue: crate::common::unique("faults-q"),
+            queue: unique("faults-q"),
             url: url.to_string(),
             seen: Arc::default(),
             stop: CancellationToken::new(),
         };
         // The first connection must work; later ones may fail while a fault is on.
         let conn = me.connect().await.expect("RabbitMQ must run (see README)");
-        let (url, exchange, queue, rk) = (
-            me.url.clone(),
-            me.exchange.clone(),
-            me.queue.clone(),
-            me.routing_key.clone(),
+        me.consume_from(vec![me.url.clone()], Some(conn), true);
+        me
+    }
+
+    /// A tally of the quorum queue [`Tally::quorum_queue`] that the bridge declares (on a
+    /// private cluster, which takes the queue with it: [`Tally::cleanup`] is not needed).
+    /// Nothing is consumed until [`Tally::consume_on`].
+    pub fn quorum() -> Self {
+        Self {
+            exchange: unique("faults-ex"),
+            routing_key: "faults".into(),
+            queue: unique("faults-q"),
+            url: String::new(),
+            seen: Arc::default(),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// [`Tally::quorum`], consumed from `urls` at once.
+    pub fn on_cluster(urls: &[String]) -> Self {
+        let me = Self::quorum();
+        me.consume_on(urls);
+        me
+    }
+
+    /// Consumes the queue (it may not exist yet) from the first of `urls`, moving on to the
+    /// next whenever the connection fails. Nothing is declared: the queue is the bridge's.
+    pub fn consume_on(&self, urls: &[String]) {
+        self.consume_from(urls.to_vec(), None, false);
+    }
+
+    /// The `[[sinks.rabbit.declare]]` entry, inline, that declares this tally's exchange and
+    /// its queue as a quorum queue.
+    pub fn quorum_queue(&self) -> String {
+        format!(
+            "[{{ exchange = \"{}\", queue = \"{}\", queue_type = \"quorum\", binding_key = \"{}\" }}]",
+            self.exchange, self.queue, self.routing_key
+        )
+    }
+
+    /// Consumes in the background until `stop`, reconnecting to the next of `urls` (declaring
+    /// the topology first if `declare`) whenever the connection fails.
+    fn consume_from(&self, urls: Vec<String>, first: Option<Connection>, declare: bool) {
+        let (exchange, queue, rk) = (
+            self.exchange.clone(),
+            self.queue.clone(),
+            self.routing_key.clone(),
         );
-        let (seen, stop) = (me.seen.clone(), me.stop.clone());
+        let (seen, stop) = (self.seen.clone(), self.stop.clone());
         tokio::spawn(async move {
-            let mut conn = Some(conn);
+            let mut conn = first;
+            let mut next = 0;
             // Bounded by `stop`, which the test always fires on drop.
             while !stop.is_cancelled() {
                 let c = match conn.take() {
                     Some(c) => Ok(c),
-                    None => connect(&url, &exchange, &queue, &rk).await,
+                    None => {
+                        let url = &urls[next % urls.len()];
+                        next += 1;
+                        if declare {
+                            connect(url, &exchange, &queue, &rk).await
+                        } else {
+                            Connection::connect(url, ConnectionProperties::default()).await
+                        }
+                    }
                 };
                 if let Ok(c) = c {
                     tokio::select! {
@@ -141,7 +132,25 @@ impl Tally {
                 }
             }
         });
-        me
+    }
+
+    /// A [`FaultConfig`] for a bridge with metrics on `metrics_port`, draining `key` into this
+    /// tally, with `trigger_extra` lines (workers, batch) in its trigger.
+    pub fn config(&self, metrics_port: u16, key: &str, trigger_extra: &str) -> FaultConfig {
+        let to = format!(
+            "exchange = \"{}\"\nrouting_key = \"{}\"\n",
+            self.exchange, self.routing_key
+        );
+        FaultConfig {
+            settings: ConfigToml::base(metrics_port)
+                .set_str("redis", "connect_timeout", "1s")
+                .set_str("redis", "response_timeout", "1s")
+                .set_str("shutdown", "timeout", "5s"),
+            trigger: trigger("faults", key, "rabbit", &(to + trigger_extra)),
+            lease: "2s",
+            publish_timeout: "1s",
+            max_attempts: 1000,
+        }
     }
 
     async fn connect(&self) -> Result<Connection, lapin::Error> {
@@ -151,6 +160,16 @@ impl Tally {
     /// Distinct bodies received.
     pub fn distinct(&self) -> usize {
         self.seen.lock().unwrap().copies.len()
+    }
+
+    /// Asserts that at least `n` distinct messages arrive within `timeout`.
+    pub async fn expect_distinct(&self, n: usize, timeout: Duration, bridge: &Bridge) {
+        assert!(
+            wait_until(timeout, || self.distinct() >= n).await,
+            "{} of {n} delivered\n{}",
+            self.distinct(),
+            bridge.log()
+        );
     }
 
     /// Extra copies published by the bridge (at-least-once duplicates).
@@ -283,80 +302,70 @@ async fn consume(conn: &Connection, queue: &str, seen: &Mutex<Seen>) {
     }
 }
 
-/// A whole bridge config for one trigger publishing to `tally`: Redis at `redis_url`, RabbitMQ
-/// at `amqp_url` (either may be a proxy), short timeouts so faults resolve in seconds.
-pub fn config(
-    metrics_port: u16,
-    redis_url: &str,
-    amqp_url: &str,
-    key: &str,
-    tally: &Tally,
-    trigger_extra: &str,
-    shutdown_timeout: &str,
-) -> String {
-    config_with_lease(
-        metrics_port,
-        redis_url,
-        amqp_url,
-        key,
-        tally,
-        trigger_extra,
-        shutdown_timeout,
-        ("2s", "1s"),
-    )
+/// The config of a fault test: one trigger `faults` publishing to a [`Tally`], short timeouts
+/// so faults resolve in seconds, the shared servers unless told otherwise (a proxy, a private
+/// server). `Display` writes the TOML.
+pub struct FaultConfig {
+    settings: ConfigToml,
+    trigger: String,
+    lease: &'static str,
+    publish_timeout: &'static str,
+    max_attempts: u32,
 }
 
-/// [`config`] with another `(lease, publish_timeout)`.
-#[allow(clippy::too_many_arguments)]
-pub fn config_with_lease(
-    metrics_port: u16,
-    redis_url: &str,
-    amqp_url: &str,
-    key: &str,
-    tally: &Tally,
-    trigger_extra: &str,
-    shutdown_timeout: &str,
-    (lease, publish_timeout): (&str, &str),
-) -> String {
-    format!(
-        r#"
-[redis]
-url = "{redis_url}"
-enable_keyspace_events = true
-connect_timeout = "1s"
-response_timeout = "1s"
+impl FaultConfig {
+    /// Redis at `url` instead of the shared one.
+    pub fn redis(mut self, url: &str) -> Self {
+        self.settings = self.settings.set_str("redis", "url", url);
+        self
+    }
 
-[metrics]
-listen = "127.0.0.1:{metrics_port}"
-backlog_interval = "200ms"
+    /// RabbitMQ at `url` instead of the shared one.
+    pub fn amqp(mut self, url: &str) -> Self {
+        self.settings = self.settings.set_str("sinks.rabbit", "url", url);
+        self
+    }
 
-[log]
-level = "info,delay_bridge=debug"
+    /// The nodes of a RabbitMQ cluster (`urls`) instead of the shared broker, with
+    /// `declare` (inline `[[sinks.rabbit.declare]]` entries, e.g. [`Tally::quorum_queue`]).
+    pub fn amqp_cluster(mut self, urls: &[String], declare: &str) -> Self {
+        let list: Vec<String> = urls.iter().map(|u| super::quoted(u)).collect();
+        self.settings = self
+            .settings
+            .unset("sinks.rabbit", "url")
+            .set("sinks.rabbit", "urls", &format!("[{}]", list.join(", ")))
+            .set("sinks.rabbit", "declare", declare);
+        self
+    }
 
-[shutdown]
-timeout = "{shutdown_timeout}"
+    /// Another `shutdown.timeout` (5 s by default).
+    pub fn shutdown(mut self, timeout: &str) -> Self {
+        self.settings = self.settings.set_str("shutdown", "timeout", timeout);
+        self
+    }
 
-[sinks.rabbit]
-type = "amqp"
-url = "{amqp_url}"
-reconnect_max = "1s"
+    /// Another lease and publish timeout (2 s and 1 s by default).
+    pub fn lease(mut self, lease: &'static str, publish_timeout: &'static str) -> Self {
+        (self.lease, self.publish_timeout) = (lease, publish_timeout);
+        self
+    }
 
-[[triggers]]
-name = "faults"
-key = "{key}"
-sink = "rabbit"
-exchange = "{exchange}"
-routing_key = "{rk}"
-lease = "{lease}"
-publish_timeout = "{publish_timeout}"
-max_attempts = 1000
-backoff_initial = "100ms"
-backoff_max = "1s"
-{trigger_extra}
-"#,
-        exchange = tally.exchange,
-        rk = tally.routing_key,
-    )
+    /// Another `max_attempts` (1000 by default: a fault never dead-letters).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+}
+
+impl fmt::Display for FaultConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}{}lease = \"{}\"\npublish_timeout = \"{}\"\nmax_attempts = {}\n\
+             backoff_initial = \"100ms\"\nbackoff_max = \"1s\"\n",
+            self.settings, self.trigger, self.lease, self.publish_timeout, self.max_attempts
+        )
+    }
 }
 
 /// Asserts that every one of messages `0..n` arrived, and prints the one-line summary the
@@ -376,64 +385,14 @@ pub fn report(fault: &str, n: usize, pad: usize, tally: &Tally, extra: &str) {
     );
 }
 
-/// The shared RabbitMQ's address, for a proxy in front of it.
-pub fn shared_amqp_addr() -> SocketAddr {
-    let url = url::Url::parse(&amqp_url()).unwrap();
-    let host = url.host_str().unwrap_or("127.0.0.1");
-    let host = if host == "localhost" {
-        "127.0.0.1"
-    } else {
-        host
-    };
-    SocketAddr::new(host.parse().unwrap(), url.port().unwrap_or(5672))
-}
-
-/// The shared broker's URL with the host and port replaced by a proxy's.
-pub fn via_proxy(proxy: &Proxy, query: &str) -> String {
-    let mut url = url::Url::parse(&amqp_url()).unwrap();
-    url.set_port(Some(proxy.port())).unwrap();
-    url.set_query(if query.is_empty() { None } else { Some(query) });
-    url.to_string()
-}
-
-/// Waits until the key's source and in-flight sets are both empty.
-pub async fn wait_drained(
-    r: &mut redis::aio::MultiplexedConnection,
-    key: &str,
-    timeout: Duration,
-) -> (u64, u64, u64) {
-    let end = Instant::now() + timeout;
-    loop {
-        let sizes = queue_sizes(r, key).await;
-        if (sizes.0, sizes.1) == (0, 0) || Instant::now() >= end {
-            return sizes;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Polls `/readyz` until it answers `status`.
-pub async fn wait_readyz(bridge: &Bridge, status: u16, timeout: Duration) -> bool {
-    let end = Instant::now() + timeout;
-    loop {
-        if bridge.get("/readyz").await.map(|(s, _)| s) == Some(status) {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Samples for `window` that nothing is claimed: in-flight stays empty and the source set
 /// keeps its size. Returns the source size seen.
 pub async fn assert_not_claiming(
-    r: &mut redis::aio::MultiplexedConnection,
+    r: &mut Conn,
     key: &str,
     window: Duration,
     bridge: &Bridge,
-) -> u64 {
+) -> i64 {
     let end = Instant::now() + window;
     let (first, _, _) = queue_sizes(r, key).await;
     while Instant::now() < end {
@@ -451,20 +410,4 @@ pub async fn assert_not_claiming(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     first
-}
-
-/// Waits until the in-flight set is empty.
-pub async fn wait_drained_inflight(
-    r: &mut redis::aio::MultiplexedConnection,
-    key: &str,
-    timeout: Duration,
-) -> (u64, u64, u64) {
-    let end = Instant::now() + timeout;
-    loop {
-        let sizes = queue_sizes(r, key).await;
-        if sizes.1 == 0 || Instant::now() >= end {
-            return sizes;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }

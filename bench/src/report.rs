@@ -45,6 +45,8 @@ pub struct Settings {
     pub messages: u64,
     /// Bytes per payload.
     pub payload_bytes: usize,
+    /// Where bodies live and what they are: `inline/raw`, `hash/raw`, `inline/envelope`, ...
+    pub shape: String,
     /// Worker tasks of the bench trigger (and publisher tasks of the ceiling).
     pub workers: usize,
     /// Claim batch of the bench trigger (and publish window of the ceiling).
@@ -370,9 +372,9 @@ impl Report {
         let m = &self.machine;
         let s = &self.settings;
         let mut out = format!(
-            "delay-bridge bench: sink {}, {} messages of {} B, workers {}, batch {}, steady {} msg/s for {}s\n\
+            "delay-bridge bench: sink {}, {} messages of {} B ({}), workers {}, batch {}, steady {} msg/s for {}s\n\
              machine: {} CPUs, {}, Redis {}\n\n",
-            s.sink, s.messages, s.payload_bytes, s.workers, s.batch, s.rate, s.duration_s,
+            s.sink, s.messages, s.payload_bytes, s.shape, s.workers, s.batch, s.rate, s.duration_s,
             m.cpus, m.cpu_model, m.redis_version
         );
         let header = Row {

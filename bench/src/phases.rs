@@ -3,15 +3,17 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use delay_bridge::config::Config;
+use delay_bridge::keys::QueueKeys;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
+use super::ceiling::{Ceiling, Window};
 use super::process::{free_port, histogram_bound, BridgeProcess};
 use super::redis_ops::{self, CommandCounter};
 use super::report::{Forward, Idle, Lateness, Machine, PhaseError, Rate, Report, Rss, Settings};
-use super::tally::{payload, quantile};
-use super::{Bench, BridgeToml, Phase, Window};
-use crate::config::Config;
+use super::tally::quantile;
+use super::{Bench, BridgeToml, Phase};
 
 /// How long the bridge may take to connect to Redis and the broker.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -55,6 +57,7 @@ impl Bench {
             sink: format!("{:?}", self.args.sink).to_lowercase(),
             messages: self.args.messages,
             payload_bytes: self.args.payload_bytes,
+            shape: self.args.shape().label(),
             workers: self.trigger.workers,
             batch: self.trigger.batch,
             rate: self.args.rate,
@@ -131,7 +134,8 @@ impl Bench {
             metrics_port: port,
         }
         .write(&self.dir, name)?;
-        let mut bridge = BridgeProcess::spawn(&path, port, &self.dir.join(format!("{name}.log")))?;
+        let log = self.dir.join(format!("{name}.log"));
+        let mut bridge = BridgeProcess::spawn(&self.bridge, &path, port, &log)?;
         bridge.wait_ready(READY_TIMEOUT).await?;
         Ok((bridge, config))
     }
@@ -160,21 +164,33 @@ impl Bench {
             count,
             payload_bytes: self.args.payload_bytes,
             due_ms: now_ms(),
-            workers: self.trigger.workers,
             batch: self.trigger.batch,
         };
-        // A first round trip outside the timing: the consumer's first fetch and the broker's
-        // first writes to a new queue or topic are not the broker's rate.
-        let warm = n.min(1000);
-        let base = self.next_base();
-        self.tally.reset(base, warm);
-        self.broker.publish_ceiling(&window(base, warm)).await?;
-        self.wait_received(warm, budget(warm)).await?;
-        let base = self.next_base();
-        self.tally.reset(base, n);
-        let start = self.broker.publish_ceiling(&window(base, n)).await?;
-        self.wait_received(n, budget(n)).await?;
-        Ok(Rate::new(n, start.elapsed().as_secs_f64()))
+        // One publisher per worker, connected before anything is timed.
+        let ceiling = Ceiling::connect(
+            &self.sink,
+            &self.destination,
+            self.trigger.workers,
+            self.trigger.publish_timeout,
+        )
+        .await?;
+        let timed = async {
+            // A first round trip outside the timing: the consumer's first fetch and the
+            // broker's first writes to a new queue or topic are not the broker's rate.
+            let warm = n.min(1000);
+            let base = self.next_base();
+            self.tally.reset(base, warm);
+            ceiling.publish(&window(base, warm)).await?;
+            self.wait_received(warm, budget(warm)).await?;
+            let base = self.next_base();
+            self.tally.reset(base, n);
+            let start = ceiling.publish(&window(base, n)).await?;
+            self.wait_received(n, budget(n)).await?;
+            Ok(Rate::new(n, start.elapsed().as_secs_f64()))
+        }
+        .await;
+        ceiling.close().await;
+        timed
     }
 
     async fn redis_ceiling(&self) -> anyhow::Result<Rate> {
@@ -184,11 +200,13 @@ impl Bench {
         let mut conn = self.conn.clone();
         let due = now_ms() - 1000;
         let base = self.next_base();
-        redis_ops::load(&mut conn, &key, base, n, self.args.payload_bytes, |_| due).await?;
-        let cm = redis::aio::ConnectionManager::new(self.client.clone()).await?;
+        let shape = self.args.shape();
+        redis_ops::load(&mut conn, &shape, &key, &key, base, n, |_| due).await?;
+        let cm = delay_bridge::redis_conn::Conn::open(&self.args.redis_url).await?;
         let start = Instant::now();
         let claimed =
-            redis_ops::claim_ceiling(cm, &key, self.trigger.workers, self.trigger.batch).await?;
+            redis_ops::claim_ceiling(cm, &key, &shape, self.trigger.workers, self.trigger.batch)
+                .await?;
         let secs = start.elapsed().as_secs_f64();
         redis_ops::unlink_queue(&mut conn, &key).await?;
         if claimed != n {
@@ -207,15 +225,8 @@ impl Bench {
         let mut conn = self.conn.clone();
         let due = now_ms() - 1000;
         let base = self.next_base();
-        redis_ops::load(
-            &mut conn,
-            &staging,
-            base,
-            n - 1,
-            self.args.payload_bytes,
-            |_| due,
-        )
-        .await?;
+        let shape = self.args.shape();
+        redis_ops::load(&mut conn, &shape, &key, &staging, base, n - 1, |_| due).await?;
         let (bridge, _) = self
             .start_bridge("forward", std::slice::from_ref(&key), true)
             .await?;
@@ -229,12 +240,15 @@ impl Bench {
                 .query_async::<()>(&mut conn)
                 .await?;
         }
-        redis::cmd("ZADD")
-            .arg(&key)
-            .arg(due)
-            .arg(payload(base + n - 1, self.args.payload_bytes))
-            .query_async::<()>(&mut conn)
-            .await?;
+        let mut last = redis::pipe();
+        shape.schedule(
+            &mut last,
+            &QueueKeys::derive(&key)?,
+            &key,
+            base + n - 1,
+            due,
+        );
+        last.query_async::<()>(&mut conn).await?;
         let end = start + budget(n);
         loop {
             if self.tally.distinct() >= n && redis_ops::queue_len(&mut conn, &key).await? == 0 {
@@ -267,7 +281,7 @@ impl Bench {
     async fn lateness(&self, notifications: bool) -> anyhow::Result<Lateness> {
         let mut conn = self.conn.clone();
         let flags = if notifications {
-            crate::notify::with_needed_flags(&self.original_flags)
+            delay_bridge::notify::with_needed_flags(&self.original_flags)
         } else {
             // Without the keyspace channel the bridge has no notifications, whatever else is set.
             self.original_flags.replace('K', "")
@@ -308,6 +322,8 @@ impl Bench {
         let start = Instant::now();
         let mut sent = 0u64;
         let mut early = vec![false; capacity as usize];
+        let shape = self.args.shape();
+        let queue = QueueKeys::derive(&key)?;
         while start.elapsed() < duration {
             tick.tick().await;
             let target = ((rate as f64 * start.elapsed().as_secs_f64()) as u64).min(capacity);
@@ -324,11 +340,7 @@ impl Bench {
                 } else {
                     rng.gen_range(1000..=5000)
                 };
-                pipe.cmd("ZADD")
-                    .arg(&key)
-                    .arg(now + ahead)
-                    .arg(payload(base + seq, self.args.payload_bytes))
-                    .ignore();
+                shape.schedule(&mut pipe, &queue, &key, base + seq, now + ahead);
             }
             pipe.query_async::<()>(&mut conn).await?;
             sent = target;
@@ -417,7 +429,10 @@ impl Bench {
         let mut conn = self.conn.clone();
         let later = now_ms() + 3_600_000;
         let base = self.next_base();
-        redis_ops::load(&mut conn, &key, base, n, self.args.payload_bytes, |_| later).await?;
+        redis_ops::load(&mut conn, &self.args.shape(), &key, &key, base, n, |_| {
+            later
+        })
+        .await?;
         let (bridge, config) = self
             .start_bridge("big", std::slice::from_ref(&key), true)
             .await?;

@@ -1,5 +1,9 @@
 //! Every Prometheus metric of the bridge, registered in one registry that is passed in.
 
+mod trigger;
+
+pub use trigger::TriggerMetrics;
+
 use prometheus::{
     exponential_buckets, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec,
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
@@ -16,6 +20,8 @@ pub struct Metrics {
     pub retried: IntCounterVec,
     /// Messages moved to the dead-letter set, by reason.
     pub dead_lettered: IntCounterVec,
+    /// `messages_expired_total{trigger}`
+    pub expired: IntCounterVec,
     /// Expired leases recovered (messages delivered again after a crash or lost reply).
     pub redelivered: IntCounterVec,
     /// Messages put back unattempted (shutdown, connection loss).
@@ -124,6 +130,11 @@ impl Metrics {
                 "messages_dead_lettered_total",
                 "Messages moved to the dead-letter set",
                 &["trigger", "reason"],
+            ),
+            expired: counter(
+                "messages_expired_total",
+                "Messages claimed after their expiry (expire_after, an envelope's expires_at_ms): dead-lettered as expired or dropped, never published",
+                &["trigger"],
             ),
             redelivered: counter(
                 "messages_redelivered_total",

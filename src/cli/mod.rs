@@ -22,6 +22,10 @@ macro_rules! say {
 /// Exit code for a bad configuration (EX_CONFIG).
 pub const EXIT_CONFIG: i32 = 78;
 
+mod queue;
+
+use queue::{cancel, consume, dead_list, dead_requeue, enqueue, stats};
+
 /// delay-bridge: Redis sorted sets in, RabbitMQ / Kafka messages out, on time.
 #[derive(Debug, Parser)]
 #[command(name = "delay-bridge", version, about)]
@@ -59,14 +63,37 @@ pub enum Command {
         /// Absolute due time in epoch milliseconds.
         #[arg(long)]
         at: Option<i64>,
-        /// The payload (the member).
+        /// Hash payload mode: the message's id (the member); the payload is its body.
+        #[arg(long)]
+        id: Option<String>,
+        /// The payload: the member in inline mode, the body in hash mode.
         payload: String,
+    },
+    /// Cancel a scheduled message: by id in hash payload mode (the body goes too, unless a
+    /// copy is in flight or dead), by its exact payload in inline mode.
+    Cancel {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Trigger whose key to remove from.
+        #[arg(long, short)]
+        trigger: String,
+        /// Hash payload mode: the message's id.
+        #[arg(long, conflicts_with = "payload", required_unless_present = "payload")]
+        id: Option<String>,
+        /// Inline mode: the exact payload (the member).
+        payload: Option<String>,
     },
     /// Inspect and replay dead letters.
     #[command(subcommand)]
     DeadLetter(DeadLetter),
-    /// Measure forwarding rate, lateness and idle cost against the local Redis and a broker.
-    Bench(crate::bench::BenchArgs),
+    /// Measure forwarding rate, lateness and idle cost against the local Redis and a broker
+    /// (runs `delay-bridge-bench` from the same directory with these arguments; `bench --help`).
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// Arguments of `delay-bridge-bench`, passed on verbatim.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Print messages arriving on a RabbitMQ queue with their lateness (for trying the bridge out).
     Consume {
         /// AMQP URL.
@@ -171,8 +198,20 @@ pub async fn dispatch(cli: Cli) -> i32 {
             trigger,
             delay,
             at,
+            id,
             payload,
-        } => with_config(&config.config, |c| enqueue(c, trigger, delay, at, payload)).await,
+        } => {
+            with_config(&config.config, |c| {
+                enqueue(c, trigger, delay, at, id, payload)
+            })
+            .await
+        }
+        Command::Cancel {
+            config,
+            trigger,
+            id,
+            payload,
+        } => with_config(&config.config, |c| cancel(c, trigger, id, payload)).await,
         Command::DeadLetter(DeadLetter::List {
             config,
             trigger,
@@ -184,7 +223,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
             members,
             limit,
         }) => with_config(&config.config, |c| dead_requeue(c, trigger, members, limit)).await,
-        Command::Bench(args) => crate::bench::run(args).await,
+        Command::Bench { args } => bench(args),
         Command::Consume {
             url,
             queue,
@@ -198,6 +237,35 @@ pub async fn dispatch(cli: Cli) -> i32 {
             eprintln!("error: {e:#}");
             1
         }
+    }
+}
+
+/// Hands over to `delay-bridge-bench` next to this executable (it is its own crate, so the
+/// daemon does not carry the load generator), passing its exit code through.
+fn bench(args: Vec<String>) -> anyhow::Result<i32> {
+    let exe = std::env::current_exe()
+        .context("locating delay-bridge")?
+        .with_file_name("delay-bridge-bench");
+    anyhow::ensure!(
+        exe.is_file(),
+        "{} is missing: build it with cargo build --release --workspace",
+        exe.display()
+    );
+    let mut command = std::process::Command::new(&exe);
+    command.args(args);
+    #[cfg(unix)]
+    {
+        // Replaces this process, so Ctrl-C reaches the bench alone and it cleans up.
+        use std::os::unix::process::CommandExt;
+        let e = command.exec();
+        Err(e).with_context(|| format!("running {}", exe.display()))
+    }
+    #[cfg(not(unix))]
+    {
+        let status = command
+            .status()
+            .with_context(|| format!("running {}", exe.display()))?;
+        Ok(status.code().unwrap_or(1))
     }
 }
 
@@ -255,17 +323,52 @@ async fn wait_for_signal() {
     }
 }
 
+/// The TLS settings in a `check` line: which files and names are used, never their contents.
+fn tls_summary(tls: Option<&crate::config::TlsConfig>) -> String {
+    let Some(tls) = tls else {
+        return String::new();
+    };
+    let mut parts = Vec::new();
+    if tls.insecure {
+        parts.push("insecure: nothing verified".to_string());
+    }
+    if let Some(ca) = &tls.ca_file {
+        parts.push(format!("ca_file={}", ca.display()));
+    }
+    if let Some(cert) = &tls.cert_file {
+        parts.push(format!("client certificate {}", cert.display()));
+    }
+    if let Some(name) = &tls.server_name {
+        parts.push(format!("server_name={name}"));
+    }
+    format!(" [tls: {}]", parts.join(", "))
+}
+
 fn check(path: &std::path::Path) -> i32 {
     let config = match load_or_exit(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
     say!("config {} is valid", path.display());
-    say!("redis: {}", redact_url(&config.redis.url));
+    for warning in config.warnings() {
+        say!("warning: {warning}");
+    }
+    say!(
+        "redis: {}{}",
+        redact_url(&config.redis.url),
+        tls_summary(config.redis.tls.as_ref())
+    );
     say!("metrics: http://{}/metrics", config.metrics.listen);
     for (name, sink) in &config.sinks {
         match sink {
-            SinkConfig::Amqp(a) => say!("sink {name}: amqp {}", redact_url(&a.url)),
+            SinkConfig::Amqp(a) => {
+                let addresses: Vec<String> = a.addresses().into_iter().map(redact_url).collect();
+                say!(
+                    "sink {name}: amqp {}{}",
+                    addresses.join(", "),
+                    tls_summary(a.tls.as_ref())
+                );
+            }
             SinkConfig::Kafka(k) => {
                 let props: Vec<String> = k
                     .properties
@@ -283,23 +386,35 @@ fn check(path: &std::path::Path) -> i32 {
     }
     for t in &config.triggers {
         let keys = QueueKeys::derive(&t.key).expect("validated");
-        let dest = match &config.sinks[&t.sink] {
-            SinkConfig::Amqp(_) => format!(
-                "exchange={:?} routing_key={:?}",
-                t.exchange.clone().unwrap_or_default(),
-                t.routing_key.clone().unwrap_or_default()
-            ),
-            SinkConfig::Kafka(_) => format!(
-                "topic={:?} kafka_key={}",
-                t.topic.clone().unwrap_or_default(),
-                match t.kafka_key.unwrap_or_default() {
-                    crate::config::KafkaKey::None => "none",
-                    crate::config::KafkaKey::Member => "member",
-                }
+        let mut payload = match t.payload {
+            crate::config::PayloadMode::Inline => String::new(),
+            crate::config::PayloadMode::Hash => format!(
+                " payload=hash bodies={} max_claim_bytes={}",
+                keys.bodies, t.max_claim_bytes
             ),
         };
+        if t.format == crate::config::MessageFormat::Envelope {
+            payload.push_str(" format=envelope");
+        }
+        if let Some(after) = t.expire_after {
+            let on_expired = match t.on_expired {
+                crate::config::OnExpired::DeadLetter => "dead_letter",
+                crate::config::OnExpired::Drop => "drop",
+            };
+            payload.push_str(&format!(
+                " expire_after={} on_expired={on_expired}",
+                humantime::format_duration(after)
+            ));
+        }
+        if let Some(allowed) = &t.allowed_routing_keys {
+            payload.push_str(&format!(" allowed_routing_keys={allowed:?}"));
+        }
+        let dest = t
+            .destination
+            .as_ref()
+            .map_or_else(String::new, ToString::to_string);
         say!(
-            "trigger {}: key={} inflight={} dead={} -> sink {} {dest} workers={} batch={} lease={} guard_interval={} \
+            "trigger {}: key={} inflight={} dead={}{payload} -> sink {} {dest} workers={} batch={} lease={} guard_interval={} \
              publish_timeout={} max_attempts={} backoff={}..{} max_message_bytes={}",
             t.name,
             keys.source,
@@ -318,162 +433,4 @@ fn check(path: &std::path::Path) -> i32 {
         );
     }
     0
-}
-
-async fn connect(config: &Config) -> anyhow::Result<redis::aio::ConnectionManager> {
-    let client = crate::bridge::redis_client(config)?;
-    crate::bridge::connect_redis(config, &client)
-        .await
-        .with_context(|| format!("connecting to {}", redact_url(&config.redis.url)))
-}
-
-fn store_for(
-    config: &Config,
-    conn: redis::aio::ConnectionManager,
-    trigger: &str,
-) -> anyhow::Result<Store> {
-    let t = config
-        .triggers
-        .iter()
-        .find(|t| t.name == trigger)
-        .with_context(|| format!("no trigger named `{trigger}`"))?;
-    Ok(Store::new(conn, QueueKeys::derive(&t.key)?))
-}
-
-async fn stats(config: Config, json: bool) -> anyhow::Result<i32> {
-    let conn = connect(&config).await?;
-    let mut rows = Vec::new();
-    for t in &config.triggers {
-        let s = store_for(&config, conn.clone(), &t.name)?.stats().await?;
-        rows.push((t.name.clone(), s));
-    }
-    if json {
-        let v: Vec<_> = rows
-            .iter()
-            .map(|(name, s)| serde_json::json!({"trigger": name, "stats": s}))
-            .collect();
-        say!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        say!(
-            "{:<24} {:>12} {:>10} {:>10} {:>10} {:>16}",
-            "TRIGGER",
-            "SCHEDULED",
-            "DUE",
-            "INFLIGHT",
-            "DEAD",
-            "OLDEST_DUE_AGE"
-        );
-        for (name, s) in rows {
-            say!(
-                "{:<24} {:>12} {:>10} {:>10} {:>10} {:>15.3}s",
-                name,
-                s.scheduled,
-                s.due,
-                s.inflight,
-                s.dead,
-                s.oldest_due_age_seconds
-            );
-        }
-    }
-    Ok(0)
-}
-
-async fn enqueue(
-    config: Config,
-    trigger: String,
-    delay: Option<Duration>,
-    at: Option<i64>,
-    payload: String,
-) -> anyhow::Result<i32> {
-    let mut conn = connect(&config).await?;
-    let store = store_for(&config, conn.clone(), &trigger)?;
-    let due = match at {
-        Some(at) => at,
-        None => {
-            let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
-            secs * 1000 + micros / 1000 + delay.unwrap_or_default().as_millis() as i64
-        }
-    };
-    let _: i64 = redis::cmd("ZADD")
-        .arg(&store.keys().source)
-        .arg(due)
-        .arg(payload.as_bytes())
-        .query_async(&mut conn)
-        .await?;
-    say!("scheduled on {} due at {due}", store.keys().source);
-    Ok(0)
-}
-
-async fn dead_list(config: Config, trigger: String, limit: usize) -> anyhow::Result<i32> {
-    let conn = connect(&config).await?;
-    let store = store_for(&config, conn, &trigger)?;
-    for (member, at, reason) in store.list_dead(limit).await? {
-        say!(
-            "{at}\t{}\t{}",
-            reason.unwrap_or_else(|| "{}".into()),
-            String::from_utf8_lossy(&member)
-        );
-    }
-    Ok(0)
-}
-
-async fn dead_requeue(
-    config: Config,
-    trigger: String,
-    members: Vec<String>,
-    limit: usize,
-) -> anyhow::Result<i32> {
-    let conn = connect(&config).await?;
-    let store = store_for(&config, conn, &trigger)?;
-    let members: Vec<Vec<u8>> = members.into_iter().map(String::into_bytes).collect();
-    let n = store.requeue_dead(&members, limit.max(1)).await?;
-    say!("requeued {n} dead letter(s) on {}", store.keys().source);
-    Ok(0)
-}
-
-async fn consume(
-    url: String,
-    queue: String,
-    count: Option<u64>,
-    idle: Duration,
-) -> anyhow::Result<i32> {
-    use futures_util::StreamExt;
-    use lapin::options::{BasicAckOptions, BasicConsumeOptions};
-    let conn = lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
-        .await
-        .with_context(|| format!("connecting to {}", redact_url(&url)))?;
-    let channel = conn.create_channel().await?;
-    let mut consumer = channel
-        .basic_consume(
-            &queue,
-            "delay-bridge-consume",
-            BasicConsumeOptions::default(),
-            Default::default(),
-        )
-        .await?;
-    let mut seen = 0u64;
-    while count.is_none_or(|c| seen < c) {
-        let Ok(Some(delivery)) = tokio::time::timeout(idle, consumer.next()).await else {
-            break;
-        };
-        let delivery = delivery?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis() as i64;
-        let due = delivery
-            .properties
-            .headers()
-            .as_ref()
-            .and_then(|h| h.inner().get("x-delay-due-ms").cloned())
-            .and_then(|v| match v {
-                lapin::types::AMQPValue::LongLongInt(n) => Some(n),
-                _ => None,
-            });
-        let late = due.map_or_else(|| "?".to_string(), |d| format!("{}ms", now - d));
-        say!("late={late}\t{}", String::from_utf8_lossy(&delivery.data));
-        delivery.ack(BasicAckOptions::default()).await?;
-        seen += 1;
-    }
-    Ok(0)
 }

@@ -4,27 +4,32 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use delay_bridge::keys::QueueKeys;
+use delay_bridge::redis_conn::Conn;
+use delay_bridge::store::{Settlement, Store};
 use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
 
-use super::tally::payload;
-use crate::keys::QueueKeys;
-use crate::store::{Settlement, Store};
+use super::shape::{PayloadArg, Shape};
 
 /// Members per `ZADD` and `ZADD`s per round trip while loading.
 const LOAD_CHUNK: u64 = 1000;
 const LOAD_PIPELINE: u64 = 8;
 
-/// `ZADD`s `count` bench payloads (sequence `base..base + count`) to `key`, scored by `due(i)`.
+/// Schedules `count` bench messages (sequence `base..base + count`) of `shape` on the sorted
+/// set `zset` of queue `key` (bodies in `key`'s bodies hash), scored by `due(seq)`.
+#[allow(clippy::too_many_arguments)]
 pub async fn load(
     conn: &mut MultiplexedConnection,
+    shape: &Shape,
     key: &str,
+    zset: &str,
     base: u64,
     count: u64,
-    payload_bytes: usize,
     due: impl Fn(u64) -> i64,
-) -> redis::RedisResult<()> {
+) -> anyhow::Result<()> {
+    let queue = QueueKeys::derive(key)?;
     let mut i = 0;
     while i < count {
         let mut pipe = redis::pipe();
@@ -33,11 +38,9 @@ pub async fn load(
                 break;
             }
             let end = (i + LOAD_CHUNK).min(count);
-            let zadd = pipe.cmd("ZADD").arg(key);
-            for j in i..end {
-                zadd.arg(due(j)).arg(payload(base + j, payload_bytes));
-            }
-            zadd.ignore();
+            shape.schedule_many(&mut pipe, &queue, zset, base + i..base + end, |seq| {
+                due(seq - base)
+            });
             i = end;
         }
         pipe.query_async::<()>(conn).await?;
@@ -57,6 +60,7 @@ pub async fn unlink_queue(conn: &mut MultiplexedConnection, key: &str) -> redis:
         .arg(&k.attempts)
         .arg(&k.dead)
         .arg(&k.dead_reasons)
+        .arg(&k.bodies)
         .query_async(conn)
         .await
 }
@@ -77,12 +81,16 @@ pub async fn queue_len(conn: &mut MultiplexedConnection, key: &str) -> redis::Re
 /// Drains `key` with the bridge's own claim and settle scripts and nothing else: `workers`
 /// concurrent loops of claim(`batch`) then ack-all; returns the members claimed.
 pub async fn claim_ceiling(
-    conn: ConnectionManager,
+    conn: Conn,
     key: &str,
+    shape: &Shape,
     workers: usize,
     batch: usize,
 ) -> anyhow::Result<u64> {
-    let store = Store::new(conn, QueueKeys::derive(key)?);
+    let mut store = Store::new(conn, QueueKeys::derive(key)?);
+    if shape.payload == PayloadArg::Hash {
+        store = store.with_hash_bodies(16 * 1024 * 1024);
+    }
     let lease = Duration::from_secs(60);
     let mut tasks = Vec::new();
     for _ in 0..workers {
@@ -95,10 +103,7 @@ pub async fn claim_ceiling(
                     return Ok::<_, anyhow::Error>(claimed);
                 }
                 claimed += b.items.len() as u64;
-                let s = Settlement {
-                    ack: b.items.iter().map(|c| c.member.as_slice()).collect(),
-                    ..Default::default()
-                };
+                let s = Settlement::ack_unpublished(&b.items);
                 store.settle(b.deadline_ms, 10, &s).await?;
             }
         }));

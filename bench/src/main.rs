@@ -1,34 +1,38 @@
-//! The load generator and measurement harness behind `delay-bridge bench`.
+//! `delay-bridge-bench`: the load generator and measurement harness of delay-bridge (also run
+//! as `delay-bridge bench`).
 //!
 //! Everything runs against the local Redis and one broker in a single run, so each bridge figure
-//! sits next to the ceiling it is judged by: a plain publisher with the bridge's confirm
-//! semantics (the broker's limit) and the claim/settle scripts alone (Redis's limit). The bridge
-//! under test is this executable started as `run --config` in a child process, so its CPU time
-//! and memory come from /proc without the load generator's and consumer's.
+//! sits next to the ceiling it is judged by: the bridge's own sink publishing with nothing else
+//! (the broker's limit) and the claim/settle scripts alone (Redis's limit). The bridge under
+//! test is the `delay-bridge` binary next to this one (or `--bridge`), started as
+//! `run --config` in a child process, so its CPU time and memory come from /proc without the
+//! load generator's and consumer's.
 
 mod amqp;
+mod ceiling;
 mod kafka;
 mod phases;
 mod process;
 mod redis_ops;
 mod report;
+mod shape;
 mod tally;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::{Parser, ValueEnum};
+use delay_bridge::config::{Config, Destination, SinkConfig, TriggerConfig};
+use delay_bridge::secret::redact_url;
 use redis::aio::MultiplexedConnection;
 
 use self::amqp::AmqpBench;
 use self::kafka::KafkaBench;
 use self::report::Report;
 use self::tally::Tally;
-use crate::config::TriggerConfig;
-use crate::secret::redact_url;
 
 /// Which broker the bridge forwards to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -42,7 +46,7 @@ pub enum SinkKind {
 /// Phases that `--skip` can leave out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Phase {
-    /// The plain publisher (broker ceiling).
+    /// The bridge's sink publishing on its own (broker ceiling).
     Broker,
     /// The claim and settle scripts alone (Redis ceiling).
     Redis,
@@ -54,9 +58,14 @@ pub enum Phase {
     Idle,
 }
 
-/// `delay-bridge bench` options.
-#[derive(Debug, Args)]
+/// Measure delay-bridge's forwarding rate, lateness and idle cost against the local Redis and a
+/// broker, next to what Redis and the broker do on their own.
+#[derive(Debug, Parser)]
+#[command(name = "delay-bridge-bench", version, about)]
 pub struct BenchArgs {
+    /// The `delay-bridge` binary under test (default: the one next to this executable).
+    #[arg(long, value_name = "PATH")]
+    pub bridge: Option<PathBuf>,
     /// Broker to forward to.
     #[arg(long, value_enum, default_value = "amqp")]
     pub sink: SinkKind,
@@ -78,6 +87,12 @@ pub struct BenchArgs {
     /// Bytes per payload (at least 16: the payload starts with its sequence number).
     #[arg(long, default_value_t = 100)]
     pub payload_bytes: usize,
+    /// Where message bodies live: `inline` (the member) or `hash` (ids, bodies in `K:bodies`).
+    #[arg(long, value_enum, default_value = "inline")]
+    pub payload: shape::PayloadArg,
+    /// What the stored payload is: `raw` (the body) or `envelope` (a JSON envelope around it).
+    #[arg(long, value_enum, default_value = "raw")]
+    pub format: shape::FormatArg,
     /// Steady load: messages scheduled per second.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
     pub rate: u64,
@@ -114,24 +129,15 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
-/// The messages a ceiling publisher sends and how it pipelines them.
-#[derive(Debug, Clone)]
-pub(crate) struct Window {
-    /// Queue name the message ids are derived from, as the bridge does.
-    key: String,
-    /// First sequence number.
-    base: u64,
-    /// Messages.
-    count: u64,
-    /// Bytes per payload.
-    payload_bytes: usize,
-    /// The due time every header carries.
-    due_ms: i64,
-    /// Concurrent publishers (the bridge's workers).
-    workers: usize,
-    /// Messages published before awaiting their confirms (the bridge's batch); each
-    /// publisher keeps `worker::MAX_IN_FLIGHT` such windows going, as a worker does.
-    batch: usize,
+impl BenchArgs {
+    /// The shape of the bench's messages.
+    pub fn shape(&self) -> shape::Shape {
+        shape::Shape {
+            payload: self.payload,
+            format: self.format,
+            payload_bytes: self.payload_bytes,
+        }
+    }
 }
 
 /// The broker side of the bench.
@@ -155,13 +161,6 @@ impl Broker {
         }
     }
 
-    async fn publish_ceiling(&self, w: &Window) -> anyhow::Result<tokio::time::Instant> {
-        match self {
-            Broker::Amqp(b) => b.publish_ceiling(w).await,
-            Broker::Kafka(b) => b.publish_ceiling(w).await,
-        }
-    }
-
     async fn cleanup(&self) -> anyhow::Result<()> {
         match self {
             Broker::Amqp(b) => b.cleanup().await,
@@ -170,9 +169,30 @@ impl Broker {
     }
 }
 
+/// A broker's consumer task, stopped at cleanup.
+struct ConsumerTask(Mutex<Option<tokio::task::JoinHandle<()>>>);
+
+impl ConsumerTask {
+    fn new(task: tokio::task::JoinHandle<()>) -> Self {
+        Self(Mutex::new(Some(task)))
+    }
+
+    /// Stops consuming; awaited so the client is gone before the process exits
+    /// (librdkafka's threads must not outlive the runtime).
+    async fn stop(&self) {
+        let task = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = task {
+            t.abort();
+            let _ = t.await;
+        }
+    }
+}
+
 /// What every phase shares, and what has to be undone at the end.
 struct Bench {
     args: BenchArgs,
+    /// The `delay-bridge` executable under test.
+    bridge: PathBuf,
     run_id: String,
     client: redis::Client,
     conn: MultiplexedConnection,
@@ -182,6 +202,10 @@ struct Bench {
     dir: PathBuf,
     /// The bench trigger as the bridge resolves it (defaults plus `--trigger-set`).
     trigger: TriggerConfig,
+    /// The bench sink and the trigger's destination as the bridge resolves them: the broker
+    /// ceiling publishes through the same sink code to the same place.
+    sink: SinkConfig,
+    destination: Destination,
     /// Queues created, deleted at the end.
     keys: Mutex<Vec<String>>,
     /// `notify-keyspace-events` before the run, restored at the end.
@@ -189,8 +213,38 @@ struct Bench {
     next_base: AtomicU64,
 }
 
+#[tokio::main]
+async fn main() {
+    let code = match run(BenchArgs::parse()).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+/// The bridge under test: `--bridge`, or `delay-bridge` next to this executable.
+fn bridge_path(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let path = match arg {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()
+            .context("locating delay-bridge-bench")?
+            .with_file_name("delay-bridge"),
+    };
+    anyhow::ensure!(
+        path.is_file(),
+        "the bridge under test {} is missing: build it (cargo build --release) or name it with --bridge PATH",
+        path.display()
+    );
+    // Absolute, so error messages name the very binary that was measured.
+    Ok(path.canonicalize().unwrap_or(path))
+}
+
 /// Runs the benchmark; returns the process exit code (1 when a phase failed).
-pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
+async fn run(args: BenchArgs) -> anyhow::Result<i32> {
+    let bridge = bridge_path(args.bridge.as_deref())?;
     anyhow::ensure!(
         args.payload_bytes >= tally::SEQ_DIGITS,
         "--payload-bytes must be at least {}",
@@ -200,7 +254,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
         args.idle_triggers >= 1,
         "--idle-triggers must be at least 1"
     );
-    let bench = Bench::setup(args).await?;
+    let bench = Bench::setup(args, bridge).await?;
     let mut report = Report::default();
     let outcome = tokio::select! {
         () = bench.run_phases(&mut report) => Ok(()),
@@ -217,7 +271,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
 }
 
 impl Bench {
-    async fn setup(args: BenchArgs) -> anyhow::Result<Self> {
+    async fn setup(args: BenchArgs, bridge: PathBuf) -> anyhow::Result<Self> {
         let run_id = format!("{:08x}", rand::random::<u32>());
         let client = redis::Client::open(args.redis_url.as_str()).context("--redis-url")?;
         // The idle phase tells the bridge's Redis connections apart by this remote port.
@@ -260,8 +314,14 @@ impl Bench {
             metrics_port: 0,
         }
         .write(&dir, "probe");
-        let trigger = match probe {
-            Ok((_, c)) => c.triggers[0].clone(),
+        let resolved = probe.and_then(|(_, mut c)| {
+            let trigger = c.triggers.swap_remove(0);
+            let sink = c.sinks.remove(&trigger.sink).context("the bench sink")?;
+            let destination = trigger.destination.clone().context("the bench route")?;
+            Ok((trigger, sink, destination))
+        });
+        let (trigger, sink, destination) = match resolved {
+            Ok(r) => r,
             Err(e) => {
                 let _ = broker.cleanup().await;
                 let _ = std::fs::remove_dir_all(&dir);
@@ -270,6 +330,7 @@ impl Bench {
         };
         Ok(Self {
             args,
+            bridge,
             run_id,
             client,
             conn,
@@ -278,6 +339,8 @@ impl Bench {
             tally,
             dir,
             trigger,
+            sink,
+            destination,
             keys: Mutex::new(Vec::new()),
             original_flags,
             next_base: AtomicU64::new(1),
@@ -361,6 +424,7 @@ impl BridgeToml<'_> {
                 toml_str(key),
                 self.broker.route_toml()
             ));
+            out.push_str(&self.args.shape().trigger_toml());
             for line in &self.args.trigger_set {
                 out.push_str(line);
                 out.push('\n');
@@ -371,15 +435,11 @@ impl BridgeToml<'_> {
     }
 
     /// Writes the file `<dir>/<name>.toml` and loads it the way `run --config` will.
-    fn write(
-        &self,
-        dir: &std::path::Path,
-        name: &str,
-    ) -> anyhow::Result<(PathBuf, crate::config::Config)> {
+    fn write(&self, dir: &Path, name: &str) -> anyhow::Result<(PathBuf, Config)> {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, self.render())?;
-        let config =
-            crate::config::load(&path).map_err(|e| anyhow::anyhow!("bench bridge config: {e}"))?;
+        let config = delay_bridge::config::load(&path)
+            .map_err(|e| anyhow::anyhow!("bench bridge config: {e}"))?;
         Ok((path, config))
     }
 }

@@ -32,15 +32,9 @@ pub fn free_port() -> anyhow::Result<u16> {
 }
 
 impl BridgeProcess {
-    /// Starts this executable as `run --config <config>`, logging to `log`; `port` is its metrics port.
-    pub fn spawn(config: &Path, port: u16, log: &Path) -> anyhow::Result<Self> {
-        // /proc/self/exe still runs this very binary when a rebuild replaced the file on disk.
-        let exe = Path::new("/proc/self/exe");
-        let exe = if exe.exists() {
-            exe.to_path_buf()
-        } else {
-            std::env::current_exe().context("locating the delay-bridge executable")?
-        };
+    /// Starts the bridge `exe` as `run --config <config>`, logging to `log`; `port` is its
+    /// metrics port.
+    pub fn spawn(exe: &Path, config: &Path, port: u16, log: &Path) -> anyhow::Result<Self> {
         let child = Command::new(exe)
             .arg("run")
             .arg("--config")
@@ -51,7 +45,7 @@ impl BridgeProcess {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log)?)
             .spawn()
-            .context("starting delay-bridge run")?;
+            .with_context(|| format!("starting {} run", exe.display()))?;
         Ok(Self {
             child,
             port,

@@ -1,0 +1,43 @@
+//! What is wrong with a configuration: each problem with its key and where the key came from.
+
+use std::fmt;
+
+/// One thing wrong with the configuration, with the key it is about and where that key came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted key path, e.g. `triggers[0].lease`.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+    /// The file or environment variable the key came from.
+    pub source: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} (in {})", self.key, self.message, self.source)
+    }
+}
+
+/// Every problem found in a configuration.
+#[derive(Debug)]
+pub struct ConfigError {
+    /// The problems, in the order they were found.
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid configuration ({} problem", self.problems.len())?;
+        if self.problems.len() != 1 {
+            write!(f, "s")?;
+        }
+        write!(f, "):")?;
+        for p in &self.problems {
+            write!(f, "\n  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}

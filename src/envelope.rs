@@ -1,0 +1,329 @@
+//! The message envelope (`format = "envelope"`): a JSON object holding the body and the message's own properties, headers, routing and expiry.
+
+use serde::Deserialize;
+
+/// What an envelope asks for besides its body: AMQP properties and headers, the Kafka
+/// record key, the routing key, the id and the expiry. The body is published alone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Properties {
+    /// Headers, by name (AMQP headers, Kafka headers), W3C `traceparent` and `tracestate`
+    /// included: they pass through unchanged.
+    pub headers: Vec<(String, HeaderValue)>,
+    /// AMQP `content_type`; Kafka header `content-type`.
+    pub content_type: Option<String>,
+    /// AMQP `content_encoding`; Kafka header `content-encoding`.
+    pub content_encoding: Option<String>,
+    /// AMQP `correlation_id`; Kafka header `correlation-id`.
+    pub correlation_id: Option<String>,
+    /// AMQP `reply_to`.
+    pub reply_to: Option<String>,
+    /// AMQP `type`.
+    pub kind: Option<String>,
+    /// AMQP `priority` (0-255).
+    pub priority: Option<u8>,
+    /// AMQP per-message TTL (`expiration`), milliseconds.
+    pub expiration_ms: Option<u64>,
+    /// The message id (AMQP `message_id`, Kafka header `x-delay-id`) instead of the
+    /// bridge's hash of key and member.
+    pub id: Option<String>,
+    /// AMQP routing key instead of the trigger's (subject to `allowed_routing_keys`).
+    pub routing_key: Option<String>,
+    /// Kafka record key instead of the trigger's `kafka_key`.
+    pub kafka_key: Option<Vec<u8>>,
+    /// Not delivered after this time (epoch ms): dead-lettered or dropped as expired.
+    pub expires_at_ms: Option<i64>,
+}
+
+/// A header value: AMQP keeps the type, Kafka gets the text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HeaderValue {
+    /// A string.
+    Text(String),
+    /// A whole number.
+    Int(i64),
+    /// `true` or `false`.
+    Bool(bool),
+}
+
+impl HeaderValue {
+    /// The value as Kafka header bytes.
+    pub fn to_text(&self) -> String {
+        match self {
+            HeaderValue::Text(s) => s.clone(),
+            HeaderValue::Int(i) => i.to_string(),
+            HeaderValue::Bool(b) => b.to_string(),
+        }
+    }
+}
+
+/// A parsed envelope: the body to publish and the rest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    /// The body, byte for byte (`body` as UTF-8, or `body_b64` decoded).
+    pub body: Vec<u8>,
+    /// Everything else the envelope says.
+    pub properties: Properties,
+}
+
+/// The JSON shape; `schema/envelope.schema.json` describes the same.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    body: Option<String>,
+    body_b64: Option<String>,
+    #[serde(default)]
+    headers: serde_json::Map<String, serde_json::Value>,
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+    correlation_id: Option<String>,
+    reply_to: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    priority: Option<u8>,
+    expiration_ms: Option<u64>,
+    id: Option<String>,
+    routing_key: Option<String>,
+    kafka_key: Option<String>,
+    kafka_key_b64: Option<String>,
+    expires_at_ms: Option<i64>,
+}
+
+/// AMQP short strings (property values, routing keys) hold at most 255 bytes.
+const SHORT: usize = 255;
+/// Most bytes of headers (names and values) one envelope may carry: an AMQP content header
+/// travels in one frame, and RabbitMQ closes the whole connection over a frame larger than
+/// its `frame_max` (128 KiB by default).
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Parses an envelope; the error is the reason it is dead-lettered with (`bad_envelope`).
+pub fn parse(raw: &[u8]) -> Result<Envelope, String> {
+    use base64::Engine;
+    let r: Raw = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
+    let b64 = |field: &str, v: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(v)
+            .map_err(|e| format!("{field}: not base64: {e}"))
+    };
+    let body = match (r.body, r.body_b64) {
+        (Some(text), None) => text.into_bytes(),
+        (None, Some(encoded)) => b64("body_b64", &encoded)?,
+        (Some(_), Some(_)) => return Err("give `body` or `body_b64`, not both".into()),
+        (None, None) => return Err("missing `body` (or `body_b64`)".into()),
+    };
+    let kafka_key = match (r.kafka_key, r.kafka_key_b64) {
+        (Some(text), None) => Some(text.into_bytes()),
+        (None, Some(encoded)) => Some(b64("kafka_key_b64", &encoded)?),
+        (None, None) => None,
+        (Some(_), Some(_)) => return Err("give `kafka_key` or `kafka_key_b64`, not both".into()),
+    };
+    let mut headers = Vec::with_capacity(r.headers.len());
+    let mut header_bytes = 0;
+    for (name, value) in r.headers {
+        // RabbitMQ's sender-selected distribution: these route copies to other queues.
+        if name.eq_ignore_ascii_case("CC") || name.eq_ignore_ascii_case("BCC") {
+            return Err(format!(
+                "headers.{name}: CC and BCC route copies to other queues and are not accepted"
+            ));
+        }
+        let value = match value {
+            serde_json::Value::String(s) => HeaderValue::Text(s),
+            serde_json::Value::Bool(b) => HeaderValue::Bool(b),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => HeaderValue::Int(i),
+                None => return Err(format!("headers.{name}: only whole numbers")),
+            },
+            _ => {
+                return Err(format!(
+                    "headers.{name}: must be a string, a whole number or a boolean"
+                ))
+            }
+        };
+        if name.len() > SHORT {
+            return Err(format!("headers: a name is longer than {SHORT} bytes"));
+        }
+        header_bytes += name.len()
+            + match &value {
+                HeaderValue::Text(s) => s.len(),
+                _ => 8,
+            };
+        if header_bytes > MAX_HEADER_BYTES {
+            return Err(format!(
+                "headers: more than {MAX_HEADER_BYTES} bytes of names and values"
+            ));
+        }
+        headers.push((name, value));
+    }
+    if r.expiration_ms.is_some_and(|ms| ms > u64::from(u32::MAX)) {
+        return Err(format!(
+            "expiration_ms: at most {} (about 49 days)",
+            u32::MAX
+        ));
+    }
+    if r.id.as_deref() == Some("") {
+        return Err("id: must not be empty".into());
+    }
+    for (field, value) in [
+        ("content_type", &r.content_type),
+        ("content_encoding", &r.content_encoding),
+        ("correlation_id", &r.correlation_id),
+        ("reply_to", &r.reply_to),
+        ("type", &r.kind),
+        ("id", &r.id),
+        ("routing_key", &r.routing_key),
+    ] {
+        if value.as_ref().is_some_and(|v| v.len() > SHORT) {
+            return Err(format!("{field}: longer than {SHORT} bytes"));
+        }
+    }
+    Ok(Envelope {
+        body,
+        properties: Properties {
+            headers,
+            content_type: r.content_type,
+            content_encoding: r.content_encoding,
+            correlation_id: r.correlation_id,
+            reply_to: r.reply_to,
+            kind: r.kind,
+            priority: r.priority,
+            expiration_ms: r.expiration_ms,
+            id: r.id,
+            routing_key: r.routing_key,
+            kafka_key,
+            expires_at_ms: r.expires_at_ms,
+        },
+    })
+}
+
+/// Whether `key` matches an AMQP topic pattern: words split on `.`, `*` is exactly one
+/// word, `#` zero or more.
+pub fn topic_match(pattern: &str, key: &str) -> bool {
+    fn go(p: &[&str], k: &[&str]) -> bool {
+        match (p.first(), k.first()) {
+            (None, None) => true,
+            (Some(&"#"), _) => go(&p[1..], k) || (!k.is_empty() && go(p, &k[1..])),
+            (Some(&"*"), Some(_)) => go(&p[1..], &k[1..]),
+            (Some(w), Some(x)) if w == x => go(&p[1..], &k[1..]),
+            _ => false,
+        }
+    }
+    // As RabbitMQ splits them: the empty key (or pattern) has no words at all.
+    fn words(s: &str) -> Vec<&str> {
+        if s.is_empty() {
+            Vec::new()
+        } else {
+            s.split('.').collect()
+        }
+    }
+    go(&words(pattern), &words(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_envelope_parses_and_the_body_stays_byte_exact() {
+        let e = parse(
+            br#"{"body_b64":"/wD+Cg==","headers":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","n":3,"ok":true},
+                "content_type":"application/octet-stream","correlation_id":"c-1","priority":5,
+                "expiration_ms":60000,"id":"order-7","routing_key":"orders.eu","kafka_key":"k",
+                "expires_at_ms":1700000000000,"type":"order.created","reply_to":"replies"}"#,
+        )
+        .unwrap();
+        assert_eq!(e.body, vec![0xff, 0x00, 0xfe, b'\n']);
+        let p = &e.properties;
+        let header = |name: &str| {
+            p.headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            header("traceparent"),
+            Some(HeaderValue::Text(
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()
+            ))
+        );
+        assert_eq!(header("n"), Some(HeaderValue::Int(3)));
+        assert_eq!(header("ok"), Some(HeaderValue::Bool(true)));
+        assert_eq!(p.priority, Some(5));
+        assert_eq!(p.kafka_key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(p.expires_at_ms, Some(1_700_000_000_000));
+        assert_eq!(p.kind.as_deref(), Some("order.created"));
+        assert_eq!(parse(br#"{"body":"hi"}"#).unwrap().body, b"hi");
+    }
+
+    #[test]
+    fn malformed_envelopes_say_why() {
+        for (raw, why) in [
+            (&b"not json"[..], "expected"),
+            (br#"{"headers":{}}"#, "missing `body`"),
+            (br#"{"body":"a","body_b64":"YQ=="}"#, "not both"),
+            (br#"{"body_b64":"%%%"}"#, "not base64"),
+            (br#"{"body":"a","priority":300}"#, "u8"),
+            (br#"{"body":"a","headers":{"x":[1]}}"#, "headers.x"),
+            (br#"{"body":"a","colour":"red"}"#, "unknown field"),
+            (br#"{"body":"a","headers":{"f":1.5}}"#, "whole numbers"),
+            (br#"{"body":"a","headers":{"BCC":"q"}}"#, "BCC"),
+            (
+                br#"{"body":"a","expiration_ms":5000000000}"#,
+                "expiration_ms",
+            ),
+            (br#"{"body":"a","id":""}"#, "id"),
+        ] {
+            let e = parse(raw).unwrap_err();
+            assert!(e.contains(why), "{}: {e}", String::from_utf8_lossy(raw));
+        }
+    }
+
+    #[test]
+    fn the_json_schema_lists_exactly_the_fields_the_parser_takes() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../schema/envelope.schema.json")).unwrap();
+        let properties = schema["properties"].as_object().unwrap();
+        assert_eq!(properties.len(), 15);
+        for (name, spec) in properties {
+            let sample = match spec["type"].as_str() {
+                Some("integer") => serde_json::json!(1),
+                Some("object") => serde_json::json!({"traceparent": "00-x"}),
+                _ if name.ends_with("_b64") => serde_json::json!("eA=="),
+                _ => serde_json::json!("x"),
+            };
+            let mut e = serde_json::Map::new();
+            if name != "body" && name != "body_b64" {
+                e.insert("body".into(), serde_json::json!("x"));
+            }
+            e.insert(name.clone(), sample);
+            let raw = serde_json::Value::Object(e).to_string();
+            assert!(
+                parse(raw.as_bytes()).is_ok(),
+                "{raw}: {:?}",
+                parse(raw.as_bytes())
+            );
+        }
+    }
+
+    #[test]
+    fn headers_are_bounded_to_fit_one_amqp_frame() {
+        let big = "x".repeat(MAX_HEADER_BYTES);
+        let raw = serde_json::json!({"body": "a", "headers": {"h": big}}).to_string();
+        assert!(parse(raw.as_bytes()).unwrap_err().contains("bytes"));
+        let fits = "x".repeat(MAX_HEADER_BYTES - 1);
+        let raw = serde_json::json!({"body": "a", "headers": {"h": fits}}).to_string();
+        assert!(parse(raw.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn topic_patterns_match_like_rabbitmq() {
+        assert!(topic_match("orders.*", "orders.eu"));
+        assert!(!topic_match("orders.*", "orders.eu.paid"));
+        assert!(topic_match("orders.#", "orders"));
+        assert!(topic_match("orders.#", "orders.eu.paid"));
+        assert!(topic_match("#", ""));
+        assert!(!topic_match("*", ""), "the empty key has no word for `*`");
+        assert!(topic_match("", ""));
+        assert!(topic_match("*.paid", "eu.paid"));
+        assert!(!topic_match("billing.*", "orders.eu"));
+        assert!(topic_match("exact", "exact"));
+    }
+}

@@ -1,0 +1,149 @@
+//! One trigger's metrics, labelled once: the worker reports what happened with verbs.
+
+use std::time::Duration;
+
+use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge};
+
+use super::Metrics;
+use crate::store::{FailOutcome, QueueStats, Settled, Settlement};
+
+/// Kinds of Redis errors (`StoreError::kind`), pre-created at 0.
+const REDIS_ERROR_KINDS: [&str; 6] = [
+    "connection",
+    "timeout",
+    "wrong_type",
+    "script",
+    "reply",
+    "other",
+];
+
+/// Handles to one trigger's series.
+#[derive(Clone)]
+pub struct TriggerMetrics {
+    name: String,
+    forwarded: IntCounter,
+    put_back: IntCounter,
+    redelivered: IntCounter,
+    lateness: Histogram,
+    publish_duration: Histogram,
+    claim_duration: Histogram,
+    claim_batch_size: Histogram,
+    empty_claims: IntCounter,
+    notify_wakeups: IntCounter,
+    retried: IntCounterVec,
+    dead_lettered: IntCounterVec,
+    expired: IntCounter,
+    redis_errors: IntCounterVec,
+    backlog: [IntGauge; 4],
+    oldest_due_age: Gauge,
+}
+
+impl TriggerMetrics {
+    /// The series of trigger `name` publishing to `sink`. The counters of every reason in
+    /// `reasons` (and of every Redis error kind) start at 0, so that `increase()` and
+    /// alerts see their first event.
+    pub fn new(m: &Metrics, name: &str, sink: &str, reasons: &[&str]) -> Self {
+        let one = [name];
+        for reason in reasons {
+            m.retried.with_label_values(&[name, reason]);
+            m.dead_lettered.with_label_values(&[name, reason]);
+        }
+        for kind in REDIS_ERROR_KINDS {
+            m.redis_errors.with_label_values(&[name, kind]);
+        }
+        Self {
+            name: name.to_string(),
+            forwarded: m.forwarded.with_label_values(&[name, sink]),
+            put_back: m.put_back.with_label_values(&one),
+            redelivered: m.redelivered.with_label_values(&one),
+            lateness: m.lateness.with_label_values(&one),
+            publish_duration: m.publish_duration.with_label_values(&[name, sink]),
+            claim_duration: m.claim_duration.with_label_values(&one),
+            claim_batch_size: m.claim_batch_size.with_label_values(&one),
+            empty_claims: m.empty_claims.with_label_values(&one),
+            notify_wakeups: m.notify_wakeups.with_label_values(&one),
+            retried: m.retried.clone(),
+            dead_lettered: m.dead_lettered.clone(),
+            expired: m.expired.with_label_values(&one),
+            redis_errors: m.redis_errors.clone(),
+            backlog: ["due", "scheduled", "inflight", "dead"]
+                .map(|state| m.backlog.with_label_values(&[name, state])),
+            oldest_due_age: m.oldest_due_age.with_label_values(&one),
+        }
+    }
+
+    /// A claim script call took `took` and returned `n` members.
+    pub fn claimed(&self, n: usize, took: Duration) {
+        self.claim_duration.observe(took.as_secs_f64());
+        if n == 0 {
+            self.empty_claims.inc();
+        } else {
+            self.claim_batch_size.observe(n as f64);
+        }
+    }
+
+    /// A batch took `took` from its first publish to its last confirmation.
+    pub fn published(&self, took: Duration) {
+        self.publish_duration.observe(took.as_secs_f64());
+    }
+
+    /// The broker confirmed messages due at `due_ms`, at `confirmed_ms` (both Redis clock).
+    pub fn confirmed(&self, due_ms: &[i64], confirmed_ms: i64) {
+        self.forwarded.inc_by(due_ms.len() as u64);
+        for due in due_ms {
+            let late = confirmed_ms.saturating_sub(*due).clamp(0, 86_400_000);
+            self.lateness.observe(late as f64 / 1000.0);
+        }
+    }
+
+    /// The settle script ran `s` and did `done`; dead letters are also logged.
+    pub fn settled(&self, s: &Settlement<'_>, done: &Settled) {
+        self.put_back.inc_by(done.put_back);
+        self.expired.inc_by(s.drop.len() as u64);
+        for (outcome, failure) in done.fail_outcomes.iter().zip(&s.fail) {
+            let reason = failure.reason.as_ref();
+            match outcome {
+                FailOutcome::Retried => self.retried.with_label_values(&[&self.name, reason]).inc(),
+                FailOutcome::DeadLettered => {
+                    if reason == "expired" {
+                        self.expired.inc();
+                    }
+                    tracing::warn!(reason, "message dead-lettered");
+                    self.dead_lettered
+                        .with_label_values(&[&self.name, reason])
+                        .inc();
+                }
+                FailOutcome::NotOwned => {}
+            }
+        }
+    }
+
+    /// `n` expired leases went back to the source set.
+    pub fn redelivered(&self, n: u64) {
+        self.redelivered.inc_by(n);
+    }
+
+    /// A Redis call failed with an error of this kind.
+    pub fn redis_error(&self, kind: &str) {
+        self.redis_errors
+            .with_label_values(&[&self.name, kind])
+            .inc();
+    }
+
+    /// An idle worker was woken by a keyspace notification.
+    pub fn woken(&self) {
+        self.notify_wakeups.inc();
+    }
+
+    /// The queue's sizes were read.
+    pub fn backlog(&self, s: &QueueStats) {
+        for (gauge, v) in self
+            .backlog
+            .iter()
+            .zip([s.due, s.scheduled, s.inflight, s.dead])
+        {
+            gauge.set(i64::try_from(v).unwrap_or(i64::MAX));
+        }
+        self.oldest_due_age.set(s.oldest_due_age_seconds);
+    }
+}

@@ -1,0 +1,108 @@
+-- Shared by every script (prepended by store.rs): the Redis clock, key type checks before
+-- any write, chunked multi-member commands, and failed-attempt entries.
+--
+-- A failed-attempt entry is `count:stamp` in the attempts hash, where `stamp` is the score
+-- of the copy it belongs to: the due score of a scheduled member, or the lease deadline of
+-- one in flight. An entry whose stamp matches neither is stale: it counts for nothing (so a
+-- payload the producer removed and added again starts afresh) and the recover script sweeps it.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Every script that writes takes the queue's keys in this order:
+-- KEYS: source, inflight, attempts, dead, dead_reasons, bodies (hash payload mode only).
+local KEY_TYPES = {'zset', 'zset', 'hash', 'zset', 'hash', 'hash'}
+
+-- Redis does not roll a script back: every script checks the types of the queue's keys
+-- before its first write, so a wrong-typed key fails the call with nothing changed.
+local function wrong_type()
+  for i, want in ipairs(KEY_TYPES) do
+    local got = redis.call('TYPE', KEYS[i])['ok']
+    if got ~= 'none' and got ~= want then
+      return redis.error_reply('WRONGTYPE key ' .. KEYS[i] .. ' holds a ' .. got ..
+        ' where delay-bridge needs a ' .. want .. '; rename or delete it')
+    end
+  end
+  return nil
+end
+
+-- The start of every writing script, once its arguments are parsed: the type checks, then
+-- the clock. Returns `now`, or nil and the error to return.
+local function begin()
+  local bad = wrong_type()
+  if bad then
+    return nil, bad
+  end
+  return now_ms(), nil
+end
+
+-- ARGV[i] as a number, or nil and an error naming `what`.
+local function number_arg(i, what)
+  local n = tonumber(ARGV[i])
+  if n then
+    return n, nil
+  end
+  return nil, redis.error_reply('ERR malformed ' .. what)
+end
+
+-- The replies of `cmd key items...` (one per item: a value, or false), 1,000 items per call.
+local function per_item(cmd, key, items)
+  local out = {}
+  for i = 1, #items, 1000 do
+    local chunk = {}
+    for j = i, math.min(i + 999, #items) do
+      chunk[#chunk + 1] = items[j]
+    end
+    for _, v in ipairs(redis.call(cmd, key, unpack(chunk))) do
+      out[#out + 1] = v
+    end
+  end
+  return out
+end
+
+-- Whether each of `members` is in the sorted set `key` (its score string, or false).
+-- Scores stay strings: converting them costs more than the lookup.
+local function presence(key, members)
+  return per_item('ZMSCORE', key, members)
+end
+
+-- The value of each of `fields` in the hash `key`, or false.
+local function hmget(key, fields)
+  return per_item('HMGET', key, fields)
+end
+
+-- Runs `cmd key members...` 1,000 members at a time.
+local function each_chunk(cmd, key, members)
+  for i = 1, #members, 1000 do
+    local chunk = {}
+    for j = i, math.min(i + 999, #members) do
+      chunk[#chunk + 1] = members[j]
+    end
+    redis.call(cmd, key, unpack(chunk))
+  end
+end
+
+-- Failed attempts recorded for the copy of `member` whose score is `stamp`.
+local function failures(attempts, member, stamp)
+  local v = redis.call('HGET', attempts, member)
+  if not v then
+    return 0
+  end
+  local count, at = string.match(v, '^(%d+):(.+)$')
+  if count and tonumber(at) == tonumber(stamp) then
+    return tonumber(count)
+  end
+  return 0
+end
+
+-- Records `count` failed attempts for the copy of `member` whose score is `stamp`.
+local function set_failures(attempts, member, count, stamp)
+  if count > 0 then
+    redis.call('HSET', attempts, member, string.format('%d:%.17g', count, tonumber(stamp)))
+  else
+    redis.call('HDEL', attempts, member)
+  end
+end
+

@@ -1,0 +1,424 @@
+//! RabbitMQ sink: one connection at a time to a node or to any node of a cluster, its topology
+//! declared on connect; persistent, mandatory publishes on confirm-mode channels.
+
+mod nodes;
+mod publisher;
+mod topology;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use lapin::options::{ConfirmSelectOptions, ExchangeDeclareOptions};
+use lapin::tcp::{HandshakeError, RustlsConnector, TcpStream};
+use lapin::types::FieldTable;
+use lapin::uri::{AMQPScheme, AMQPUri};
+use lapin::{Connection, ConnectionProperties, ConnectionStatus, ExchangeKind};
+use tokio_util::sync::CancellationToken;
+
+use super::PublishError;
+use crate::backoff::Backoff;
+use crate::config::{AmqpDeclare, AmqpRoute, AmqpSinkConfig};
+use crate::metrics::Metrics;
+use crate::repeat::Repeated;
+use crate::tls::Tls;
+use nodes::{Node, Nodes};
+pub use publisher::AmqpPublisher;
+use topology::DeclareError;
+pub use topology::TopologyRefused;
+
+/// How long connecting to one node and declaring the topology there may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why no connection could be had.
+#[derive(Debug, Clone, thiserror::Error)]
+enum ConnectError {
+    /// No node could be connected to (each one's error, in the order tried).
+    #[error("{0}")]
+    Unreachable(String),
+    /// The broker refused the configured topology: fatal.
+    #[error(transparent)]
+    Refused(#[from] TopologyRefused),
+}
+
+impl From<ConnectError> for PublishError {
+    fn from(e: ConnectError) -> Self {
+        PublishError::Connection(e.to_string())
+    }
+}
+
+/// A RabbitMQ connection shared by the workers; each worker publishes on its own channel.
+pub struct AmqpSink {
+    name: String,
+    nodes: Nodes,
+    declare: Vec<AmqpDeclare>,
+    reconnect_max: Duration,
+    conn: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    up: AtomicBool,
+    /// The status of the connection in use, read without waiting for `conn`'s lock.
+    status: std::sync::Mutex<Option<ConnectionStatus>>,
+    /// Set once the broker refused the topology; no connection is attempted after that.
+    refused: OnceLock<TopologyRefused>,
+    /// How `amqps://` addresses verify the broker and identify the bridge.
+    tls: Tls,
+}
+
+impl AmqpSink {
+    /// Reads the password file and the TLS files, if any; does not connect yet.
+    pub fn new(name: &str, config: &AmqpSinkConfig) -> anyhow::Result<Self> {
+        let tls = match &config.tls {
+            Some(settings) => settings.client().map_err(|problems| {
+                let list: Vec<String> = problems
+                    .iter()
+                    .map(|p| format!("sinks.{name}.tls.{}: {}", p.field, p.message))
+                    .collect();
+                anyhow::anyhow!(list.join("; "))
+            })?,
+            None => Tls::system(),
+        };
+        Ok(Self {
+            tls,
+            name: name.to_string(),
+            nodes: Nodes::new(name, config)?,
+            declare: config.declare.clone(),
+            reconnect_max: config.reconnect_max,
+            conn: tokio::sync::Mutex::new(None),
+            up: AtomicBool::new(false),
+            status: std::sync::Mutex::new(None),
+            refused: OnceLock::new(),
+        })
+    }
+
+    /// The sink's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// True while the connection is open and RabbitMQ is not blocking it.
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed) && !self.blocked()
+    }
+
+    /// True while RabbitMQ blocks the connection (`connection.blocked`: a memory or disk
+    /// alarm). A blocked connection takes no publishes, so the sink counts as down.
+    fn blocked(&self) -> bool {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(ConnectionStatus::blocked)
+    }
+
+    /// Forgets the connection `broken` published on, if it is still the current one (after
+    /// a failover another worker may already have connected elsewhere: that connection is
+    /// kept); the next call reconnects.
+    pub async fn reset(&self, broken: &AmqpPublisher) {
+        if self.blocked() {
+            // The broker holds the connection during an alarm; a new one would only be
+            // blocked again, and the old one's queued frames are not lost by keeping it.
+            return;
+        }
+        let mut guard = self.conn.lock().await;
+        if guard.as_ref().is_some_and(|c| Arc::ptr_eq(c, &broken.conn)) {
+            self.close_current(&mut guard).await;
+        }
+    }
+
+    /// Closes the connection, whatever it is (the sink's owner is done with it).
+    pub async fn close(&self) {
+        let mut guard = self.conn.lock().await;
+        self.close_current(&mut guard).await;
+    }
+
+    async fn close_current(&self, guard: &mut Option<Arc<Connection>>) {
+        if let Some(conn) = guard.take() {
+            self.up.store(false, Ordering::Relaxed);
+            let _ =
+                tokio::time::timeout(Duration::from_secs(1), conn.close(320, "reconnecting")).await;
+        }
+    }
+
+    /// The open connection; if there is none, tries each node in turn (see [`Nodes::round`])
+    /// and declares the topology on the first that answers.
+    async fn connection(&self) -> Result<Arc<Connection>, ConnectError> {
+        let mut guard = self.conn.lock().await;
+        if let Some(conn) = guard.as_ref() {
+            if conn.status().connected() {
+                return Ok(conn.clone());
+            }
+            self.up.store(false, Ordering::Relaxed);
+        }
+        if let Some(refused) = self.refused.get() {
+            return Err(refused.clone().into());
+        }
+        let mut failures = Vec::new();
+        for (i, node) in self.nodes.round() {
+            let conn = match self.open(node).await {
+                Ok(conn) => conn,
+                Err(DeclareError::Refused(refused)) => {
+                    let _ = self.refused.set(refused.clone());
+                    return Err(refused.into());
+                }
+                Err(DeclareError::Failed(e)) => {
+                    tracing::debug!(sink = %self.name, node = %node.shown, error = %e, "cannot connect to this node");
+                    failures.push(format!("{}: {e}", node.shown));
+                    continue;
+                }
+            };
+            self.nodes.connected(i);
+            tracing::info!(sink = %self.name, node = %node.shown, "connected to RabbitMQ");
+            *self.status.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.status().clone());
+            let conn = Arc::new(conn);
+            *guard = Some(conn.clone());
+            self.up.store(true, Ordering::Relaxed);
+            return Ok(conn);
+        }
+        Err(ConnectError::Unreachable(failures.join("; ")))
+    }
+
+    /// Connects to one node and declares the topology there, within [`CONNECT_TIMEOUT`].
+    async fn open(&self, node: &Node) -> Result<Connection, DeclareError> {
+        let props = ConnectionProperties::default()
+            .with_executor(tokio_executor_trait::Tokio::current())
+            .with_reactor(tokio_reactor_trait::Tokio)
+            .with_connection_name(format!("delay-bridge/{}", self.name).into());
+        let open = async {
+            let conn = self.connect(node, props).await?;
+            if let Err(e) = topology::declare(&self.name, &conn, &self.declare).await {
+                let _ = conn.close(200, "declaring failed").await;
+                return Err(e);
+            }
+            Ok(conn)
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, open)
+            .await
+            .unwrap_or_else(|_| {
+                Err(DeclareError::Failed(format!(
+                    "connecting and declaring took over {CONNECT_TIMEOUT:?}"
+                )))
+            })
+    }
+
+    /// Opens the AMQP connection to one node: plain, or TLS with the sink's settings (the
+    /// certificate checked against `tls.server_name` or the address's host). The socket is
+    /// ours: connected and handshaken within [`CONNECT_TIMEOUT`], to the host as the URL
+    /// writes it (IPv6 literals included), then handed to lapin non-blocking.
+    async fn connect(
+        &self,
+        node: &Node,
+        props: ConnectionProperties,
+    ) -> Result<Connection, DeclareError> {
+        let uri: AMQPUri = node
+            .url
+            .parse()
+            .map_err(|e| DeclareError::Failed(format!("not an AMQP URI: {e}")))?;
+        let host = url::Url::parse(&node.url)
+            .ok()
+            .and_then(|u| match u.host()? {
+                url::Host::Domain(d) => Some(d.to_string()),
+                url::Host::Ipv4(ip) => Some(ip.to_string()),
+                url::Host::Ipv6(ip) => Some(ip.to_string()),
+            })
+            .ok_or_else(|| DeclareError::Failed("the URL has no host".into()))?;
+        let port = uri.authority.port;
+        let tls = (uri.scheme == AMQPScheme::AMQPS).then(|| {
+            (
+                RustlsConnector::from(self.tls.config()),
+                self.tls.name_for(&host).to_string(),
+            )
+        });
+        let is_tls = tls.is_some();
+        // lapin's connector takes this result type as it is, large error variant included.
+        #[allow(clippy::result_large_err)]
+        let connect = move |_: &AMQPUri| {
+            let stream =
+                connect_within(&host, port, CONNECT_TIMEOUT).map_err(HandshakeError::Failure)?;
+            let stream = match tls {
+                Some((connector, name)) => {
+                    handshake_within(stream.into_rustls(&connector, &name), CONNECT_TIMEOUT)?
+                }
+                None => stream,
+            };
+            // lapin's reactor needs a non-blocking socket without timeouts.
+            let ready = |s: &TcpStream| {
+                s.set_read_timeout(None)?;
+                s.set_write_timeout(None)?;
+                s.set_nonblocking(true)
+            };
+            ready(&stream).map_err(HandshakeError::Failure)?;
+            Ok(stream)
+        };
+        let hint = if !is_tls {
+            ""
+        } else if self.tls.has_client_certificate() {
+            " (TLS)"
+        } else {
+            " (TLS; if the broker requires client certificates, set tls.cert_file and tls.key_file)"
+        };
+        Connection::connector(uri, Box::new(connect), props)
+            .await
+            .map_err(|e| match e {
+                lapin::Error::IOError(_) => DeclareError::Failed(format!("{e}{hint}")),
+                e => topology::failed(e),
+            })
+    }
+
+    /// Connects at start and reconnects with capped backoff whenever the connection drops,
+    /// so readiness recovers even when no worker is publishing. Returns only when cancelled,
+    /// or with the refusal when the broker will not take the configured topology.
+    pub async fn supervise(
+        &self,
+        metrics: Metrics,
+        cancel: CancellationToken,
+    ) -> Result<(), TopologyRefused> {
+        let gauge = metrics.sink_up.with_label_values(&[&self.name]);
+        let backoff = Backoff {
+            initial: Duration::from_millis(100),
+            max: self.reconnect_max,
+        };
+        let mut failures = Repeated::default();
+        let mut was_blocked = false;
+        loop {
+            let wait = match self.connection().await {
+                Ok(_) => {
+                    failures.recovered();
+                    let blocked = self.blocked();
+                    if blocked != was_blocked {
+                        if blocked {
+                            tracing::warn!(sink = %self.name,
+                                "RabbitMQ blocked the connection (memory or disk alarm): not claiming until it clears");
+                        } else {
+                            tracing::info!(sink = %self.name, "RabbitMQ unblocked the connection");
+                        }
+                        was_blocked = blocked;
+                    }
+                    gauge.set(i64::from(!blocked));
+                    Duration::from_millis(250)
+                }
+                Err(ConnectError::Refused(refused)) => {
+                    gauge.set(0);
+                    return Err(refused);
+                }
+                Err(e) => {
+                    gauge.set(0);
+                    if let Some(unlogged) = failures.failed() {
+                        tracing::warn!(sink = %self.name, error = %e, failures = failures.count(),
+                            unlogged, "RabbitMQ unreachable, retrying");
+                    }
+                    backoff.delay(failures.count())
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = cancel.cancelled() => return Ok(()),
+            }
+        }
+    }
+
+    /// Opens a confirm-mode channel for one worker, after checking (passively) that the
+    /// exchange it will publish to exists: a missing exchange is an operator's fix, so the
+    /// worker does not claim (messages wait in Redis) rather than fail every message.
+    pub async fn publisher(&self, route: &AmqpRoute) -> Result<AmqpPublisher, PublishError> {
+        let exchange = route.exchange.as_str();
+        let conn = self.connection().await?;
+        if conn.status().blocked() {
+            return Err(PublishError::Blocked);
+        }
+        let open = async {
+            if !exchange.is_empty() {
+                let probe = conn.create_channel().await?;
+                let passive = ExchangeDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                };
+                let kind = ExchangeKind::Direct;
+                match probe
+                    .exchange_declare(exchange, kind, passive, FieldTable::default())
+                    .await
+                {
+                    Ok(()) => {
+                        let _ = probe.close(200, "checked").await;
+                    }
+                    Err(lapin::Error::ProtocolError(e)) if e.get_id() == 404 => {
+                        return Ok(Err(PublishError::NoExchange(exchange.to_string())));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let channel = conn.create_channel().await?;
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await?;
+            Ok::<_, lapin::Error>(Ok(channel))
+        };
+        let err = match tokio::time::timeout(CONNECT_TIMEOUT, open).await {
+            Ok(Ok(Ok(channel))) => {
+                return Ok(AmqpPublisher {
+                    channel,
+                    conn,
+                    route: route.clone(),
+                })
+            }
+            Ok(Ok(Err(missing))) => return Err(missing),
+            Ok(Err(e)) => PublishError::Connection(e.to_string()),
+            Err(_) => PublishError::Connection("opening a channel timed out".into()),
+        };
+        // A connection that cannot open a channel is as good as dead: drop it so the next
+        // attempt reconnects, and report the sink down meanwhile.
+        let mut guard = self.conn.lock().await;
+        if guard.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
+            *guard = None;
+            self.up.store(false, Ordering::Relaxed);
+        }
+        Err(err)
+    }
+}
+
+/// A blocking TCP connection to the first address of `host:port` that answers within
+/// `timeout`, with `timeout` on reads and writes (the TLS handshake runs on it).
+fn connect_within(host: &str, port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
+    use std::net::ToSocketAddrs;
+    let mut last = None;
+    for addr in (host, port).to_socket_addrs()? {
+        match std::net::TcpStream::connect_timeout(&addr, timeout) {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                s.set_read_timeout(Some(timeout))?;
+                s.set_write_timeout(Some(timeout))?;
+                return TcpStream::from_std(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::AddrNotAvailable,
+            "the host has no address",
+        )
+    }))
+}
+
+/// Drives a TLS handshake on a socket with read and write timeouts to its end, or fails
+/// once `timeout` has passed (a timed-out read shows as "would block").
+#[allow(clippy::result_large_err)]
+fn handshake_within(
+    mut result: Result<TcpStream, HandshakeError>,
+    timeout: Duration,
+) -> Result<TcpStream, HandshakeError> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match result {
+            Ok(stream) => return Ok(stream),
+            Err(HandshakeError::WouldBlock(mid)) if std::time::Instant::now() < deadline => {
+                result = mid.handshake();
+            }
+            Err(HandshakeError::WouldBlock(_)) => {
+                return Err(HandshakeError::Failure(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("TLS handshake not done within {timeout:?}"),
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

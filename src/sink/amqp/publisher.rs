@@ -1,0 +1,233 @@
+//! A worker's RabbitMQ publisher: a confirm-mode channel, persistent mandatory publishes, and
+//! what each confirmation proves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::FuturesUnordered;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::publisher_confirm::Confirmation;
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Connection};
+
+use crate::envelope::HeaderValue;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{AmqpRoute, AmqpRouting};
+use crate::sink::{await_confirms, Confirmed, OutMessage, Outcome, PublishError};
+use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_TRIGGER};
+
+/// A confirm-mode channel of one worker (clones share it: its batches in flight).
+#[derive(Clone)]
+pub struct AmqpPublisher {
+    pub(super) channel: Channel,
+    pub(super) conn: Arc<Connection>,
+    pub(super) route: AmqpRoute,
+}
+
+impl AmqpPublisher {
+    /// False once the channel was closed by the broker or the connection dropped.
+    pub fn is_usable(&self) -> bool {
+        self.channel.status().connected()
+    }
+
+    /// Publishes the whole batch back to back, then collects the confirmations.
+    pub async fn publish_batch(
+        &mut self,
+        trigger: &str,
+        messages: &[OutMessage<'_>],
+        timeout: Duration,
+        abort: &CancellationToken,
+    ) -> Vec<Outcome> {
+        let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
+        let exchange = self.route.exchange.as_str();
+        let routing_key = match &self.route.routing {
+            AmqpRouting::Key(key) => key.as_str(),
+            // Each message brings its own; none is missing (the worker dead-letters those).
+            AmqpRouting::Pointer(_) => "",
+        };
+        let pending = FuturesUnordered::new();
+        let trigger_value = AMQPValue::LongString(trigger.into());
+        // The timeout covers writing the batch too: a broker that stops reading fills the
+        // socket buffers and the publish itself blocks, past the lease and past shutdown.
+        let deadline = tokio::time::Instant::now() + timeout;
+        for (i, m) in messages.iter().enumerate() {
+            let publish = self.channel.basic_publish(
+                exchange,
+                m.routing_key.unwrap_or(routing_key),
+                MANDATORY,
+                m.payload,
+                properties(&trigger_value, m),
+            );
+            // Frames are queued on the first poll; one abandoned here may still reach the
+            // broker later, which makes it a possible duplicate, never a loss.
+            let sent = tokio::select! {
+                sent = publish => sent,
+                // The rest stay `Timeout`, like unconfirmed messages.
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = abort.cancelled() => {
+                    results[i..].fill(Err(PublishError::Aborted));
+                    break;
+                }
+            };
+            match sent {
+                Ok(confirm) => pending.push(async move { (i, confirmation(confirm.await)) }),
+                Err(e) => {
+                    // The channel is gone: nothing after this message was sent either.
+                    results[i..].fill(Err(classify(e)));
+                    break;
+                }
+            }
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        await_confirms(&mut results, pending, left, abort).await;
+        self.isolate_refusals(
+            exchange,
+            routing_key,
+            &trigger_value,
+            messages,
+            &mut results,
+            deadline,
+            abort,
+        )
+        .await;
+        if self.conn.status().blocked() {
+            // A resource alarm, not the messages: back without an attempt.
+            for r in &mut results {
+                if matches!(r, Err(PublishError::Timeout)) {
+                    *r = Err(PublishError::Blocked);
+                }
+            }
+        }
+        results
+    }
+
+    /// A message the broker refuses (406, e.g. over `max_message_size`) closes the channel,
+    /// which fails every confirmation still pending on it: the culprit's and its innocent
+    /// neighbours'. Publishes each of those alone on a fresh channel, in order, so only the
+    /// culprit ends `Refused` (and is dead-lettered); the others are confirmed or put back.
+    #[allow(clippy::too_many_arguments)]
+    async fn isolate_refusals(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        trigger: &AMQPValue,
+        messages: &[OutMessage<'_>],
+        results: &mut [Outcome],
+        deadline: tokio::time::Instant,
+        abort: &CancellationToken,
+    ) {
+        for (i, m) in messages.iter().enumerate() {
+            if !matches!(results[i], Err(PublishError::Refused(_))) {
+                continue;
+            }
+            let alone = async {
+                let channel = self.conn.create_channel().await?;
+                channel
+                    .confirm_select(ConfirmSelectOptions::default())
+                    .await?;
+                let confirm = channel
+                    .basic_publish(
+                        exchange,
+                        m.routing_key.unwrap_or(routing_key),
+                        MANDATORY,
+                        m.payload,
+                        properties(trigger, m),
+                    )
+                    .await?;
+                let outcome = confirmation(confirm.await);
+                if outcome.is_ok() {
+                    let _ = channel.close(200, "isolated").await;
+                }
+                Ok::<_, lapin::Error>(outcome)
+            };
+            results[i] = tokio::select! {
+                r = alone => r.unwrap_or_else(|e| Err(classify(e))),
+                _ = tokio::time::sleep_until(deadline) => Err(PublishError::Timeout),
+                _ = abort.cancelled() => Err(PublishError::Aborted),
+            };
+        }
+    }
+}
+
+const MANDATORY: BasicPublishOptions = BasicPublishOptions {
+    mandatory: true,
+    immediate: false,
+};
+
+/// Persistent, with the message id, the envelope's headers and properties, and the
+/// bridge's headers (which win over an envelope's of the same name).
+fn properties(trigger: &AMQPValue, m: &OutMessage<'_>) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    let mut props = BasicProperties::default();
+    if let Some(p) = m.properties {
+        for (name, value) in &p.headers {
+            let value = match value {
+                HeaderValue::Text(s) => AMQPValue::LongString(s.as_str().into()),
+                HeaderValue::Int(i) => AMQPValue::LongLongInt(*i),
+                HeaderValue::Bool(b) => AMQPValue::Boolean(*b),
+            };
+            headers.insert(ShortString::from(name.as_str()), value);
+        }
+        let short = |s: &Option<String>| s.as_deref().map(ShortString::from);
+        if let Some(v) = short(&p.content_type) {
+            props = props.with_content_type(v);
+        }
+        if let Some(v) = short(&p.content_encoding) {
+            props = props.with_content_encoding(v);
+        }
+        if let Some(v) = short(&p.correlation_id) {
+            props = props.with_correlation_id(v);
+        }
+        if let Some(v) = short(&p.reply_to) {
+            props = props.with_reply_to(v);
+        }
+        if let Some(v) = short(&p.kind) {
+            props = props.with_type(v);
+        }
+        if let Some(v) = p.priority {
+            props = props.with_priority(v);
+        }
+        if let Some(v) = p.expiration_ms {
+            props = props.with_expiration(v.to_string().into());
+        }
+    }
+    headers.insert(ShortString::from(HEADER_TRIGGER), trigger.clone());
+    headers.insert(
+        ShortString::from(HEADER_DUE_MS),
+        AMQPValue::LongLongInt(m.due_ms),
+    );
+    headers.insert(
+        ShortString::from(HEADER_ATTEMPT),
+        AMQPValue::LongLongInt(m.attempt.into()),
+    );
+    props
+        .with_delivery_mode(2)
+        .with_message_id(m.id.into())
+        .with_headers(headers)
+}
+
+/// What a publisher confirmation proves.
+fn confirmation(r: Result<Confirmation, lapin::Error>) -> Outcome {
+    match r {
+        Ok(Confirmation::Ack(None)) => Ok(Confirmed::by_broker()),
+        Ok(Confirmation::Ack(Some(ret)) | Confirmation::Nack(Some(ret))) => Err(
+            PublishError::Returned(format!("{} {}", ret.reply_code, ret.reply_text)),
+        ),
+        Ok(Confirmation::Nack(None)) => Err(PublishError::Nack),
+        // Only a channel without confirm mode answers this: it proves nothing.
+        Ok(Confirmation::NotRequested) => Err(PublishError::Connection(
+            "the channel is not in confirm mode".into(),
+        )),
+        Err(lapin::Error::ProtocolError(e)) if e.get_id() == 406 => {
+            Err(PublishError::Refused(e.get_message().to_string()))
+        }
+        Err(e) => Err(PublishError::Connection(e.to_string())),
+    }
+}
+
+/// A failed confirmation means the channel or connection is gone (the broker closes the
+/// channel on errors such as a deleted exchange): the message goes back untried.
+fn classify(e: lapin::Error) -> PublishError {
+    PublishError::Connection(e.to_string())
+}

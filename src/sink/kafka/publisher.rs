@@ -1,0 +1,297 @@
+//! A worker's Kafka publisher: enqueue a batch, wait for room when the queue is full, await
+//! every delivery report.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::FuturesUnordered;
+use futures_util::StreamExt;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureRecord, Producer};
+use tokio_util::sync::CancellationToken;
+
+use super::{down, Current, Shared};
+use crate::config::{KafkaKey, KafkaRoute};
+use crate::sink::{await_confirms, Confirmed, Disposition, OutMessage, Outcome, PublishError};
+use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_ID, HEADER_TRIGGER};
+
+/// A worker's handle on the sink's producer (whichever instance is current).
+#[derive(Clone)]
+pub struct KafkaPublisher {
+    pub(super) shared: Arc<Shared>,
+    pub(super) route: KafkaRoute,
+}
+
+impl KafkaPublisher {
+    /// False while no broker is up: the worker should stop claiming and ask the sink again.
+    pub fn is_usable(&self) -> bool {
+        self.shared.current().health.is_up()
+    }
+
+    /// Enqueues every record (waiting for room on `QueueFull`), then awaits the delivery reports.
+    pub async fn publish_batch(
+        &mut self,
+        trigger: &str,
+        messages: &[OutMessage<'_>],
+        timeout: Duration,
+        abort: &CancellationToken,
+    ) -> Vec<Outcome> {
+        let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
+        let KafkaRoute { topic, key } = &self.route;
+        let Current { producer, health } = self.shared.current();
+        if !health.is_up() {
+            // Claimed while the broker went away: hand the batch back untouched.
+            results.fill(Err(down()));
+            return results;
+        }
+        let room = &self.shared.room;
+        let mut pending = FuturesUnordered::new();
+        let deadline = tokio::time::Instant::now() + timeout;
+        'messages: for (i, m) in messages.iter().enumerate() {
+            let due = m.due_ms.to_string();
+            let attempt = m.attempt.to_string();
+            let mut headers = OwnedHeaders::new_with_capacity(4);
+            let mut own_key = None;
+            if let Some(p) = m.properties {
+                // The envelope's headers first; the bridge's own names are the bridge's.
+                let properties = [
+                    ("content-type", &p.content_type),
+                    ("content-encoding", &p.content_encoding),
+                    ("correlation-id", &p.correlation_id),
+                ];
+                for (name, value) in &p.headers {
+                    // The bridge's own names are the bridge's, and a property the envelope
+                    // sets wins over a header of the same name: one header each.
+                    let taken = [HEADER_TRIGGER, HEADER_DUE_MS, HEADER_ATTEMPT, HEADER_ID]
+                        .contains(&name.as_str())
+                        || properties
+                            .iter()
+                            .any(|(n, v)| v.is_some() && n.eq_ignore_ascii_case(name));
+                    if taken {
+                        continue;
+                    }
+                    headers = headers.insert(Header {
+                        key: name,
+                        value: Some(&value.to_text()),
+                    });
+                }
+                for (name, value) in properties {
+                    if let Some(value) = value {
+                        headers = headers.insert(Header {
+                            key: name,
+                            value: Some(value),
+                        });
+                    }
+                }
+                own_key = p.kafka_key.as_deref();
+            }
+            let headers = headers
+                .insert(Header {
+                    key: HEADER_TRIGGER,
+                    value: Some(trigger),
+                })
+                .insert(Header {
+                    key: HEADER_DUE_MS,
+                    value: Some(&due),
+                })
+                .insert(Header {
+                    key: HEADER_ATTEMPT,
+                    value: Some(&attempt),
+                })
+                .insert(Header {
+                    key: HEADER_ID,
+                    value: Some(m.id),
+                });
+            let mut record = FutureRecord::<[u8], [u8]>::to(topic)
+                .payload(m.payload)
+                .headers(headers);
+            if let Some(own) = own_key {
+                record = record.key(own);
+            } else if *key == KafkaKey::Member {
+                // Every copy of one member (payload or id) hashes to one partition.
+                record = record.key(m.member);
+            }
+            loop {
+                // Registered before the attempt so a report arriving in between is not missed.
+                let freed = room.notified();
+                tokio::pin!(freed);
+                freed.as_mut().enable();
+                match producer.send_result(record) {
+                    Ok(delivery) => {
+                        pending.push(async move {
+                            let r = match delivery.await {
+                                Ok(Ok(_)) => Ok(Confirmed::by_broker()),
+                                Ok(Err((e, _))) => Err(classify(&e)),
+                                Err(_) => Err(PublishError::Connection(
+                                    "the producer dropped the record".into(),
+                                )),
+                            };
+                            room.notify_waiters();
+                            (i, r)
+                        });
+                        break;
+                    }
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        record = back;
+                        // librdkafka's queue is full (shared by every worker): wait until a
+                        // delivery report, ours or another worker's, frees a slot.
+                        tokio::select! {
+                            Some((j, r)) = pending.next() => results[j] = r,
+                            _ = &mut freed => {}
+                            _ = tokio::time::sleep_until(deadline) => break 'messages,
+                            _ = abort.cancelled() => break 'messages,
+                        }
+                    }
+                    Err((e, _)) => {
+                        if e.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+                            health.fatal.store(true, Ordering::Relaxed);
+                        }
+                        results[i] = Err(classify(&e));
+                        break;
+                    }
+                }
+            }
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        await_confirms(&mut results, pending, left, abort).await;
+        if producer.client().fatal_error().is_some() {
+            health.fatal.store(true, Ordering::Relaxed);
+        }
+        if !health.is_up() {
+            // The sink failed, not the messages: no attempt is counted, and the worker stops
+            // claiming until a broker is back.
+            for r in &mut results {
+                let transient = match r {
+                    Err(PublishError::Timeout) => true,
+                    Err(e @ PublishError::Kafka { .. }) => e.disposition() == Disposition::Retry,
+                    _ => false,
+                };
+                if transient {
+                    *r = Err(down());
+                }
+            }
+        }
+        results
+    }
+}
+
+/// Maps a Kafka error to a publish error.
+///
+/// Only errors about the message itself are permanent (dead-lettered at once). A missing topic
+/// or a denied authorization is retried with backoff, like an unroutable AMQP message, so an
+/// operator has `max_attempts` worth of backoff to fix the cluster before messages are
+/// dead-lettered. Errors of the producer itself put the message back unattempted.
+pub(super) fn classify(e: &KafkaError) -> PublishError {
+    let code = e.rdkafka_error_code();
+    if matches!(
+        code,
+        Some(
+            RDKafkaErrorCode::Fatal
+                | RDKafkaErrorCode::PurgeQueue
+                | RDKafkaErrorCode::PurgeInflight
+                | RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::BrokerTransportFailure
+        )
+    ) {
+        return PublishError::Connection(e.to_string());
+    }
+    let permanent = matches!(
+        code,
+        Some(
+            RDKafkaErrorCode::MessageSizeTooLarge
+                | RDKafkaErrorCode::InvalidMessageSize
+                | RDKafkaErrorCode::InvalidRecord
+        )
+    );
+    PublishError::Kafka {
+        code: code.map_or_else(|| "other".to_string(), snake_case),
+        message: e.to_string(),
+        permanent,
+    }
+}
+
+/// `MessageSizeTooLarge` -> `message_size_too_large`: a bounded label from the error enum.
+fn snake_case(code: RDKafkaErrorCode) -> String {
+    let name = format!("{code:?}");
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::KafkaSinkConfig;
+    use crate::sink::kafka::client_config;
+    use crate::sink::Disposition;
+
+    fn produce_error(code: RDKafkaErrorCode) -> PublishError {
+        classify(&KafkaError::MessageProduction(code))
+    }
+
+    #[test]
+    fn error_codes_become_bounded_labels() {
+        assert_eq!(
+            snake_case(RDKafkaErrorCode::MessageSizeTooLarge),
+            "message_size_too_large"
+        );
+        let e = produce_error(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert_eq!(e.reason(), "kafka_message_size_too_large");
+        assert_eq!(e.disposition(), Disposition::DeadLetter);
+    }
+
+    #[test]
+    fn only_message_errors_dead_letter_at_once() {
+        for code in [
+            RDKafkaErrorCode::RequestTimedOut,
+            RDKafkaErrorCode::MessageTimedOut,
+            RDKafkaErrorCode::NotEnoughReplicas,
+            RDKafkaErrorCode::InvalidMessage,
+            RDKafkaErrorCode::UnknownTopicOrPartition,
+            RDKafkaErrorCode::UnknownTopic,
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+        ] {
+            assert_eq!(
+                produce_error(code).disposition(),
+                Disposition::Retry,
+                "{code:?}"
+            );
+        }
+        for code in [
+            RDKafkaErrorCode::Fatal,
+            RDKafkaErrorCode::PurgeQueue,
+            RDKafkaErrorCode::AllBrokersDown,
+        ] {
+            let e = produce_error(code);
+            assert_eq!(e.disposition(), Disposition::PutBack, "{code:?}");
+            assert!(e.breaks_sink());
+        }
+    }
+
+    #[test]
+    fn user_properties_override_the_defaults() {
+        let mut config = KafkaSinkConfig {
+            brokers: "b:9092".into(),
+            properties: Default::default(),
+            sasl_password_file: None,
+            accept_possible_loss: false,
+        };
+        config.properties.insert("linger.ms".into(), "50".into());
+        let cc = client_config(&config).unwrap();
+        assert_eq!(cc.get("linger.ms"), Some("50"));
+        assert_eq!(cc.get("acks"), Some("all"));
+        assert_eq!(cc.get("enable.idempotence"), Some("true"));
+        assert_eq!(cc.get("bootstrap.servers"), Some("b:9092"));
+    }
+}

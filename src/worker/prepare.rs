@@ -1,0 +1,81 @@
+//! One claimed member made ready to publish: its body, its envelope's properties, its routing key, and the checks that keep it from the broker (missing, malformed, expired, too large, a routing key not allowed).
+
+use std::borrow::Cow;
+
+use super::route::routing_key_at;
+use crate::config::{AmqpRouting, Destination, MessageFormat, TriggerConfig};
+use crate::envelope::{self, Properties};
+use crate::sink::PublishError;
+use crate::store::{Body, Claimed};
+
+/// What is published for one member.
+#[derive(Debug)]
+pub(super) struct Prepared<'a> {
+    /// The body, byte for byte.
+    pub body: Cow<'a, [u8]>,
+    /// AMQP: the message's own routing key (envelope or JSON Pointer), if any.
+    pub routing_key: Option<String>,
+    /// The envelope's properties, if the trigger reads envelopes.
+    pub properties: Option<Properties>,
+}
+
+/// Makes `c` ready to publish, or says why it must not be: `now_ms` is the claim's time on
+/// the Redis clock, against which expiry is judged.
+pub(super) fn prepare<'a>(
+    cfg: &TriggerConfig,
+    destination: &Destination,
+    c: &'a Claimed,
+    now_ms: i64,
+) -> Result<Prepared<'a>, PublishError> {
+    let payload = match &c.body {
+        Body::Missing => return Err(PublishError::MissingBody),
+        Body::TooLarge(_) => return Err(PublishError::TooLarge),
+        Body::Member => c.member.as_slice(),
+        Body::Stored(body) => body.as_slice(),
+    };
+    let (body, properties) = match cfg.format {
+        MessageFormat::Raw => (Cow::Borrowed(payload), None),
+        MessageFormat::Envelope => {
+            let e = envelope::parse(payload).map_err(PublishError::BadEnvelope)?;
+            (Cow::Owned(e.body), Some(e.properties))
+        }
+    };
+    // Lateness is measured from the score; a score of 0 or below (or -inf) means "now" and
+    // has no due time to be late against.
+    let late = cfg.expire_after.filter(|_| c.due_ms > 0).map(|d| {
+        c.due_ms
+            .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    });
+    let until = [late, properties.as_ref().and_then(|p| p.expires_at_ms)]
+        .into_iter()
+        .flatten()
+        .min();
+    if until.is_some_and(|until| now_ms > until) {
+        return Err(PublishError::Expired);
+    }
+    let routing_key = match destination {
+        Destination::Amqp(route) => {
+            let own = properties.as_ref().and_then(|p| p.routing_key.clone());
+            let key = match (own, &route.routing) {
+                (Some(key), _) => Some(key),
+                (None, AmqpRouting::Pointer(pointer)) => Some(routing_key_at(&body, pointer)?),
+                (None, AmqpRouting::Key(_)) => None,
+            };
+            if let Some(key) = &key {
+                if !route.allows(key) {
+                    return Err(PublishError::RouteNotAllowed(key.clone()));
+                }
+            }
+            key
+        }
+        Destination::Kafka(_) => None,
+    };
+    if body.len() > cfg.max_message_bytes {
+        return Err(PublishError::TooLarge);
+    }
+    Ok(Prepared {
+        body,
+        routing_key,
+        properties,
+    })
+}

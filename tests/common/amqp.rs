@@ -1,0 +1,215 @@
+//! AMQP helpers: a capturing consumer on the shared RabbitMQ and where that broker is.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Connection, ConnectionProperties, ExchangeKind};
+
+use super::{amqp_url, now_ms, socket_addr, unique};
+
+/// The shared RabbitMQ's address, for a proxy in front of it.
+pub fn shared_amqp_addr() -> SocketAddr {
+    socket_addr(&amqp_url(), 5672)
+}
+
+/// One message received by a test consumer.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Body bytes.
+    pub body: Vec<u8>,
+    /// Local receive time, epoch ms.
+    pub at_ms: i64,
+    /// `x-delay-due-ms` header.
+    pub due_ms: Option<i64>,
+    /// `x-delay-attempt` header.
+    pub attempt: Option<i64>,
+    /// `x-delay-trigger` header.
+    pub trigger: Option<String>,
+    /// Routing key it was published with.
+    pub routing_key: String,
+    /// AMQP delivery mode (2 = persistent).
+    pub delivery_mode: Option<u8>,
+    /// AMQP message id.
+    pub message_id: Option<String>,
+    /// Every property and header as received.
+    pub properties: lapin::BasicProperties,
+}
+
+/// A queue bound to a fresh exchange, consumed in the background into `received`.
+pub struct AmqpCapture {
+    pub exchange: String,
+    pub queue: String,
+    pub routing_key: String,
+    pub received: Arc<Mutex<Vec<Received>>>,
+    conn: Connection,
+}
+
+impl AmqpCapture {
+    /// Declares a direct exchange and an exclusive queue bound with `routing_key`, then consumes.
+    pub async fn start(routing_key: &str) -> Self {
+        let conn = Connection::connect(&amqp_url(), ConnectionProperties::default())
+            .await
+            .expect("RabbitMQ must run on loopback (see README)");
+        let ch = conn.create_channel().await.unwrap();
+        let exchange = unique("ex");
+        let queue = unique("q");
+        ch.exchange_declare(
+            &exchange,
+            ExchangeKind::Direct,
+            ExchangeDeclareOptions {
+                auto_delete: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        ch.queue_declare(
+            &queue,
+            QueueDeclareOptions {
+                exclusive: true,
+                auto_delete: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        ch.queue_bind(
+            &queue,
+            &exchange,
+            routing_key,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        let mut consumer = ch
+            .basic_consume(
+                &queue,
+                "test",
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let sink = received.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(d)) = consumer.next().await {
+                let headers = d.properties.headers().clone().unwrap_or_default();
+                let h = headers.inner();
+                let int = |k: &str| match h.get(k) {
+                    Some(AMQPValue::LongLongInt(n)) => Some(*n),
+                    Some(AMQPValue::LongInt(n)) => Some(i64::from(*n)),
+                    _ => None,
+                };
+                let r = Received {
+                    body: d.data.clone(),
+                    at_ms: now_ms(),
+                    due_ms: int("x-delay-due-ms"),
+                    attempt: int("x-delay-attempt"),
+                    trigger: match h.get("x-delay-trigger") {
+                        Some(AMQPValue::LongString(s)) => Some(s.to_string()),
+                        _ => None,
+                    },
+                    routing_key: d.routing_key.to_string(),
+                    delivery_mode: *d.properties.delivery_mode(),
+                    message_id: d.properties.message_id().as_ref().map(|s| s.to_string()),
+                    properties: d.properties.clone(),
+                };
+                sink.lock().unwrap().push(r);
+                let _ = d.ack(BasicAckOptions::default()).await;
+            }
+        });
+        Self {
+            exchange,
+            queue,
+            routing_key: routing_key.to_string(),
+            received,
+            conn,
+        }
+    }
+
+    /// Binds the capture's (exclusive) queue to another exchange, on the queue's own connection.
+    pub async fn bind(&self, exchange: &str, routing_key: &str) {
+        let ch = self.conn.create_channel().await.unwrap();
+        ch.queue_bind(
+            &self.queue,
+            exchange,
+            routing_key,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        let _ = ch.close(200, "bound").await;
+    }
+
+    /// The lines of a trigger that publish to this capture: its exchange and routing key.
+    pub fn destination(&self) -> String {
+        format!(
+            "exchange = \"{}\"\nrouting_key = \"{}\"\n",
+            self.exchange, self.routing_key
+        )
+    }
+
+    /// Number of messages received so far.
+    pub fn count(&self) -> usize {
+        self.received.lock().unwrap().len()
+    }
+
+    /// A copy of everything received so far.
+    pub fn snapshot(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    /// How many times each body was received.
+    pub fn tally(&self) -> HashMap<Vec<u8>, usize> {
+        let mut seen = HashMap::new();
+        for m in self.received.lock().unwrap().iter() {
+            *seen.entry(m.body.clone()).or_default() += 1;
+        }
+        seen
+    }
+}
+
+/// SIGKILLs `bridge` once `capture` holds 300 messages, asserts the kill landed mid-drain,
+/// restarts it, and waits until every message `0..n` (see [`super::body`]) has arrived at
+/// least once; prints the duplicates as `what`. Returns the restarted bridge.
+pub async fn sigkill_mid_drain(
+    mut bridge: super::Bridge,
+    capture: &AmqpCapture,
+    n: usize,
+    what: &str,
+) -> super::Bridge {
+    use std::time::Duration;
+    bridge
+        .expect_arrivals(300, Duration::from_secs(30), || capture.count())
+        .await;
+    bridge.signal(9);
+    assert!(bridge.wait_exit(Duration::from_secs(5)).await.is_some());
+    let before = capture.count();
+    assert!(before < n, "the kill must land mid-drain");
+    let bridge = bridge.restart();
+    assert!(
+        super::wait_until(Duration::from_secs(60), || capture.tally().len() >= n).await,
+        "only {} of {n} delivered\n{}",
+        capture.tally().len(),
+        bridge.log()
+    );
+    let seen = capture.tally();
+    let duplicates: usize = seen.values().map(|c| c - 1).sum();
+    println!("{what}: {n} messages, lost 0, duplicates {duplicates} (killed after {before})");
+    for i in 0..n {
+        assert!(seen.contains_key(&super::body(i, 0)), "lost {i}");
+    }
+    bridge
+}

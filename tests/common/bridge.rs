@@ -1,0 +1,278 @@
+//! `delay-bridge run` as a child process: its own config file, log and metrics port.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{kill, metric_value, poll, unique, wait_until};
+
+/// Path of the binary under test.
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_delay-bridge")
+}
+
+/// A running `delay-bridge run` process with its own config file and metrics port; killed on drop.
+pub struct Bridge {
+    pub child: Child,
+    pub config: PathBuf,
+    pub metrics_port: u16,
+    pub log: PathBuf,
+    env: Vec<(String, String)>,
+    dir: tempfile::TempDir,
+}
+
+impl Bridge {
+    /// Writes `config` to a temp file and starts `delay-bridge run` on it.
+    pub fn start(config: &str, metrics_port: u16) -> Self {
+        Self::start_with_env(config, metrics_port, &[])
+    }
+
+    /// Like [`Bridge::start`], with extra environment variables (e.g. `DELAY_BRIDGE_...` overrides).
+    pub fn start_with_env(config: &str, metrics_port: u16, env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bridge.toml");
+        std::fs::write(&path, config).unwrap();
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self::spawn(path, metrics_port, env, dir)
+    }
+
+    fn spawn(
+        config: PathBuf,
+        metrics_port: u16,
+        env: Vec<(String, String)>,
+        dir: tempfile::TempDir,
+    ) -> Self {
+        let log = dir.path().join(format!("bridge-{}.log", unique("run")));
+        let child = Command::new(binary())
+            .args(["run", "--config"])
+            .arg(&config)
+            .env_remove("RUST_LOG")
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start delay-bridge");
+        Self {
+            child,
+            config,
+            metrics_port,
+            log,
+            env,
+            dir,
+        }
+    }
+
+    /// Waits until the bridge is ready (asserting it is within `timeout`) and returns it.
+    pub async fn ready(mut self, timeout: Duration) -> Self {
+        assert!(
+            self.wait_ready(timeout).await,
+            "bridge not ready:\n{}",
+            self.log()
+        );
+        self
+    }
+
+    /// Kills the process and starts a second one on the same config file, port and environment.
+    pub fn restart(mut self) -> Self {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        let next = Self::spawn(
+            self.config.clone(),
+            self.metrics_port,
+            std::mem::take(&mut self.env),
+            dir,
+        );
+        drop(self);
+        next
+    }
+
+    /// Sends a signal to the process.
+    pub fn signal(&self, sig: i32) {
+        kill(self.child.id() as i32, sig);
+    }
+
+    /// Sends SIGTERM and asserts that the process exits 0 within `timeout`.
+    pub async fn terminate(&mut self, timeout: Duration) {
+        self.signal(15);
+        let code = self.wait_exit(timeout).await;
+        assert_eq!(code, Some(0), "exit after SIGTERM\n{}", self.log());
+    }
+
+    /// Waits for the process to exit, up to `timeout`; returns its exit code.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let (_, status) = poll(
+            timeout,
+            Duration::from_millis(20),
+            async || self.child.try_wait().unwrap(),
+            Option::is_some,
+        )
+        .await;
+        status.map(|s| s.code().unwrap_or(-1))
+    }
+
+    /// The process's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Asserts that the process has not logged a panic.
+    pub fn assert_no_panic(&self) {
+        let log = self.log();
+        assert!(!log.contains("panicked"), "{log}");
+    }
+
+    /// Asserts that the process still runs and has not logged a panic.
+    pub fn assert_alive(&mut self) {
+        let exited = self.child.try_wait().unwrap();
+        assert!(
+            exited.is_none(),
+            "the bridge died: {exited:?}\n{}",
+            self.log()
+        );
+        self.assert_no_panic();
+    }
+
+    /// GETs a path on the metrics port: (status, body).
+    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
+        http_get(self.metrics_port, path).await
+    }
+
+    /// The body of `/metrics` (which must answer).
+    pub async fn scrape(&self) -> String {
+        self.get("/metrics").await.expect("/metrics answers").1
+    }
+
+    /// Waits until `/readyz` answers 200; returns false if the process exited or it took too long.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> bool {
+        let (_, ready) = poll(
+            timeout,
+            Duration::from_millis(50),
+            async || {
+                if self.child.try_wait().unwrap().is_some() {
+                    return Some(false);
+                }
+                matches!(self.get("/readyz").await, Some((200, _))).then_some(true)
+            },
+            Option::is_some,
+        )
+        .await;
+        ready == Some(true)
+    }
+
+    /// Polls `/readyz` until it answers `status`.
+    pub async fn wait_readyz(&self, status: u16, timeout: Duration) -> bool {
+        self.wait_http("/readyz", timeout, |s, _| s == status)
+            .await
+            .0
+    }
+
+    /// Asserts that a consumer's `count` of what arrived from this bridge reaches `n` within
+    /// `timeout`.
+    pub async fn expect_arrivals(&self, n: usize, timeout: Duration, count: impl Fn() -> usize) {
+        assert!(
+            wait_until(timeout, || count() >= n).await,
+            "only {} of {n} arrived\n{}",
+            count(),
+            self.log()
+        );
+    }
+
+    /// Asserts that `/readyz` answers `status` within `timeout`.
+    pub async fn expect_readyz(&self, status: u16, timeout: Duration) {
+        assert!(
+            self.wait_readyz(status, timeout).await,
+            "/readyz did not answer {status}\n{}",
+            self.log()
+        );
+    }
+
+    /// The value of one sample in `/metrics` (e.g. `delay_bridge_messages_forwarded_total{...}`),
+    /// 0 if absent, NaN if `/metrics` does not answer.
+    pub async fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let Some((_, body)) = self.get("/metrics").await else {
+            return f64::NAN;
+        };
+        metric_value(&body, name, labels)
+    }
+
+    /// Scrapes `/metrics` until `f` holds or `timeout` passes; returns whether it held and the
+    /// last body scraped.
+    pub async fn wait_scrape<F: FnMut(&str) -> bool>(
+        &self,
+        timeout: Duration,
+        mut f: F,
+    ) -> (bool, String) {
+        let mut last = String::new();
+        let (held, _) = poll(
+            timeout,
+            Duration::from_millis(50),
+            async || match self.get("/metrics").await {
+                Some((200, body)) => {
+                    let held = f(&body);
+                    last = body;
+                    held
+                }
+                _ => false,
+            },
+            |held| *held,
+        )
+        .await;
+        (held, last)
+    }
+
+    /// GETs `path` until `f(status, body)` holds or `timeout` passes; returns the last answer.
+    pub async fn wait_http<F: FnMut(u16, &str) -> bool>(
+        &self,
+        path: &str,
+        timeout: Duration,
+        mut f: F,
+    ) -> (bool, Option<(u16, String)>) {
+        poll(
+            timeout,
+            Duration::from_millis(50),
+            async || self.get(path).await,
+            |got| matches!(got, Some((status, body)) if f(*status, body)),
+        )
+        .await
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Minimal HTTP/1.1 GET on loopback: (status, body).
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect(("127.0.0.1", port)),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .ok()?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}

@@ -1,0 +1,250 @@
+//! Redis helpers: connections, the server clock, sorted-set writes and reads, a queue's sizes.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use delay_bridge::keys::QueueKeys;
+use delay_bridge::store::Store;
+use redis::aio::MultiplexedConnection;
+use redis::ToRedisArgs;
+
+use super::{poll, redis_url, socket_addr};
+
+/// The connection every helper takes.
+pub type Conn = MultiplexedConnection;
+
+/// An async connection to the shared Redis.
+pub async fn redis() -> Conn {
+    redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis must run on loopback (see README)")
+}
+
+/// The shared Redis's address, for a proxy in front of it.
+pub fn shared_redis_addr() -> SocketAddr {
+    socket_addr(&redis_url(), 6379)
+}
+
+/// The library's store for queue `key` on the shared Redis.
+pub async fn store(key: &str) -> Store {
+    let conn = delay_bridge::redis_conn::Conn::open(&redis_url())
+        .await
+        .unwrap();
+    Store::new(conn, QueueKeys::derive(key).unwrap())
+}
+
+/// Redis server time in epoch ms.
+pub async fn redis_now(conn: &mut Conn) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    s * 1000 + us / 1000
+}
+
+/// Deletes a queue's keys (source and derived).
+pub async fn cleanup_keys(conn: &mut Conn, key: &str) {
+    let keys = QueueKeys::derive(key).unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&keys.source)
+        .arg(&keys.inflight)
+        .arg(&keys.attempts)
+        .arg(&keys.dead)
+        .arg(&keys.dead_reasons)
+        .arg(&keys.bodies)
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+/// `ZADD key score member`; the score may be a number or text such as `"+inf"`.
+pub async fn zadd(r: &mut Conn, key: &str, score: impl ToRedisArgs, member: impl ToRedisArgs) {
+    let _: i64 = redis::cmd("ZADD")
+        .arg(key)
+        .arg(score)
+        .arg(member)
+        .query_async(r)
+        .await
+        .unwrap();
+}
+
+/// `ZADD key score member ...` for every pair, 1000 members per command.
+pub async fn zadd_all<S: ToRedisArgs, M: ToRedisArgs>(
+    r: &mut Conn,
+    key: &str,
+    members: impl IntoIterator<Item = (S, M)>,
+) {
+    let mut members = members.into_iter().peekable();
+    while members.peek().is_some() {
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(key);
+        for (score, member) in members.by_ref().take(1000) {
+            cmd.arg(score).arg(member);
+        }
+        let _: i64 = cmd.query_async(r).await.unwrap();
+    }
+}
+
+/// Schedules `members` due now on the Redis clock.
+pub async fn schedule_now<M: ToRedisArgs>(
+    r: &mut Conn,
+    key: &str,
+    members: impl IntoIterator<Item = M>,
+) {
+    let now = redis_now(r).await;
+    zadd_all(r, key, members.into_iter().map(|m| (now, m))).await;
+}
+
+/// Body of numbered message `i`: a fixed-width number, padded with `pad` bytes so tests can
+/// make messages large enough to fill socket buffers.
+pub fn body(i: usize, pad: usize) -> Vec<u8> {
+    let mut b = format!("msg-{i:07}").into_bytes();
+    b.resize(b.len() + pad, b'.');
+    b
+}
+
+/// Schedules messages `0..n` (see [`body`]) due a minute ago, with distinct scores so the
+/// drain order is stable.
+pub async fn schedule(r: &mut Conn, key: &str, n: usize, pad: usize) {
+    let (s, _): (i64, i64) = redis::cmd("TIME").query_async(r).await.unwrap();
+    let due = s * 1000 - 60_000;
+    zadd_all(r, key, (0..n).map(|i| (due + i as i64, body(i, pad)))).await;
+}
+
+/// Schedules messages `0..n` (see [`body`]) due evenly over the next `span`, so a stream
+/// lasts that long however fast the bridge forwards.
+pub async fn schedule_over(r: &mut Conn, key: &str, n: usize, span: Duration) {
+    let now = redis_now(r).await;
+    let step = span.as_millis() as f64 / n as f64;
+    zadd_all(
+        r,
+        key,
+        (0..n).map(|i| (now + (i as f64 * step) as i64, body(i, 0))),
+    )
+    .await;
+}
+
+/// Schedules what the end-to-end forwarding tests send: 40 orders due over the next 3 s
+/// (every fifth not UTF-8, with a NUL and a newline, so it must arrive byte for byte) and one
+/// member overdue by a minute (a score in the past means now). Returns each body's due time.
+pub async fn schedule_orders(r: &mut Conn, key: &str) -> HashMap<Vec<u8>, i64> {
+    let now = redis_now(r).await;
+    let mut expected = HashMap::new();
+    for i in 0..40i64 {
+        let body = match i % 5 {
+            0 => vec![0xff, 0x00, 0xfe, b'\n', i as u8, 0x80],
+            _ => format!("{{\"order\":{i}}}").into_bytes(),
+        };
+        expected.insert(body, now + 200 + i * 70);
+    }
+    expected.insert(b"from the past".to_vec(), now - 60_000);
+    zadd_all(r, key, expected.iter().map(|(body, due)| (*due, body))).await;
+    expected
+}
+
+/// `ZSCORE key member`.
+pub async fn zscore(r: &mut Conn, key: &str, member: impl ToRedisArgs) -> Option<f64> {
+    redis::cmd("ZSCORE")
+        .arg(key)
+        .arg(member)
+        .query_async(r)
+        .await
+        .unwrap()
+}
+
+/// `ZCARD key`.
+pub async fn zcard(r: &mut Conn, key: &str) -> i64 {
+    redis::cmd("ZCARD").arg(key).query_async(r).await.unwrap()
+}
+
+/// `HLEN key`.
+pub async fn hlen(r: &mut Conn, key: &str) -> i64 {
+    redis::cmd("HLEN").arg(key).query_async(r).await.unwrap()
+}
+
+/// A queue's (source, in-flight, dead) sizes.
+pub type Sizes = (i64, i64, i64);
+
+/// The sizes of a queue's source, in-flight and dead-letter sets.
+pub async fn queue_sizes(r: &mut Conn, key: &str) -> Sizes {
+    let keys = QueueKeys::derive(key).unwrap();
+    redis::pipe()
+        .zcard(&keys.source)
+        .zcard(&keys.inflight)
+        .zcard(&keys.dead)
+        .query_async(r)
+        .await
+        .unwrap()
+}
+
+/// Polls a queue's sizes until `done` accepts them or `timeout` passes; returns the last seen.
+pub async fn wait_sizes(
+    r: &mut Conn,
+    key: &str,
+    timeout: Duration,
+    done: impl FnMut(&Sizes) -> bool,
+) -> Sizes {
+    poll(
+        timeout,
+        Duration::from_millis(50),
+        async || queue_sizes(r, key).await,
+        done,
+    )
+    .await
+    .1
+}
+
+/// Waits until the queue's source and in-flight sets are both empty.
+pub async fn wait_drained(r: &mut Conn, key: &str, timeout: Duration) -> Sizes {
+    wait_sizes(r, key, timeout, |(source, inflight, _)| {
+        (*source, *inflight) == (0, 0)
+    })
+    .await
+}
+
+/// Every member still in Redis: in the source set or leased (in flight, to be recovered).
+pub async fn members_in_redis(r: &mut Conn, key: &str) -> Vec<Vec<u8>> {
+    let keys = QueueKeys::derive(key).unwrap();
+    let (mut source, inflight): (Vec<Vec<u8>>, Vec<Vec<u8>>) = redis::pipe()
+        .zrange(&keys.source, 0, -1)
+        .zrange(&keys.inflight, 0, -1)
+        .query_async(r)
+        .await
+        .unwrap();
+    source.extend(inflight);
+    source
+}
+
+/// The dead-letter reason JSON of `member`, if it is a dead letter.
+pub async fn dead_reason(
+    r: &mut Conn,
+    key: &str,
+    member: impl ToRedisArgs,
+) -> Option<serde_json::Value> {
+    let keys = QueueKeys::derive(key).unwrap();
+    let json: Option<String> = redis::cmd("HGET")
+        .arg(&keys.dead_reasons)
+        .arg(member)
+        .query_async(r)
+        .await
+        .unwrap();
+    json.map(|j| serde_json::from_str(&j).unwrap())
+}
+
+/// Polls for `member`'s dead-letter reason until `deadline`.
+pub async fn wait_dead_reason(
+    r: &mut Conn,
+    key: &str,
+    member: &[u8],
+    deadline: Instant,
+) -> Option<serde_json::Value> {
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    poll(
+        timeout,
+        Duration::from_millis(50),
+        async || dead_reason(r, key, member).await,
+        Option::is_some,
+    )
+    .await
+    .1
+}
