@@ -14,7 +14,8 @@ async fn sigkill_ten_times_while_100k_drain() {
     let mut r = redis().await;
     let tally = Tally::start(&amqp_url()).await;
     let key = format!("{}:{{faults}}", unique("kill"));
-    schedule(&mut r, &key, n, 0).await;
+    // Due over 30 s, so that the tenth kill still lands mid-drain however fast it goes.
+    schedule_over(&mut r, &key, n, Duration::from_secs(30)).await;
     let port = free_port();
     let cfg = tally
         .config(port, &key, "workers = 4\nbatch = 200")

@@ -112,7 +112,9 @@ async fn rabbitmq_restarted_mid_drain() {
     let mut r = redis().await;
     let tally = Tally::start(&rabbit.url()).await;
     let key = format!("{}:{{faults}}", unique("rmq-restart"));
-    schedule(&mut r, &key, n, 0).await;
+    // Due over 20 s: `rabbitmqctl stop` takes a second or two, long enough for the bridge
+    // to forward a backlog that is all due at once.
+    schedule_over(&mut r, &key, n, Duration::from_secs(20)).await;
     let port = free_port();
     let cfg = tally
         .config(port, &key, "workers = 2\nbatch = 100")
