@@ -1,10 +1,12 @@
 //! Readiness: whether Redis answers and every sink is connected. `/readyz` reads it; the
 //! `redis_up` and `sink_up` gauges mirror it.
 
+use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::metrics::Metrics;
+use crate::repeat::Repeated;
 use crate::sink::Sink;
 
 /// Shared readiness state (cheap to clone).
@@ -15,6 +17,9 @@ pub struct Health {
 
 struct Inner {
     redis: AtomicBool,
+    /// Calls that failed for want of Redis since it last answered, from every worker of
+    /// every trigger: one outage is logged here, at growing gaps, not once per caller.
+    outage: Mutex<Repeated>,
     sinks: Vec<Arc<Sink>>,
     metrics: Metrics,
 }
@@ -29,25 +34,38 @@ impl Health {
         Self {
             inner: Arc::new(Inner {
                 redis: AtomicBool::new(false),
+                outage: Mutex::default(),
                 sinks,
                 metrics: metrics.clone(),
             }),
         }
     }
 
-    /// Redis answered a call.
+    /// Redis answered a call. The first answer after an outage logs its end.
     pub fn redis_answered(&self) {
-        self.set_redis(true);
+        if !self.inner.redis.swap(true, Ordering::Relaxed) {
+            self.inner.metrics.redis_up.set(1);
+            if let Some(failures) = self.lock_outage().recovered() {
+                tracing::info!(failed_calls = failures, "Redis is answering again");
+            }
+        }
     }
 
-    /// A call failed for want of Redis (connection lost, timed out).
-    pub fn redis_unreachable(&self) {
-        self.set_redis(false);
+    /// A call failed for want of Redis (connection lost, timed out): logged here for all
+    /// callers, the first failure at once, then at growing gaps with a count.
+    pub fn redis_unreachable(&self, error: &dyn Display) {
+        self.inner.redis.store(false, Ordering::Relaxed);
+        self.inner.metrics.redis_up.set(0);
+        let mut outage = self.lock_outage();
+        if let Some(unlogged) = outage.failed() {
+            tracing::warn!(%error, failed_calls = outage.count(), unlogged,
+                "Redis unreachable or not answering in time; claims wait and retry with backoff");
+        }
     }
 
-    fn set_redis(&self, up: bool) {
-        self.inner.redis.store(up, Ordering::Relaxed);
-        self.inner.metrics.redis_up.set(i64::from(up));
+    fn lock_outage(&self) -> std::sync::MutexGuard<'_, Repeated> {
+        // Nothing half-updated in a counter matters after a panic elsewhere.
+        self.inner.outage.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// True while Redis answers.

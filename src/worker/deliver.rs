@@ -125,14 +125,23 @@ async fn settle(t: &Trigger, abort: &CancellationToken, batch: &ClaimBatch, plan
             Ok(settled) => break settled,
             Err(e) => {
                 failures += 1;
-                t.redis_error(&e);
+                let own = t.redis_error(&e);
                 let wait = ERROR_BACKOFF.delay(failures);
                 if Instant::now() + wait >= give_up || abort.is_cancelled() {
-                    tracing::warn!(error = %e, members = batch.items.len(),
-                        "could not settle the batch; its lease will expire and it will be redelivered");
+                    // During an outage every batch in flight ends here: one line each would
+                    // flood the log, and the outage line already says what happens.
+                    if own {
+                        tracing::warn!(error = %e, members = batch.items.len(),
+                            "could not settle the batch; its lease will expire and it will be redelivered");
+                    } else {
+                        tracing::debug!(error = %e, members = batch.items.len(),
+                            "could not settle the batch; its lease will expire and it will be redelivered");
+                    }
                     return;
                 }
-                tracing::warn!(error = %e, failures, "settle failed, retrying");
+                if own {
+                    tracing::warn!(error = %e, failures, "settle failed, retrying");
+                }
                 tokio::time::sleep(wait).await;
             }
         }

@@ -37,7 +37,9 @@ pub async fn recover_loop(t: Arc<Trigger>, stop: CancellationToken) {
                     }
                 }
                 Err(e) => {
-                    t.redis_error(&e);
+                    if t.redis_error(&e) {
+                        tracing::debug!(trigger = %t.name(), error = %e, "recovering expired leases failed");
+                    }
                     break;
                 }
             }
@@ -56,7 +58,11 @@ pub async fn stats_loop(t: Arc<Trigger>, interval: Duration, stop: CancellationT
                 t.health.redis_answered();
                 t.metrics.backlog(&s);
             }
-            Err(e) => t.redis_error(&e),
+            Err(e) => {
+                if t.redis_error(&e) {
+                    tracing::debug!(trigger = %t.name(), error = %e, "reading the backlog sizes failed");
+                }
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}

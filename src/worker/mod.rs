@@ -136,12 +136,16 @@ impl Trigger {
     }
 
     /// Counts a failed Redis call; a connection problem also marks Redis down for `/readyz`.
-    fn redis_error(&self, e: &StoreError) {
+    /// Counts a failed Redis call. A lost or slow Redis is logged by [`Health`], once for
+    /// every caller; `true` when the error is this trigger's own and the caller logs it.
+    fn redis_error(&self, e: &StoreError) -> bool {
         let kind = e.kind();
         self.metrics.redis_error(kind);
         if matches!(kind, "connection" | "timeout") {
-            self.health.redis_unreachable();
+            self.health.redis_unreachable(e);
+            return false;
         }
+        true
     }
 }
 
@@ -245,8 +249,14 @@ impl Worker {
                 Some(p)
             }
             Err(e) => {
-                // One worker per trigger speaks for all of them.
-                if let Some(unlogged) = self.sink_failures.failed().filter(|_| self.id == 0) {
+                // One worker per trigger speaks for all of them. While the broker is down
+                // the sink logs the outage itself: here only its start, once per trigger.
+                let sink_down = !self.t.sink.is_up();
+                if let Some(unlogged) = self
+                    .sink_failures
+                    .failed()
+                    .filter(|_| self.id == 0 && !(sink_down && self.sink_failures.count() > 1))
+                {
                     tracing::warn!(sink = %self.t.sink.name(), error = %e,
                         failures = self.sink_failures.count(), unlogged, "sink unavailable, not claiming");
                 }
@@ -265,8 +275,8 @@ impl Worker {
         let batch = match self.t.store.claim(asked, self.t.config.lease).await {
             Ok(batch) => batch,
             Err(e) => {
-                self.t.redis_error(&e);
-                if let Some(unlogged) = self.redis_failures.failed() {
+                let own = self.t.redis_error(&e);
+                if let Some(unlogged) = self.redis_failures.failed().filter(|_| own) {
                     let failures = self.redis_failures.count();
                     if e.kind() == "wrong_type" {
                         // Nothing moved (the scripts check types before writing), but
@@ -282,8 +292,8 @@ impl Worker {
                 return None;
             }
         };
-        if self.redis_failures.recovered().is_some() {
-            tracing::info!("redis is answering again");
+        if let Some(failures) = self.redis_failures.recovered() {
+            tracing::debug!(failures, "claiming again");
         }
         self.t.health.redis_answered();
         let claimed_at = Instant::now();
