@@ -1,5 +1,5 @@
-//! Readiness: whether Redis answers and every sink is connected. `/readyz` reads it; the
-//! `redis_up` and `sink_up` gauges mirror it.
+//! Readiness: whether Redis answers and every sink is connected, and which triggers are
+//! paused. `/readyz` reads it; the `redis_up` and `sink_up` gauges mirror it.
 
 use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +20,8 @@ struct Inner {
     /// Calls that failed for want of Redis since it last answered, from every worker of
     /// every trigger: one outage is logged here, at growing gaps, not once per caller.
     outage: Mutex<Repeated>,
+    /// Triggers an operator has paused: still ready, but `/readyz` says so.
+    paused: Mutex<std::collections::BTreeSet<String>>,
     sinks: Vec<Arc<Sink>>,
     metrics: Metrics,
 }
@@ -35,6 +37,7 @@ impl Health {
             inner: Arc::new(Inner {
                 redis: AtomicBool::new(false),
                 outage: Mutex::default(),
+                paused: Mutex::default(),
                 sinks,
                 metrics: metrics.clone(),
             }),
@@ -71,6 +74,23 @@ impl Health {
     /// True while Redis answers.
     pub fn redis_up(&self) -> bool {
         self.inner.redis.load(Ordering::Relaxed)
+    }
+
+    /// Notes whether `trigger` is paused; `true` when that changed.
+    pub fn set_paused(&self, trigger: &str, paused: bool) -> bool {
+        let mut set = self.inner.paused.lock().unwrap_or_else(|e| e.into_inner());
+        if paused {
+            set.insert(trigger.to_string())
+        } else {
+            set.remove(trigger)
+        }
+    }
+
+    /// The paused triggers, one `trigger NAME: paused` line each (a paused trigger is
+    /// still ready: the bridge works, an operator holds the queue).
+    pub fn notes(&self) -> Vec<String> {
+        let set = self.inner.paused.lock().unwrap_or_else(|e| e.into_inner());
+        set.iter().map(|t| format!("trigger {t}: paused")).collect()
     }
 
     /// `Ok` when ready, else what is not, one reason per line.

@@ -53,7 +53,14 @@ async fn metrics_handler(State(state): State<AppState>) -> impl IntoResponse {
 
 async fn ready_handler(State(state): State<AppState>) -> impl IntoResponse {
     match state.health.readiness() {
-        Ok(()) => (StatusCode::OK, "ready\n".to_string()),
-        Err(reasons) => (StatusCode::SERVICE_UNAVAILABLE, reasons.join("\n") + "\n"),
+        Ok(()) => {
+            let mut lines = vec!["ready".to_string()];
+            lines.extend(state.health.notes());
+            (StatusCode::OK, lines.join("\n") + "\n")
+        }
+        Err(mut reasons) => {
+            reasons.extend(state.health.notes());
+            (StatusCode::SERVICE_UNAVAILABLE, reasons.join("\n") + "\n")
+        }
     }
 }

@@ -18,6 +18,8 @@ pub struct QueueKeys {
     pub dead_reasons: String,
     /// Hash: id -> message body, for triggers with `payload = "hash"` (the member is an id).
     pub bodies: String,
+    /// Hash: the operator's hold on the queue: field `paused` while claims are paused.
+    pub control: String,
 }
 
 /// A key whose braces would make Redis Cluster hash it differently from its derived keys.
@@ -53,13 +55,14 @@ impl QueueKeys {
             dead: format!("{base}:dead"),
             dead_reasons: format!("{base}:dead:reasons"),
             bodies: format!("{base}:bodies"),
+            control: format!("{base}:control"),
         })
     }
 }
 
 impl QueueKeys {
     /// Every key of the queue, the source first, in the order every writing script takes.
-    pub fn all(&self) -> [&str; 6] {
+    pub fn all(&self) -> [&str; 7] {
         [
             &self.source,
             &self.inflight,
@@ -67,6 +70,7 @@ impl QueueKeys {
             &self.dead,
             &self.dead_reasons,
             &self.bodies,
+            &self.control,
         ]
     }
 }

@@ -93,6 +93,8 @@ pub struct ClaimBatch {
     /// Due members left in place because an earlier copy of them is still in flight; they
     /// become claimable when that copy is settled.
     pub skipped: u64,
+    /// The queue is paused by an operator: nothing was claimed, and the head is unknown.
+    pub paused: bool,
     /// The claimed members, earliest first.
     pub items: Vec<Claimed>,
 }
@@ -176,6 +178,8 @@ pub struct QueueStats {
     pub dead: u64,
     /// Age of the oldest due member in seconds (0 when nothing is due).
     pub oldest_due_age_seconds: f64,
+    /// Claims are paused by an operator (`delay-bridge pause`).
+    pub paused: bool,
 }
 
 /// One dead letter, as `dead-letter list` shows it.
@@ -393,6 +397,27 @@ impl Store {
         Ok(())
     }
 
+    /// Pauses (`true`) or resumes claims of this queue, for every bridge at its next claim;
+    /// returns whether that changed anything. One command: nothing half-done on a bad key.
+    pub async fn set_paused(&self, paused: bool) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let changed: i64 = if paused {
+            redis::cmd("HSETNX")
+                .arg(&self.keys.control)
+                .arg("paused")
+                .arg(1)
+                .query_async(&mut conn)
+                .await?
+        } else {
+            redis::cmd("HDEL")
+                .arg(&self.keys.control)
+                .arg("paused")
+                .query_async(&mut conn)
+                .await?
+        };
+        Ok(changed == 1)
+    }
+
     /// Cancels the message scheduled under `id` (hash payload mode) with the producers'
     /// cancel script; returns whether it was scheduled.
     pub async fn cancel_by_id(&self, id: &[u8]) -> Result<bool, StoreError> {
@@ -474,6 +499,7 @@ impl Store {
             .key(&self.keys.source)
             .key(&self.keys.inflight)
             .key(&self.keys.dead)
+            .key(&self.keys.control)
             .invoke_async(&mut conn)
             .await?;
         let Value::Array(items) = reply else {
@@ -498,6 +524,7 @@ impl Store {
             // A `-inf` score saturates to i64::MIN: subtracting it must not overflow.
             oldest_due_age_seconds: oldest
                 .map_or(0.0, |o| now.saturating_sub(o).max(0) as f64 / 1000.0),
+            paused: int(6)? == 1,
         })
     }
 }
@@ -518,7 +545,7 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         return Err(StoreError::Reply("claim reply is not an array"));
     };
     let width = if hash { 4 } else { 3 };
-    if items.len() < 4 || (items.len() - 4) % width != 0 {
+    if items.len() < 5 || (items.len() - 5) % width != 0 {
         return Err(StoreError::Reply("claim reply length"));
     }
     let mut it = items.into_iter();
@@ -527,7 +554,8 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         Some(Value::Int(deadline_ms)),
         Some(head),
         Some(Value::Int(skipped)),
-    ) = (it.next(), it.next(), it.next(), it.next())
+        Some(Value::Int(paused)),
+    ) = (it.next(), it.next(), it.next(), it.next(), it.next())
     else {
         return Err(StoreError::Reply("claim reply header"));
     };
@@ -570,6 +598,7 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         deadline_ms,
         next_head_ms,
         skipped: u64::try_from(skipped).unwrap_or(0),
+        paused: paused == 1,
         items: out,
     })
 }

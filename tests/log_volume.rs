@@ -30,7 +30,12 @@ fn quiet_config(port: u16) -> ConfigToml {
 
 /// The lines written since `from` (a line count of the same log).
 fn lines_since(bridge: &Bridge, from: usize) -> Vec<String> {
-    bridge.log().lines().skip(from).map(str::to_string).collect()
+    bridge
+        .log()
+        .lines()
+        .skip(from)
+        .map(str::to_string)
+        .collect()
 }
 
 fn assert_quiet(what: &str, lines: &[String], mentions: &str) {
@@ -64,7 +69,10 @@ async fn a_minute_of_a_down_broker_or_redis_writes_fewer_than_thirty_lines() {
             &format!("amqp://guest:guest@127.0.0.1:{}/%2f", free_port()),
         )
         .to_string()
-        + &triggers("rabbit", "exchange = \"amq.direct\"\nrouting_key = \"nowhere\"");
+        + &triggers(
+            "rabbit",
+            "exchange = \"amq.direct\"\nrouting_key = \"nowhere\"",
+        );
     let amqp = Bridge::start(&amqp_cfg, amqp_port);
 
     // A private Redis that goes away once the bridge is claiming from it.
@@ -73,7 +81,10 @@ async fn a_minute_of_a_down_broker_or_redis_writes_fewer_than_thirty_lines() {
     let redis_cfg = quiet_config(redis_port)
         .set_str("redis", "url", &redis_server.url())
         .to_string()
-        + &triggers("rabbit", "exchange = \"amq.direct\"\nrouting_key = \"nowhere\"");
+        + &triggers(
+            "rabbit",
+            "exchange = \"amq.direct\"\nrouting_key = \"nowhere\"",
+        );
     let mut redis_bridge = Bridge::start(&redis_cfg, redis_port)
         .ready(Duration::from_secs(30))
         .await;

@@ -67,6 +67,7 @@ enum Derived {
     DeadReasons,
     /// Hash mode only.
     Bodies,
+    Control,
 }
 
 /// A script run while a key has the wrong type.
@@ -124,6 +125,10 @@ enum Op {
         which: usize,
         disp: Vec<Disp>,
     },
+    /// `delay-bridge pause` (true) or `resume` (false).
+    Pause {
+        on: bool,
+    },
     /// Waits until every short lease in flight is past its deadline on the Redis clock.
     Expire,
     Recover {
@@ -169,6 +174,7 @@ fn derived() -> impl Strategy<Value = Derived> {
         Just(Derived::Attempts),
         Just(Derived::Dead),
         Just(Derived::DeadReasons),
+        Just(Derived::Control),
     ]
 }
 
@@ -213,6 +219,8 @@ fn hash_op() -> impl Strategy<Value = Op> {
             .prop_map(|(batch, short, budget)| Op::ClaimBytes { batch, short, budget }),
         4 => (any::<usize>(), vec(disp(), 1..4)).prop_map(|(which, disp)| Op::Settle { which, disp }),
         1 => Just(Op::Expire),
+        1 => Just(Op::Pause { on: true }),
+        2 => Just(Op::Pause { on: false }),
         2 => (0usize..4).prop_map(|limit| Op::Recover { limit }),
         1 => Just(Op::Sweep),
         2 => (vec(0..POOL.len(), 0..3), 0usize..3)
@@ -228,6 +236,8 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::Claim { batch, short }),
         4 => (any::<usize>(), vec(disp(), 1..4)).prop_map(|(which, disp)| Op::Settle { which, disp }),
         1 => Just(Op::Expire),
+        1 => Just(Op::Pause { on: true }),
+        2 => Just(Op::Pause { on: false }),
         2 => (0usize..4).prop_map(|limit| Op::Recover { limit }),
         1 => Just(Op::Sweep),
         2 => (vec(0..POOL.len(), 0..3), 0usize..3)
@@ -304,6 +314,8 @@ struct Model {
     next_schedule: u64,
     /// Hash mode only.
     bodies: Option<Bodies>,
+    /// Paused by an operator: claims take nothing.
+    paused: bool,
 }
 
 /// Hash mode: the bodies hash, and what the producer wrote to it.
@@ -368,6 +380,7 @@ struct Tally {
     swept: AtomicU64,
     requeued: AtomicU64,
     wrong_type: AtomicU64,
+    paused_claims: AtomicU64,
     /// Hash mode from here on.
     bodies_claimed: AtomicU64,
     missing_claimed: AtomicU64,
@@ -494,6 +507,7 @@ impl Case {
             } => self.claim(*batch, *short, Some(*budget)).await,
             Op::Settle { which, disp } => self.settle(*which, disp).await,
             Op::Expire => self.expire().await,
+            Op::Pause { on } => self.pause(*on).await,
             Op::Recover { limit } => self.recover(*limit).await,
             Op::Sweep => self.sweep().await,
             Op::Requeue { members, limit } => self.requeue(members, *limit).await,
@@ -665,6 +679,14 @@ impl Case {
         due
     }
 
+    /// Pauses or resumes: the store says whether that changed anything.
+    async fn pause(&mut self, on: bool) -> Step {
+        let changed = self.store.set_paused(on).await.unwrap();
+        check_eq!(changed, self.m.paused != on, "pause({on}) changed");
+        self.m.paused = on;
+        Ok(())
+    }
+
     /// Claims with the case's store, or in hash mode with one whose bodies may total `budget`.
     async fn claim(&mut self, batch: usize, short: bool, budget: Option<usize>) -> Step {
         let lease = if short { SHORT_LEASE } else { LONG_LEASE };
@@ -679,6 +701,18 @@ impl Case {
         .await
         .unwrap();
         let now = got.now_ms;
+        check_eq!(got.paused, self.m.paused, "claim sees the pause");
+        if self.m.paused {
+            check!(got.items.is_empty(), "a paused queue gave {:?}", got.items);
+            check_eq!(
+                got.deadline_ms,
+                now + lease.as_millis() as i64,
+                "paused deadline"
+            );
+            check_eq!((got.skipped, got.next_head_ms), (0, None), "paused reply");
+            bump(&self.tally.paused_claims, 1);
+            return Ok(());
+        }
         self.check_bodies(&got.items, budget)?;
         // now + lease, moved on a millisecond at a time while another lease has that deadline
         // (only when the claim takes something).
@@ -1190,6 +1224,7 @@ impl Case {
             Derived::Dead => self.keys.dead.clone(),
             Derived::DeadReasons => self.keys.dead_reasons.clone(),
             Derived::Bodies => self.keys.bodies.clone(),
+            Derived::Control => self.keys.control.clone(),
         };
         // Scripts touch only some keys: those that never look at `key` are not expected to fail.
         let touches = match script {
@@ -1567,7 +1602,7 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
     eprintln!(
         "model{}: {} steps in {:?}: claimed {}, skipped in flight {}, acked {}, acks not owned {}, \
          retried {}, dead {}, put back {}, merged {}, not owned {}, recovered {}, swept {}, \
-         requeued {}, wrong-type calls {}",
+         requeued {}, wrong-type calls {}, claims while paused {}",
         if hash { " (hash payloads)" } else { "" },
         get(&t.steps),
         started.elapsed(),
@@ -1584,6 +1619,7 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
         get(&t.swept),
         get(&t.requeued),
         get(&t.wrong_type),
+        get(&t.paused_claims),
     );
     if hash {
         eprintln!(
@@ -1608,6 +1644,7 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
         ("acks of a lost lease", &t.acks_not_owned),
         ("merges", &t.merged),
         ("wrong-type calls", &t.wrong_type),
+        ("claims while paused", &t.paused_claims),
     ];
     if hash {
         paths.extend([

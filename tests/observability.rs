@@ -415,7 +415,8 @@ async fn stats_prints_a_row_per_trigger_and_json_with_the_sizes() {
             "DUE",
             "INFLIGHT",
             "DEAD",
-            "OLDEST_DUE_AGE"
+            "OLDEST_DUE_AGE",
+            "STATE"
         ]
     );
     assert_eq!(rows[1][..5], ["stats-busy", "4", "3", "2", "1"], "{table}");
@@ -423,6 +424,7 @@ async fn stats_prints_a_row_per_trigger_and_json_with_the_sizes() {
     let age: f64 = rows[1][5].trim_end_matches('s').parse().unwrap();
     assert!((7.0..60.0).contains(&age), "{table}");
     assert_eq!(rows[2][5], "0.000s");
+    assert_eq!((rows[1][6], rows[2][6]), ("active", "active"), "{table}");
 
     let json: serde_json::Value = serde_json::from_str(&run(true)).expect("--json parses");
     let list = json.as_array().expect("a list of triggers");
@@ -438,7 +440,7 @@ async fn stats_prints_a_row_per_trigger_and_json_with_the_sizes() {
     assert_eq!(list[1]["trigger"], "stats-empty");
     assert_eq!(
         list[1]["stats"],
-        serde_json::json!({"scheduled": 0, "due": 0, "inflight": 0, "dead": 0, "oldest_due_age_seconds": 0.0})
+        serde_json::json!({"scheduled": 0, "due": 0, "inflight": 0, "dead": 0, "oldest_due_age_seconds": 0.0, "paused": false})
     );
 
     cleanup_keys(&mut r, &busy).await;

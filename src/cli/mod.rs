@@ -1,4 +1,5 @@
-//! The command line: `run`, `check`, `stats`, `enqueue`, `dead-letter` and `consume`.
+//! The command line: `run`, `check`, `stats`, `enqueue`, `cancel`, `pause`, `resume`,
+//! `dead-letter` and `consume`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,7 +25,7 @@ pub const EXIT_CONFIG: i32 = 78;
 
 mod queue;
 
-use queue::{cancel, consume, dead_list, dead_requeue, enqueue, stats};
+use queue::{cancel, consume, dead_list, dead_requeue, enqueue, pause, stats};
 
 /// delay-bridge: Redis sorted sets in, RabbitMQ / Kafka messages out, on time.
 #[derive(Debug, Parser)]
@@ -82,6 +83,23 @@ pub enum Command {
         id: Option<String>,
         /// Inline mode: the exact payload (the member).
         payload: Option<String>,
+    },
+    /// Stop claiming a trigger's messages on every bridge (they stay scheduled in Redis;
+    /// producers keep writing), until `resume`.
+    Pause {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Trigger to pause.
+        #[arg(long, short)]
+        trigger: String,
+    },
+    /// Claim a paused trigger's messages again.
+    Resume {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Trigger to resume.
+        #[arg(long, short)]
+        trigger: String,
     },
     /// Inspect and replay dead letters.
     #[command(subcommand)]
@@ -212,6 +230,12 @@ pub async fn dispatch(cli: Cli) -> i32 {
             id,
             payload,
         } => with_config(&config.config, |c| cancel(c, trigger, id, payload)).await,
+        Command::Pause { config, trigger } => {
+            with_config(&config.config, |c| pause(c, trigger, true)).await
+        }
+        Command::Resume { config, trigger } => {
+            with_config(&config.config, |c| pause(c, trigger, false)).await
+        }
         Command::DeadLetter(DeadLetter::List {
             config,
             trigger,

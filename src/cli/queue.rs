@@ -1,5 +1,5 @@
-//! The commands that work on a trigger's queue in Redis: stats, enqueue, dead letters, and
-//! a test consumer.
+//! The commands that work on a trigger's queue in Redis: stats, enqueue, cancel, pause and
+//! resume, dead letters, and a test consumer.
 
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ pub(super) async fn stats(config: Config, json: bool) -> anyhow::Result<i32> {
         say!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         say!(
-            "{:<24} {:>12} {:>10} {:>10} {:>10} {:>16}",
+            "{:<24} {:>12} {:>10} {:>10} {:>10} {:>16}  STATE",
             "TRIGGER",
             "SCHEDULED",
             "DUE",
@@ -47,13 +47,14 @@ pub(super) async fn stats(config: Config, json: bool) -> anyhow::Result<i32> {
         );
         for (name, s) in rows {
             say!(
-                "{:<24} {:>12} {:>10} {:>10} {:>10} {:>15.3}s",
+                "{:<24} {:>12} {:>10} {:>10} {:>10} {:>15.3}s  {}",
                 name,
                 s.scheduled,
                 s.due,
                 s.inflight,
                 s.dead,
-                s.oldest_due_age_seconds
+                s.oldest_due_age_seconds,
+                if s.paused { "paused" } else { "active" }
             );
         }
     }
@@ -156,6 +157,34 @@ pub(super) async fn cancel(
         );
         Ok(1)
     }
+}
+
+/// `pause` (`paused = true`) and `resume`: the state lives in Redis, so every bridge on the
+/// trigger obeys it at its next claim, and a restart keeps it.
+pub(super) async fn pause(config: Config, trigger: String, paused: bool) -> anyhow::Result<i32> {
+    let conn = connect(&config).await?;
+    let store = store_for(&config, conn, &trigger)?;
+    let changed = store.set_paused(paused).await?;
+    let (verb, state) = if paused {
+        (
+            "paused",
+            "nothing is claimed until `delay-bridge resume`; producers can keep writing",
+        )
+    } else {
+        ("resumed", "bridges claim again within their guard_interval")
+    };
+    if changed {
+        say!(
+            "{verb} trigger `{trigger}` ({}): {state}",
+            store.keys().source
+        );
+    } else {
+        say!(
+            "trigger `{trigger}` ({}) was already {verb}",
+            store.keys().source
+        );
+    }
+    Ok(0)
 }
 
 pub(super) async fn dead_list(

@@ -44,6 +44,8 @@ pub struct Metrics {
     pub backlog: IntGaugeVec,
     /// Age of the oldest overdue member.
     pub oldest_due_age: prometheus::GaugeVec,
+    /// 1 while an operator has paused a trigger's claims.
+    pub trigger_paused: IntGaugeVec,
     /// 1 while the sink is connected.
     pub sink_up: IntGaugeVec,
     /// 1 while Redis answers.
@@ -183,6 +185,11 @@ impl Metrics {
                 &["trigger", "state"],
             ),
             oldest_due_age,
+            trigger_paused: int_gauge(
+                "trigger_paused",
+                "1 while an operator has paused the trigger's claims, else 0",
+                &["trigger"],
+            ),
             sink_up: int_gauge("sink_up", "1 while the sink's broker is connected, else 0", &["sink"]),
             redis_up,
             build_info: int_gauge("build_info", "Always 1; the version label names the build", &["version"]),

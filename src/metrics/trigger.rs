@@ -36,6 +36,7 @@ pub struct TriggerMetrics {
     redis_errors: IntCounterVec,
     backlog: [IntGauge; 4],
     oldest_due_age: Gauge,
+    paused: IntGauge,
 }
 
 impl TriggerMetrics {
@@ -69,6 +70,7 @@ impl TriggerMetrics {
             backlog: ["due", "scheduled", "inflight", "dead"]
                 .map(|state| m.backlog.with_label_values(&[name, state])),
             oldest_due_age: m.oldest_due_age.with_label_values(&one),
+            paused: m.trigger_paused.with_label_values(&one),
         }
     }
 
@@ -145,5 +147,15 @@ impl TriggerMetrics {
             gauge.set(i64::try_from(v).unwrap_or(i64::MAX));
         }
         self.oldest_due_age.set(s.oldest_due_age_seconds);
+    }
+
+    /// Whether an operator has paused the trigger, as the last claim or stats call saw it.
+    pub fn paused(&self, paused: bool) {
+        self.paused.set(i64::from(paused));
+    }
+
+    /// Whether the trigger is paused, as last seen.
+    pub fn is_paused(&self) -> bool {
+        self.paused.get() == 1
     }
 }

@@ -8,10 +8,14 @@
 -- (HSTRLEN) and only the chosen bodies read: the claim stops before the bodies would pass
 -- ARGV[3] bytes in all, but always takes at least one member, and a body over ARGV[4] bytes
 -- (0: no limit) is not read at all.
--- KEYS: the queue's six keys (see prelude)
+-- While the control hash has a `paused` field, nothing is claimed: every replica stops at
+-- its next claim, and producers keep writing.
+-- KEYS: the queue's seven keys (see prelude)
 -- ARGV: limit, lease ms, body byte budget (0: inline), largest body to read (0: any)
--- Reply: {now, deadline, next_head_score or "", skipped, member, due_score, attempt, [body], ...}
+-- Reply: {now, deadline, next_head_score or "", skipped, paused, member, due_score, attempt,
+--         [body], ...}
 --   skipped: due members left in place because an earlier copy of them is still in flight.
+--   paused: 1 when the queue is paused (then nothing is claimed and the head is "").
 --   body (hash mode only): the body; 0 where the id has none; its size where it is too large.
 local now, bad = begin()
 if bad then
@@ -19,6 +23,9 @@ if bad then
 end
 local limit = tonumber(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
+if redis.call('HEXISTS', KEYS[7], 'paused') == 1 then
+  return {now, deadline, '', 0, 1}
+end
 local budget = tonumber(ARGV[3]) or 0
 local largest = tonumber(ARGV[4]) or 0
 local hash = budget > 0
@@ -88,7 +95,7 @@ if hash then
   end
 end
 
-local out = {now, deadline, '', skipped}
+local out = {now, deadline, '', skipped, 0}
 local n = #members
 if n > 0 then
   -- A deadline of its own (another batch may have claimed in this millisecond with the same

@@ -1,6 +1,6 @@
 -- Stats: one consistent, read-only snapshot of a queue's sizes (ZCOUNT/ZCARD only).
--- KEYS: source, inflight, dead
--- Reply: {now, due, total, inflight, dead, oldest_due_score or ""}
+-- KEYS: source, inflight, dead, control
+-- Reply: {now, due, total, inflight, dead, oldest_due_score or "", paused (0 or 1)}
 local now = now_ms()
 local due = redis.call('ZCOUNT', KEYS[1], '-inf', now)
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -8,4 +8,8 @@ local oldest = ''
 if due > 0 and head[2] then
   oldest = head[2]
 end
-return {now, due, redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest}
+local paused = 0
+if redis.call('TYPE', KEYS[4])['ok'] == 'hash' then
+  paused = redis.call('HEXISTS', KEYS[4], 'paused')
+end
+return {now, due, redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, paused}

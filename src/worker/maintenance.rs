@@ -57,6 +57,7 @@ pub async fn stats_loop(t: Arc<Trigger>, interval: Duration, stop: CancellationT
             Ok(s) => {
                 t.health.redis_answered();
                 t.metrics.backlog(&s);
+                t.note_paused(s.paused);
             }
             Err(e) => {
                 if t.redis_error(&e) {

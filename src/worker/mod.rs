@@ -136,6 +136,19 @@ impl Trigger {
     }
 
     /// Counts a failed Redis call; a connection problem also marks Redis down for `/readyz`.
+    /// Mirrors an operator's pause, seen by a claim or a stats call, in the gauge and
+    /// `/readyz`; the first to see a change logs it.
+    fn note_paused(&self, paused: bool) {
+        self.metrics.paused(paused);
+        if self.health.set_paused(self.name(), paused) {
+            if paused {
+                tracing::warn!(trigger = %self.name(), "paused by an operator: nothing is claimed until `delay-bridge resume`");
+            } else {
+                tracing::info!(trigger = %self.name(), "resumed: claiming again");
+            }
+        }
+    }
+
     /// Counts a failed Redis call. A lost or slow Redis is logged by [`Health`], once for
     /// every caller; `true` when the error is this trigger's own and the caller logs it.
     fn redis_error(&self, e: &StoreError) -> bool {
@@ -301,6 +314,7 @@ impl Worker {
         self.t.metrics.claimed(batch.items.len(), took);
         self.batch.adapt(batch.items.len(), took);
         self.t.note_head(&batch, claimed_at);
+        self.t.note_paused(batch.paused);
         if batch.skipped > 0 {
             self.t
                 .held_back
@@ -375,6 +389,15 @@ impl Worker {
             _ = self.stop.cancelled() => return,
         };
         let guard = Instant::now() + jitter_down(t.config.guard_interval);
+        if t.metrics.is_paused() {
+            // Producers keep writing to a paused queue: their notifications would only
+            // wake a claim that takes nothing. A resume is seen within the guard interval.
+            tokio::select! {
+                _ = tokio::time::sleep_until(guard) => {}
+                _ = self.stop.cancelled() => {}
+            }
+            return;
+        }
         let wake_at = t.next_due().map_or(guard, |due| due.min(guard));
         tokio::select! {
             _ = tokio::time::sleep_until(wake_at) => {}

@@ -46,12 +46,7 @@ pub async fn redis_now(conn: &mut Conn) -> i64 {
 pub async fn cleanup_keys(conn: &mut Conn, key: &str) {
     let keys = QueueKeys::derive(key).unwrap();
     let _: () = redis::cmd("DEL")
-        .arg(&keys.source)
-        .arg(&keys.inflight)
-        .arg(&keys.attempts)
-        .arg(&keys.dead)
-        .arg(&keys.dead_reasons)
-        .arg(&keys.bodies)
+        .arg(&keys.all()[..])
         .query_async(conn)
         .await
         .unwrap();
