@@ -33,7 +33,10 @@ pub fn redis_endpoint(config: &Config) -> anyhow::Result<Arc<Endpoint>> {
 
 /// The store of trigger `tc` on `conn`: its keys, and its bodies hash in hash payload mode.
 pub fn trigger_store(tc: &TriggerConfig, conn: Conn) -> anyhow::Result<Store> {
-    let store = Store::new(conn, QueueKeys::derive(&tc.key)?);
+    let mut store = Store::new(conn, QueueKeys::derive(&tc.key)?);
+    if let Some((per_second, burst)) = tc.rate() {
+        store = store.with_rate_limit(per_second, burst);
+    }
     Ok(match tc.payload {
         PayloadMode::Inline => store,
         PayloadMode::Hash => store

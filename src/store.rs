@@ -95,6 +95,8 @@ pub struct ClaimBatch {
     pub skipped: u64,
     /// The queue is paused by an operator: nothing was claimed, and the head is unknown.
     pub paused: bool,
+    /// The rate limit allows the next member this much later: nothing was claimed.
+    pub rate_wait: Option<Duration>,
     /// The claimed members, earliest first.
     pub items: Vec<Claimed>,
 }
@@ -248,6 +250,8 @@ pub struct Store {
     claim_bytes: Option<usize>,
     /// Hash payload mode: larger bodies are not read, only their size is (0: no limit).
     largest_body: usize,
+    /// The rate limit: messages per millisecond and the most tokens (the burst).
+    rate: Option<(f64, u32)>,
 }
 
 impl Store {
@@ -258,6 +262,7 @@ impl Store {
             keys: std::sync::Arc::new(keys),
             claim_bytes: None,
             largest_body: 0,
+            rate: None,
         }
     }
 
@@ -265,6 +270,13 @@ impl Store {
     /// ([`Body::TooLarge`]), so one oversized body costs Redis nothing but a length.
     pub fn with_largest_body(mut self, bytes: usize) -> Self {
         self.largest_body = bytes;
+        self
+    }
+
+    /// Limits claims to `per_second` members on average, `burst` at once, across every
+    /// bridge on this queue (a token bucket in the control hash, on the Redis clock).
+    pub fn with_rate_limit(mut self, per_second: f64, burst: u32) -> Self {
+        self.rate = Some((per_second / 1000.0, burst.max(1)));
         self
     }
 
@@ -303,6 +315,8 @@ impl Store {
             .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
             .arg(self.claim_bytes.unwrap_or(0))
             .arg(self.largest_body)
+            .arg(self.rate.map_or(0.0, |(per_ms, _)| per_ms))
+            .arg(self.rate.map_or(0, |(_, burst)| burst))
             .invoke_async(&mut conn)
             .await?;
         parse_claim(reply, self.hash_bodies())
@@ -545,7 +559,7 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         return Err(StoreError::Reply("claim reply is not an array"));
     };
     let width = if hash { 4 } else { 3 };
-    if items.len() < 5 || (items.len() - 5) % width != 0 {
+    if items.len() < 6 || (items.len() - 6) % width != 0 {
         return Err(StoreError::Reply("claim reply length"));
     }
     let mut it = items.into_iter();
@@ -555,7 +569,15 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         Some(head),
         Some(Value::Int(skipped)),
         Some(Value::Int(paused)),
-    ) = (it.next(), it.next(), it.next(), it.next(), it.next())
+        Some(Value::Int(wait)),
+    ) = (
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+    )
     else {
         return Err(StoreError::Reply("claim reply header"));
     };
@@ -599,6 +621,7 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         next_head_ms,
         skipped: u64::try_from(skipped).unwrap_or(0),
         paused: paused == 1,
+        rate_wait: (wait > 0).then(|| Duration::from_millis(wait as u64)),
         items: out,
     })
 }

@@ -122,7 +122,7 @@ log: format=enum level=string
 shutdown: timeout=duration
 sinks.r: url=string urls=list password_file=string declare=table reconnect_max=duration
 sinks.k: brokers=string properties=table sasl_password_file=string
-triggers: name=string key=string sink=string exchange=string routing_key=string routing_key_pointer=string payload=enum workers=count batch=count lease=duration guard_interval=duration publish_timeout=duration max_attempts=count backoff_initial=duration backoff_max=duration max_message_bytes=count
+triggers: name=string key=string sink=string exchange=string routing_key=string routing_key_pointer=string payload=enum workers=count batch=count lease=duration guard_interval=duration publish_timeout=duration max_attempts=count backoff_initial=duration backoff_max=duration max_message_bytes=count rate_limit=string rate_burst=count
 kafka_triggers: topic=string kafka_key=enum
 ";
 
@@ -143,6 +143,12 @@ triggers: guard_interval = "1ms"
 triggers: backoff_initial = "0s"
 triggers: backoff_max = "1ms"
 triggers: max_message_bytes = 0
+triggers: rate_limit = "fast"
+triggers: rate_limit = "0/s"
+triggers: rate_limit = "5/d"
+triggers: rate_limit = "2000000/s"
+triggers: rate_burst = 0
+triggers: rate_burst = 5
 triggers: name = ""
 triggers: name = "has space"
 triggers: key = ""

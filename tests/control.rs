@@ -116,3 +116,57 @@ async fn pause_holds_every_replica_across_a_restart_and_resume_delivers() {
     );
     cleanup_keys(&mut r, &key).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_holds_every_replica_together_and_drains_the_backlog() {
+    let n = 60;
+    let (rate, burst) = (20, 5);
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("rate").await;
+    let key = format!("{}:{{control}}", unique("rate"));
+    schedule(&mut r, &key, n, 0).await;
+    let extra =
+        format!("rate_limit = \"{rate}/s\"\nrate_burst = {burst}\nworkers = 4\nbatch = 50\n");
+    let settings = |port| base_config(port) + &amqp_trigger("limited", &key, &capture, &extra);
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = Bridge::start(&settings(port_a), port_a);
+    let b = Bridge::start(&settings(port_b), port_b);
+    a.expect_arrivals(n, Duration::from_secs(30), || capture.count())
+        .await;
+
+    // Two replicas of four workers each send no faster than the one bucket allows: the
+    // burst, then `rate` a second (with a quarter second of slack for the first message
+    // arriving later after its claim than the rest).
+    let mut at: Vec<i64> = capture.snapshot().iter().map(|m| m.at_ms).collect();
+    at.sort_unstable();
+    let first_second = at.iter().take_while(|t| **t < at[0] + 1000).count();
+    assert!(
+        first_second <= burst + rate + rate / 4,
+        "{first_second} messages in the first second at {rate}/s with a burst of {burst}"
+    );
+    let span = at[n - 1] - at[0];
+    println!("{rate}/s, burst {burst}: {first_second} in the first second, {n} in {span} ms");
+    let least = (n - burst) as i64 * 1000 / rate as i64;
+    assert!(
+        span >= least - 100,
+        "{n} messages in {span} ms; the rate allows no less than {least} ms"
+    );
+    assert_eq!(capture.tally().len(), n, "every message once");
+    assert!(capture.tally().values().all(|c| *c == 1));
+    let waited = a
+        .metric(
+            "delay_bridge_rate_limited_claims_total",
+            &[("trigger", "limited")],
+        )
+        .await
+        + b.metric(
+            "delay_bridge_rate_limited_claims_total",
+            &[("trigger", "limited")],
+        )
+        .await;
+    assert!(waited > 0.0, "claims found the bucket empty");
+    for bridge in [&a, &b] {
+        bridge.assert_no_panic();
+    }
+    cleanup_keys(&mut r, &key).await;
+}

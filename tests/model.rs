@@ -30,6 +30,10 @@ const LONG_LEASE: Duration = Duration::from_secs(600);
 const RETRY_LATER: Duration = Duration::from_secs(3600);
 /// Hash mode: the claim byte budget of the case's store, more than any batch's bodies.
 const ROOMY: usize = 1 << 20;
+/// The rate limit of [`Op::RateClaim`], per second: a case (tens of ms) refills a token or so.
+const RATE: f64 = 20.0;
+/// The token bucket's size for [`Op::RateClaim`].
+const BURST: u32 = 2;
 
 #[derive(Debug, Clone, Copy)]
 enum When {
@@ -113,6 +117,11 @@ enum Op {
     Reschedule {
         member: usize,
         when: When,
+    },
+    /// A claim by a store with the rate limit [`RATE`] (a token bucket of [`BURST`]).
+    RateClaim {
+        batch: usize,
+        short: bool,
     },
     /// Hash mode: a claim whose bodies may total `budget` bytes (at least one member).
     ClaimBytes {
@@ -219,8 +228,9 @@ fn hash_op() -> impl Strategy<Value = Op> {
             .prop_map(|(batch, short, budget)| Op::ClaimBytes { batch, short, budget }),
         4 => (any::<usize>(), vec(disp(), 1..4)).prop_map(|(which, disp)| Op::Settle { which, disp }),
         1 => Just(Op::Expire),
+        4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::RateClaim { batch, short }),
         1 => Just(Op::Pause { on: true }),
-        2 => Just(Op::Pause { on: false }),
+        4 => Just(Op::Pause { on: false }),
         2 => (0usize..4).prop_map(|limit| Op::Recover { limit }),
         1 => Just(Op::Sweep),
         2 => (vec(0..POOL.len(), 0..3), 0usize..3)
@@ -236,8 +246,9 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::Claim { batch, short }),
         4 => (any::<usize>(), vec(disp(), 1..4)).prop_map(|(which, disp)| Op::Settle { which, disp }),
         1 => Just(Op::Expire),
+        4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::RateClaim { batch, short }),
         1 => Just(Op::Pause { on: true }),
-        2 => Just(Op::Pause { on: false }),
+        4 => Just(Op::Pause { on: false }),
         2 => (0usize..4).prop_map(|limit| Op::Recover { limit }),
         1 => Just(Op::Sweep),
         2 => (vec(0..POOL.len(), 0..3), 0usize..3)
@@ -316,6 +327,9 @@ struct Model {
     bodies: Option<Bodies>,
     /// Paused by an operator: claims take nothing.
     paused: bool,
+    /// The rate limit's bucket (tokens, as of Redis time ms), once a rate-limited claim took
+    /// something.
+    bucket: Option<(f64, i64)>,
 }
 
 /// Hash mode: the bodies hash, and what the producer wrote to it.
@@ -381,6 +395,8 @@ struct Tally {
     requeued: AtomicU64,
     wrong_type: AtomicU64,
     paused_claims: AtomicU64,
+    rate_waits: AtomicU64,
+    cut_by_rate: AtomicU64,
     /// Hash mode from here on.
     bodies_claimed: AtomicU64,
     missing_claimed: AtomicU64,
@@ -497,14 +513,15 @@ impl Case {
         match op {
             Op::Schedule { member, when } => self.schedule(POOL[*member], *when).await,
             Op::Cancel { member } => self.cancel(POOL[*member]).await,
-            Op::Claim { batch, short } => self.claim(*batch, *short, None).await,
+            Op::Claim { batch, short } => self.claim(*batch, *short, None, false).await,
+            Op::RateClaim { batch, short } => self.claim(*batch, *short, None, true).await,
             Op::Produce { member, when, body } => self.produce(POOL[*member], *when, *body).await,
             Op::Reschedule { member, when } => self.reschedule(POOL[*member], *when).await,
             Op::ClaimBytes {
                 batch,
                 short,
                 budget,
-            } => self.claim(*batch, *short, Some(*budget)).await,
+            } => self.claim(*batch, *short, Some(*budget), false).await,
             Op::Settle { which, disp } => self.settle(*which, disp).await,
             Op::Expire => self.expire().await,
             Op::Pause { on } => self.pause(*on).await,
@@ -688,18 +705,26 @@ impl Case {
     }
 
     /// Claims with the case's store, or in hash mode with one whose bodies may total `budget`.
-    async fn claim(&mut self, batch: usize, short: bool, budget: Option<usize>) -> Step {
+    /// With `rated`, by a store with the rate limit [`RATE`].
+    async fn claim(
+        &mut self,
+        batch: usize,
+        short: bool,
+        budget: Option<usize>,
+        rated: bool,
+    ) -> Step {
         let lease = if short { SHORT_LEASE } else { LONG_LEASE };
         let budget = self.m.bodies.as_ref().map(|_| budget.unwrap_or(ROOMY));
-        let got = match budget {
+        let mut store = match budget {
             Some(budget) if budget != ROOMY => {
                 Store::new(self.manager.clone(), self.keys.clone()).with_hash_bodies(budget)
             }
             _ => self.store.clone(),
+        };
+        if rated {
+            store = store.with_rate_limit(RATE, BURST);
         }
-        .claim(batch, lease)
-        .await
-        .unwrap();
+        let got = store.claim(batch, lease).await.unwrap();
         let now = got.now_ms;
         check_eq!(got.paused, self.m.paused, "claim sees the pause");
         if self.m.paused {
@@ -713,6 +738,40 @@ impl Case {
             bump(&self.tally.paused_claims, 1);
             return Ok(());
         }
+        // The token bucket, as the script computes it on the Redis clock.
+        let asked = batch;
+        let mut tokens = None;
+        let mut batch = batch;
+        if rated {
+            let per_ms = RATE / 1000.0;
+            let t = match self.m.bucket {
+                Some((held, at)) => (BURST as f64).min(held + (now - at).max(0) as f64 * per_ms),
+                None => BURST as f64,
+            };
+            if t < 1.0 {
+                let wait = ((1.0 - t) / per_ms).ceil() as u64;
+                check_eq!(
+                    got.rate_wait,
+                    Some(Duration::from_millis(wait)),
+                    "rate wait"
+                );
+                check!(
+                    got.items.is_empty(),
+                    "claimed past the rate: {:?}",
+                    got.items
+                );
+                check_eq!(
+                    (got.skipped, got.next_head_ms),
+                    (0, None),
+                    "rate-limited reply"
+                );
+                bump(&self.tally.rate_waits, 1);
+                return Ok(());
+            }
+            batch = batch.min(t.floor() as usize);
+            tokens = Some(t);
+        }
+        check_eq!(got.rate_wait, None, "no rate wait");
         self.check_bodies(&got.items, budget)?;
         // now + lease, moved on a millisecond at a time while another lease has that deadline
         // (only when the claim takes something).
@@ -817,6 +876,12 @@ impl Case {
         );
 
         bump(&self.tally.claimed, due.len() as u64);
+        if let Some(t) = tokens.filter(|_| !due.is_empty()) {
+            self.m.bucket = Some((t - due.len() as f64, now));
+            if batch < asked && due.len() == batch {
+                bump(&self.tally.cut_by_rate, 1);
+            }
+        }
         if !due.is_empty() {
             self.m.open.push(OpenBatch {
                 id: self.m.next_batch,
@@ -1568,7 +1633,7 @@ fn scripts_agree_with_the_model_in_hash_payload_mode() {
     run_model(true, vec(hash_op(), 1..48));
 }
 
-/// Runs `MODEL_CASES` cases (96 by default) of steps drawn from `ops`, in hash payload mode
+/// Runs `MODEL_CASES` cases (160 by default) of steps drawn from `ops`, in hash payload mode
 /// or inline.
 fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -1587,7 +1652,7 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
     let cases = std::env::var("MODEL_CASES")
         .ok()
         .and_then(|c| c.parse().ok())
-        .unwrap_or(96);
+        .unwrap_or(160);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -1602,7 +1667,8 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
     eprintln!(
         "model{}: {} steps in {:?}: claimed {}, skipped in flight {}, acked {}, acks not owned {}, \
          retried {}, dead {}, put back {}, merged {}, not owned {}, recovered {}, swept {}, \
-         requeued {}, wrong-type calls {}, claims while paused {}",
+         requeued {}, wrong-type calls {}, claims while paused {}, rate waits {}, claims cut \
+         by the rate {}",
         if hash { " (hash payloads)" } else { "" },
         get(&t.steps),
         started.elapsed(),
@@ -1620,6 +1686,8 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
         get(&t.requeued),
         get(&t.wrong_type),
         get(&t.paused_claims),
+        get(&t.rate_waits),
+        get(&t.cut_by_rate),
     );
     if hash {
         eprintln!(
@@ -1645,6 +1713,8 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
         ("merges", &t.merged),
         ("wrong-type calls", &t.wrong_type),
         ("claims while paused", &t.paused_claims),
+        ("claims that waited for the rate", &t.rate_waits),
+        ("claims cut by the rate", &t.cut_by_rate),
     ];
     if hash {
         paths.extend([

@@ -433,6 +433,12 @@ fn check(path: &std::path::Path) -> i32 {
         if let Some(allowed) = &t.allowed_routing_keys {
             payload.push_str(&format!(" allowed_routing_keys={allowed:?}"));
         }
+        if let Some((per_second, burst)) = t.rate() {
+            payload.push_str(&format!(
+                " rate_limit={per_second}/s burst={burst} (bucket in {})",
+                keys.control
+            ));
+        }
         let dest = t
             .destination
             .as_ref()

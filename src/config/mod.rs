@@ -463,6 +463,14 @@ pub struct TriggerConfig {
     /// `route_not_allowed`. Unset: any routing key on the trigger's exchange.
     #[serde(default)]
     pub allowed_routing_keys: Option<Vec<String>>,
+    /// Most messages forwarded per second, minute or hour (`"500/s"`, `"30/m"`, `"100/h"`),
+    /// by every bridge on this trigger together (a token bucket in Redis). Unset: no limit.
+    #[serde(default)]
+    pub rate_limit: Option<String>,
+    /// With `rate_limit`: the most messages sent at once after a quiet spell (the bucket's
+    /// size). Default: one second's worth, at least 1.
+    #[serde(default)]
+    pub rate_burst: Option<u32>,
     /// Worker tasks claiming and publishing for this trigger.
     #[serde(default = "default_workers")]
     pub workers: usize,
@@ -500,6 +508,41 @@ pub struct TriggerConfig {
 fn default_workers() -> usize {
     4
 }
+/// Largest `rate_limit`, per second.
+pub const MAX_RATE: f64 = 1_000_000.0;
+
+/// `"500/s"`, `"30/m"` (or `/min`), `"100/h"`: messages per second.
+pub fn parse_rate(text: &str) -> Result<f64, String> {
+    let bad = || format!("`{text}` is not a rate like \"500/s\", \"30/m\" or \"100/h\"");
+    let (count, unit) = text.split_once('/').ok_or_else(bad)?;
+    let count: f64 = count.trim().parse().map_err(|_| bad())?;
+    let seconds = match unit.trim() {
+        "s" | "sec" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(bad()),
+    };
+    let per_second = count / seconds;
+    if !(per_second.is_finite() && per_second > 0.0 && per_second <= MAX_RATE) {
+        return Err(format!(
+            "`{text}` must be more than 0 and at most {MAX_RATE} per second"
+        ));
+    }
+    Ok(per_second)
+}
+
+impl TriggerConfig {
+    /// The rate limit as (messages per second, burst), once validated.
+    pub fn rate(&self) -> Option<(f64, u32)> {
+        let per_second = parse_rate(self.rate_limit.as_deref()?).ok()?;
+        let burst = self
+            .rate_burst
+            .unwrap_or_else(|| per_second.ceil().min(u32::MAX as f64) as u32)
+            .max(1);
+        Some((per_second, burst))
+    }
+}
+
 fn default_batch() -> usize {
     256
 }

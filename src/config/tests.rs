@@ -400,3 +400,29 @@ fn envelope_routing_on_the_default_exchange_is_warned_about() {
         Ok(())
     });
 }
+
+#[test]
+fn rates_are_per_second_minute_or_hour_with_a_burst_of_one_second() {
+    assert_eq!(super::parse_rate("500/s"), Ok(500.0));
+    assert_eq!(super::parse_rate(" 30 / min"), Ok(0.5));
+    assert_eq!(super::parse_rate("90/m"), Ok(1.5));
+    assert_eq!(super::parse_rate("7200/h"), Ok(2.0));
+    assert_eq!(super::parse_rate("0.5/s"), Ok(0.5));
+    for bad in [
+        "500", "500/d", "/s", "x/s", "0/s", "-1/s", "NaN/s", "inf/s", "1e9/s",
+    ] {
+        assert!(super::parse_rate(bad).is_err(), "{bad}");
+    }
+    let mut jail_result = None;
+    Jail::expect_with(|jail| {
+        let toml = format!("{MINIMAL}rate_limit = \"90/m\"\n");
+        let c = load_in_jail(jail, &toml).unwrap();
+        jail_result = Some(c.triggers[0].rate());
+        Ok(())
+    });
+    assert_eq!(
+        jail_result,
+        Some(Some((1.5, 2))),
+        "a second's worth, rounded up"
+    );
+}

@@ -273,6 +273,19 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
                 "must be greater than zero (unset: messages never expire)".into(),
             );
         }
+        if let Some(rate) = &t.rate_limit {
+            if let Err(e) = super::parse_rate(rate) {
+                push(k("rate_limit"), e);
+            }
+        }
+        match (t.rate_burst, &t.rate_limit) {
+            (Some(0), _) => push(k("rate_burst"), "must be at least 1".into()),
+            (Some(_), None) => push(
+                k("rate_burst"),
+                "has no effect without rate_limit; set both or neither".into(),
+            ),
+            _ => {}
+        }
         if t.max_claim_bytes == 0 || t.max_claim_bytes > MAX_CLAIM_BYTES {
             push(
                 k("max_claim_bytes"),

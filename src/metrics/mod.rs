@@ -36,6 +36,8 @@ pub struct Metrics {
     pub claim_batch_size: HistogramVec,
     /// Claims that found nothing due.
     pub empty_claims: IntCounterVec,
+    /// Claims that took nothing because the trigger's rate limit was spent.
+    pub rate_limited_claims: IntCounterVec,
     /// Times an idle worker was woken by a keyspace notification.
     pub notify_wakeups: IntCounterVec,
     /// Redis errors by trigger and kind.
@@ -173,6 +175,11 @@ impl Metrics {
                 size_buckets,
             ),
             empty_claims: counter("empty_claims_total", "Claims that found nothing due", &["trigger"]),
+            rate_limited_claims: counter(
+                "rate_limited_claims_total",
+                "Claims that took nothing because the trigger's rate limit was spent",
+                &["trigger"],
+            ),
             notify_wakeups: counter(
                 "notify_wakeups_total",
                 "Idle waits ended early by a keyspace notification",

@@ -29,6 +29,7 @@ pub struct TriggerMetrics {
     claim_duration: Histogram,
     claim_batch_size: Histogram,
     empty_claims: IntCounter,
+    rate_limited_claims: IntCounter,
     notify_wakeups: IntCounter,
     retried: IntCounterVec,
     dead_lettered: IntCounterVec,
@@ -62,6 +63,7 @@ impl TriggerMetrics {
             claim_duration: m.claim_duration.with_label_values(&one),
             claim_batch_size: m.claim_batch_size.with_label_values(&one),
             empty_claims: m.empty_claims.with_label_values(&one),
+            rate_limited_claims: m.rate_limited_claims.with_label_values(&one),
             notify_wakeups: m.notify_wakeups.with_label_values(&one),
             retried: m.retried.clone(),
             dead_lettered: m.dead_lettered.clone(),
@@ -71,6 +73,15 @@ impl TriggerMetrics {
                 .map(|state| m.backlog.with_label_values(&[name, state])),
             oldest_due_age: m.oldest_due_age.with_label_values(&one),
             paused: m.trigger_paused.with_label_values(&one),
+        }
+    }
+
+    /// A claim script call took `took` and took nothing because the trigger is paused or,
+    /// with `rate_limited`, its rate limit is spent.
+    pub fn held(&self, took: Duration, rate_limited: bool) {
+        self.claim_duration.observe(took.as_secs_f64());
+        if rate_limited {
+            self.rate_limited_claims.inc();
         }
     }
 

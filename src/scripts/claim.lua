@@ -10,12 +10,18 @@
 -- (0: no limit) is not read at all.
 -- While the control hash has a `paused` field, nothing is claimed: every replica stops at
 -- its next claim, and producers keep writing.
+-- With a rate (ARGV[5] > 0, messages per ms) a token bucket in the control hash (fields
+-- `tokens` and `at`, on the Redis clock) holds up to ARGV[6] tokens: a claim takes at most
+-- as many members as there are whole tokens, and spends one per member, so every replica
+-- together stays within the rate. The bucket is written only when members are claimed.
 -- KEYS: the queue's seven keys (see prelude)
--- ARGV: limit, lease ms, body byte budget (0: inline), largest body to read (0: any)
--- Reply: {now, deadline, next_head_score or "", skipped, paused, member, due_score, attempt,
---         [body], ...}
+-- ARGV: limit, lease ms, body byte budget (0: inline), largest body to read (0: any),
+--       rate (messages per ms, 0: none), burst (most tokens)
+-- Reply: {now, deadline, next_head_score or "", skipped, paused, wait, member, due_score,
+--         attempt, [body], ...}
 --   skipped: due members left in place because an earlier copy of them is still in flight.
 --   paused: 1 when the queue is paused (then nothing is claimed and the head is "").
+--   wait: ms until the rate allows the next member (then nothing is claimed); else 0.
 --   body (hash mode only): the body; 0 where the id has none; its size where it is too large.
 local now, bad = begin()
 if bad then
@@ -24,7 +30,22 @@ end
 local limit = tonumber(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
 if redis.call('HEXISTS', KEYS[7], 'paused') == 1 then
-  return {now, deadline, '', 0, 1}
+  return {now, deadline, '', 0, 1, 0}
+end
+local rate = tonumber(ARGV[5]) or 0
+local tokens
+if rate > 0 then
+  local burst = tonumber(ARGV[6]) or 1
+  local bucket = redis.call('HMGET', KEYS[7], 'tokens', 'at')
+  local held, at = tonumber(bucket[1]), tonumber(bucket[2])
+  tokens = burst
+  if held and at then
+    tokens = math.min(burst, held + math.max(0, now - at) * rate)
+  end
+  if tokens < 1 then
+    return {now, deadline, '', 0, 0, math.ceil((1 - tokens) / rate)}
+  end
+  limit = math.min(limit, math.floor(tokens))
 end
 local budget = tonumber(ARGV[3]) or 0
 local largest = tonumber(ARGV[4]) or 0
@@ -95,7 +116,7 @@ if hash then
   end
 end
 
-local out = {now, deadline, '', skipped, 0}
+local out = {now, deadline, '', skipped, 0, 0}
 local n = #members
 if n > 0 then
   -- A deadline of its own (another batch may have claimed in this millisecond with the same
@@ -121,6 +142,9 @@ if n > 0 then
   end
   if #args > 0 then
     redis.call('ZADD', KEYS[2], unpack(args))
+  end
+  if tokens then
+    redis.call('HSET', KEYS[7], 'tokens', string.format('%.17g', tokens - n), 'at', now)
   end
   local counted = redis.call('EXISTS', KEYS[3]) == 1
   for i = 1, n do

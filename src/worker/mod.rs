@@ -210,6 +210,10 @@ struct Worker {
 /// while the broker confirms the previous ones.
 pub const MAX_IN_FLIGHT: usize = 4;
 
+/// Shortest wait for the rate limit's next token: below it, a low rate would cost one claim
+/// per message.
+const RATE_TICK: Duration = Duration::from_millis(10);
+
 pub(super) const ERROR_BACKOFF: Backoff = Backoff {
     initial: Duration::from_millis(100),
     max: Duration::from_secs(5),
@@ -311,10 +315,19 @@ impl Worker {
         self.t.health.redis_answered();
         let claimed_at = Instant::now();
         let took = claimed_at - started;
+        self.t.note_paused(batch.paused);
+        if batch.paused || batch.rate_wait.is_some() {
+            // Held by an operator or the rate limit: nothing was looked at.
+            self.t.metrics.held(took, batch.rate_wait.is_some());
+            match batch.rate_wait {
+                Some(wait) => self.pause(wait.max(RATE_TICK)).await,
+                None => self.idle().await,
+            }
+            return None;
+        }
         self.t.metrics.claimed(batch.items.len(), took);
         self.batch.adapt(batch.items.len(), took);
         self.t.note_head(&batch, claimed_at);
-        self.t.note_paused(batch.paused);
         if batch.skipped > 0 {
             self.t
                 .held_back
