@@ -1,4 +1,5 @@
-//! The Redis side of a queue: the claim, settle, recover, requeue and stats scripts.
+//! The Redis side of a queue: the claim, settle, recover, requeue and stats scripts, and
+//! (in `operate`) what operators do to a queue.
 
 use std::time::Duration;
 
@@ -6,6 +7,11 @@ use crate::redis_conn::Conn;
 use redis::{Script, Value};
 
 use crate::keys::QueueKeys;
+
+mod operate;
+pub use operate::{
+    Cursor, Forecast, Found, Page, Place, Purge, ScheduledEntry, MAX_BUCKETS, MAX_PAGE,
+};
 
 /// Errors talking to Redis or reading a script's reply.
 #[derive(Debug, thiserror::Error)]
@@ -215,6 +221,9 @@ struct Scripts {
     requeue: Script,
     stats: Script,
     cancel: Script,
+    browse: Script,
+    reschedule: Script,
+    purge: Script,
 }
 
 /// Helpers every script starts with.
@@ -230,6 +239,9 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
     recover: script(include_str!("scripts/recover.lua")),
     requeue: script(include_str!("scripts/requeue.lua")),
     stats: script(include_str!("scripts/stats.lua")),
+    browse: script(include_str!("scripts/browse.lua")),
+    reschedule: script(include_str!("scripts/reschedule.lua")),
+    purge: script(include_str!("scripts/purge.lua")),
     // The producers' own script: standalone, so that it reads the same wherever it is used.
     cancel: Script::new(CANCEL),
 });
@@ -297,7 +309,7 @@ impl Store {
         &self.keys
     }
 
-    /// An invocation of `script` with the queue's six keys, in the order every script takes.
+    /// An invocation of `script` with the queue's seven keys, in the order every script takes.
     fn keyed<'s>(&self, script: &'s Script) -> redis::ScriptInvocation<'s> {
         let mut inv = script.prepare_invoke();
         for key in self.keys.all() {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use delay_bridge::keys::QueueKeys;
 use delay_bridge::redis_conn::Conn;
-use delay_bridge::store::{Body, Claimed, FailOutcome, Failure, Settlement, Store};
+use delay_bridge::store::{Body, Claimed, FailOutcome, Failure, Purge, Settlement, Store};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -81,6 +81,8 @@ enum Script {
     Settle,
     Recover,
     Requeue,
+    Move,
+    Purge,
 }
 
 /// Hash mode: the body a producer writes.
@@ -138,6 +140,18 @@ enum Op {
     Pause {
         on: bool,
     },
+    /// `delay-bridge reschedule` (or `promote`, with `earlier`): a new due time for a
+    /// scheduled member, its attempt count kept.
+    Move {
+        member: usize,
+        when: When,
+        earlier: bool,
+    },
+    /// `delay-bridge purge`: every dead letter, or the scheduled members due by `to`.
+    Purge {
+        dead: bool,
+        to: When,
+    },
     /// Waits until every short lease in flight is past its deadline on the Redis clock.
     Expire,
     Recover {
@@ -193,6 +207,8 @@ fn script() -> impl Strategy<Value = Script> {
         Just(Script::Settle),
         Just(Script::Recover),
         Just(Script::Requeue),
+        Just(Script::Move),
+        Just(Script::Purge),
     ]
 }
 
@@ -229,6 +245,9 @@ fn hash_op() -> impl Strategy<Value = Op> {
         4 => (any::<usize>(), vec(disp(), 1..4)).prop_map(|(which, disp)| Op::Settle { which, disp }),
         1 => Just(Op::Expire),
         4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::RateClaim { batch, short }),
+        1 => (0..POOL.len(), when(), any::<bool>())
+            .prop_map(|(member, when, earlier)| Op::Move { member, when, earlier }),
+        1 => (any::<bool>(), when()).prop_map(|(dead, to)| Op::Purge { dead, to }),
         1 => Just(Op::Pause { on: true }),
         4 => Just(Op::Pause { on: false }),
         2 => (0usize..4).prop_map(|limit| Op::Recover { limit }),
@@ -247,6 +266,9 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (any::<usize>(), vec(disp(), 1..4)).prop_map(|(which, disp)| Op::Settle { which, disp }),
         1 => Just(Op::Expire),
         4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::RateClaim { batch, short }),
+        1 => (0..POOL.len(), when(), any::<bool>())
+            .prop_map(|(member, when, earlier)| Op::Move { member, when, earlier }),
+        1 => (any::<bool>(), when()).prop_map(|(dead, to)| Op::Purge { dead, to }),
         1 => Just(Op::Pause { on: true }),
         4 => Just(Op::Pause { on: false }),
         2 => (0usize..4).prop_map(|limit| Op::Recover { limit }),
@@ -396,6 +418,8 @@ struct Tally {
     wrong_type: AtomicU64,
     paused_claims: AtomicU64,
     rate_waits: AtomicU64,
+    moved: AtomicU64,
+    purged: AtomicU64,
     cut_by_rate: AtomicU64,
     /// Hash mode from here on.
     bodies_claimed: AtomicU64,
@@ -525,6 +549,12 @@ impl Case {
             Op::Settle { which, disp } => self.settle(*which, disp).await,
             Op::Expire => self.expire().await,
             Op::Pause { on } => self.pause(*on).await,
+            Op::Move {
+                member,
+                when,
+                earlier,
+            } => self.move_due(POOL[*member], *when, *earlier).await,
+            Op::Purge { dead, to } => self.purge(*dead, *to).await,
             Op::Recover { limit } => self.recover(*limit).await,
             Op::Sweep => self.sweep().await,
             Op::Requeue { members, limit } => self.requeue(members, *limit).await,
@@ -694,6 +724,80 @@ impl Case {
             .collect();
         due.sort_by(by_score);
         due
+    }
+
+    /// The operator's reschedule (promote with `earlier`): only a scheduled member moves,
+    /// and its attempt count moves with it.
+    async fn move_due(&mut self, member: &[u8], when: When, earlier: bool) -> Step {
+        let (score, _) = self.due(when);
+        if score.is_infinite() {
+            // Operators give due times in epoch ms.
+            return Ok(());
+        }
+        let changed = self
+            .store
+            .reschedule(&[member.to_vec()], Some(score as i64), earlier)
+            .await
+            .unwrap();
+        let want = match self.m.source.get_mut(member) {
+            Some(s) if s.score != score && (!earlier || s.score > score) => {
+                s.score = score;
+                true
+            }
+            _ => false,
+        };
+        check_eq!(changed, u64::from(want), "moved {member:?} to {score}");
+        bump(&self.tally.moved, u64::from(want));
+        Ok(())
+    }
+
+    /// The operator's purge: every dead letter, or every scheduled member due by `to`.
+    /// Their schedules end there, like a cancel; in hash mode a body goes unless another
+    /// copy of its id (scheduled, in flight or dead) still needs it.
+    async fn purge(&mut self, dead: bool, to: When) -> Step {
+        let (to_score, _) = self.due(to);
+        let what = if dead {
+            Purge::Dead
+        } else {
+            Purge::Scheduled {
+                from: None,
+                to: (to_score != f64::INFINITY).then(|| to_score.max(i64::MIN as f64) as i64),
+            }
+        };
+        let deleted = self.store.purge(what).await.unwrap();
+        let gone: Vec<Vec<u8>> = if dead {
+            self.m.dead.keys().cloned().collect()
+        } else {
+            let limit = match what {
+                Purge::Scheduled { to: Some(t), .. } => t as f64,
+                _ => f64::INFINITY,
+            };
+            self.m
+                .source
+                .iter()
+                .filter(|(_, s)| s.score <= limit)
+                .map(|(m, _)| m.clone())
+                .collect()
+        };
+        check_eq!(deleted, gone.len() as u64, "purged (dead: {dead})");
+        for m in &gone {
+            let schedules = if dead {
+                self.m.dead.remove(m).map(|d| d.schedules)
+            } else {
+                self.m.source.remove(m).map(|s| s.schedules)
+            };
+            self.m.cancelled.extend(schedules.unwrap_or_default());
+            if let Some(b) = &mut self.m.bodies {
+                let needed = self.m.inflight.contains_key(m)
+                    || self.m.source.contains_key(m)
+                    || self.m.dead.contains_key(m);
+                if !needed {
+                    b.held.remove(m);
+                }
+            }
+        }
+        bump(&self.tally.purged, gone.len() as u64);
+        Ok(())
     }
 
     /// Pauses or resumes: the store says whether that changed anything.
@@ -1293,7 +1397,7 @@ impl Case {
         };
         // Scripts touch only some keys: those that never look at `key` are not expected to fail.
         let touches = match script {
-            Script::Claim | Script::Settle => true,
+            Script::Claim | Script::Settle | Script::Move | Script::Purge => true,
             Script::Recover => {
                 matches!(key, Derived::Source | Derived::Inflight | Derived::Attempts)
             }
@@ -1351,6 +1455,19 @@ impl Case {
             }
             Script::Recover => self.store.recover(4, Some("0")).await.map(|_| ()),
             Script::Requeue => self.store.requeue_dead(&[], 4).await.map(|_| ()),
+            Script::Move => self
+                .store
+                .reschedule(&[POOL[0].to_vec()], Some(self.base), false)
+                .await
+                .map(|_| ()),
+            Script::Purge => self
+                .store
+                .purge(Purge::Scheduled {
+                    from: None,
+                    to: None,
+                })
+                .await
+                .map(|_| ()),
         };
         let after = self.snapshot(&target).await;
         let _: () = redis::cmd("DEL")
@@ -1668,7 +1785,7 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
         "model{}: {} steps in {:?}: claimed {}, skipped in flight {}, acked {}, acks not owned {}, \
          retried {}, dead {}, put back {}, merged {}, not owned {}, recovered {}, swept {}, \
          requeued {}, wrong-type calls {}, claims while paused {}, rate waits {}, claims cut \
-         by the rate {}",
+         by the rate {}, moved {}, purged {}",
         if hash { " (hash payloads)" } else { "" },
         get(&t.steps),
         started.elapsed(),
@@ -1688,6 +1805,8 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
         get(&t.paused_claims),
         get(&t.rate_waits),
         get(&t.cut_by_rate),
+        get(&t.moved),
+        get(&t.purged),
     );
     if hash {
         eprintln!(
@@ -1715,6 +1834,8 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
         ("claims while paused", &t.paused_claims),
         ("claims that waited for the rate", &t.rate_waits),
         ("claims cut by the rate", &t.cut_by_rate),
+        ("operator moves", &t.moved),
+        ("purged members", &t.purged),
     ];
     if hash {
         paths.extend([

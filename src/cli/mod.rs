@@ -1,5 +1,4 @@
-//! The command line: `run`, `check`, `stats`, `enqueue`, `cancel`, `pause`, `resume`,
-//! `dead-letter` and `consume`.
+//! The command line: the daemon, `check`, and the commands that read or change a queue.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,6 +22,7 @@ macro_rules! say {
 /// Exit code for a bad configuration (EX_CONFIG).
 pub const EXIT_CONFIG: i32 = 78;
 
+mod operate;
 mod queue;
 
 use queue::{cancel, consume, dead_list, dead_requeue, enqueue, pause, stats};
@@ -101,6 +101,19 @@ pub enum Command {
         #[arg(long, short)]
         trigger: String,
     },
+    /// List scheduled messages by due time, a page at a time.
+    Browse(operate::BrowseArgs),
+    /// Show where one message is (scheduled, in flight, dead) and its body in hash mode.
+    Show(operate::ShowArgs),
+    /// Count the messages falling due per minute (or --bucket) from now on.
+    Forecast(operate::ForecastArgs),
+    /// Make scheduled messages due now (those due later; others are left alone).
+    Promote(operate::RescheduleArgs),
+    /// Give scheduled messages a new due time (--at or --delay).
+    Reschedule(operate::RescheduleArgs),
+    /// Delete scheduled messages (--scheduled, optionally a due range) or every dead letter
+    /// (--dead); needs --yes, else prints how many it would delete.
+    Purge(operate::PurgeArgs),
     /// Inspect and replay dead letters.
     #[command(subcommand)]
     DeadLetter(DeadLetter),
@@ -230,6 +243,30 @@ pub async fn dispatch(cli: Cli) -> i32 {
             id,
             payload,
         } => with_config(&config.config, |c| cancel(c, trigger, id, payload)).await,
+        Command::Browse(a) => {
+            let path = a.config_path().to_path_buf();
+            with_config(&path, |c| operate::browse(c, a)).await
+        }
+        Command::Show(a) => {
+            let path = a.config_path().to_path_buf();
+            with_config(&path, |c| operate::show(c, a)).await
+        }
+        Command::Forecast(a) => {
+            let path = a.config_path().to_path_buf();
+            with_config(&path, |c| operate::forecast(c, a)).await
+        }
+        Command::Promote(a) => {
+            let path = a.config_path().to_path_buf();
+            with_config(&path, |c| operate::reschedule(c, a, true)).await
+        }
+        Command::Reschedule(a) => {
+            let path = a.config_path().to_path_buf();
+            with_config(&path, |c| operate::reschedule(c, a, false)).await
+        }
+        Command::Purge(a) => {
+            let path = a.config_path().to_path_buf();
+            with_config(&path, |c| operate::purge(c, a)).await
+        }
         Command::Pause { config, trigger } => {
             with_config(&config.config, |c| pause(c, trigger, true)).await
         }

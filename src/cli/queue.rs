@@ -6,14 +6,14 @@ use std::time::Duration;
 use super::*;
 use crate::redis_conn::Conn;
 
-async fn connect(config: &Config) -> anyhow::Result<Conn> {
+pub(super) async fn connect(config: &Config) -> anyhow::Result<Conn> {
     crate::bridge::redis_endpoint(config)?
         .connect()
         .await
         .with_context(|| format!("connecting to {}", redact_url(&config.redis.url)))
 }
 
-fn store_for(config: &Config, conn: Conn, trigger: &str) -> anyhow::Result<Store> {
+pub(super) fn store_for(config: &Config, conn: Conn, trigger: &str) -> anyhow::Result<Store> {
     let t = config
         .triggers
         .iter()

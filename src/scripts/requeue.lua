@@ -2,7 +2,7 @@
 -- oldest) from the dead-letter set back to the source set, due now. A member the producer
 -- scheduled again keeps the earlier of its two due times (`ZADD LT`), so one parked at
 -- +inf fires now. The failure count starts afresh.
--- KEYS: the queue's six keys (see prelude)   ARGV: limit, member...
+-- KEYS: the queue's seven keys (see prelude)   ARGV: limit, member...
 -- Reply: number of members requeued
 local limit, malformed = number_arg(1, 'requeue limit')
 if malformed then

@@ -4,7 +4,7 @@
 -- expired cannot undo the claim of another.
 -- A retried or put-back member that the producer added again meanwhile keeps the
 -- producer's schedule (identical members de-duplicate; the fresh schedule restarts the count).
--- KEYS: the queue's six keys (see prelude)
+-- KEYS: the queue's seven keys (see prelude)
 -- In hash payload mode (ARGV[6] = 1) an acked id's body is deleted too, unless the id is
 -- scheduled again or dead-lettered (a newer copy needs it); every other action keeps it.
 -- ARGV: deadline, max_attempts, n_ack, n_fail, n_back, hash 0|1,

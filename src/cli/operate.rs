@@ -1,0 +1,311 @@
+//! The operator's commands on what a trigger holds: browse, show, forecast, promote, reschedule, purge.
+
+use std::time::Duration;
+
+use super::queue::{connect, store_for};
+use super::*;
+use crate::store::{Cursor, Place, Purge, MAX_BUCKETS, MAX_PAGE};
+
+/// `--config FILE -t TRIGGER`, shared by every command here.
+#[derive(Debug, Args)]
+pub struct Target {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Trigger whose queue to work on.
+    #[arg(long, short)]
+    trigger: String,
+}
+
+/// `browse`: scheduled messages by due time, a page at a time.
+#[derive(Debug, Args)]
+pub struct BrowseArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Earliest due time, epoch ms (default: the earliest).
+    #[arg(long)]
+    from: Option<i64>,
+    /// Latest due time, epoch ms (default: the latest).
+    #[arg(long)]
+    to: Option<i64>,
+    /// Entries per page (at most 1000).
+    #[arg(long, default_value_t = 100)]
+    limit: usize,
+    /// Start after this cursor, printed at the end of the previous page.
+    #[arg(long)]
+    after: Option<Cursor>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `show`: where one message is and what it holds.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The member (the id in hash payload mode).
+    member: String,
+}
+
+/// `forecast`: how many messages fall due per bucket from now on.
+#[derive(Debug, Args)]
+pub struct ForecastArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Width of a bucket.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1m")]
+    bucket: Duration,
+    /// Number of buckets (at most 1440).
+    #[arg(long, default_value_t = 60)]
+    buckets: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `promote` and `reschedule`: new due times for scheduled messages.
+#[derive(Debug, Args)]
+pub struct RescheduleArgs {
+    #[command(flatten)]
+    target: Target,
+    /// New due time, epoch ms (reschedule only).
+    #[arg(long, conflicts_with = "delay")]
+    at: Option<i64>,
+    /// New due time from now (reschedule only).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    delay: Option<Duration>,
+    /// Members (ids in hash payload mode).
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+/// `purge`: delete scheduled messages or dead letters, counted.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Delete scheduled messages (all, or those due within --from/--to).
+    #[arg(long, conflicts_with = "dead", required_unless_present = "dead")]
+    scheduled: bool,
+    /// Delete every dead letter.
+    #[arg(long)]
+    dead: bool,
+    /// With --scheduled: earliest due time, epoch ms.
+    #[arg(long, requires = "scheduled")]
+    from: Option<i64>,
+    /// With --scheduled: latest due time, epoch ms.
+    #[arg(long, requires = "scheduled")]
+    to: Option<i64>,
+    /// Confirms the deletion: without it, only the count is printed.
+    #[arg(long)]
+    yes: bool,
+}
+
+async fn open(target: &Target, config: &Config) -> anyhow::Result<Store> {
+    let conn = connect(config).await?;
+    store_for(config, conn, &target.trigger)
+}
+
+fn ms_text(ms: i64) -> String {
+    match u64::try_from(ms) {
+        Ok(ms) if ms < 253_402_300_800_000 => {
+            let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+            humantime::format_rfc3339_millis(at).to_string()
+        }
+        _ => ms.to_string(),
+    }
+}
+
+pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32> {
+    anyhow::ensure!(
+        (1..=MAX_PAGE).contains(&a.limit),
+        "--limit must be between 1 and {MAX_PAGE}"
+    );
+    let store = open(&a.target, &config).await?;
+    let page = store
+        .browse(a.from, a.to, a.after.as_ref(), a.limit)
+        .await?;
+    if a.json {
+        let v = serde_json::json!({
+            "items": page.items,
+            "next": page.next.as_ref().map(ToString::to_string),
+        });
+        say!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    say!("{:<24} {:>14} {:>8}  MEMBER", "DUE", "DUE_MS", "ATTEMPTS");
+    for e in &page.items {
+        let body = match e.body_size {
+            Some(size) if store.hash_bodies() => format!(
+                "  body {size} B: {}",
+                String::from_utf8_lossy(&e.body_preview).escape_debug()
+            ),
+            None if store.hash_bodies() => "  (no body)".to_string(),
+            _ => String::new(),
+        };
+        say!(
+            "{:<24} {:>14} {:>8}  {}{body}",
+            ms_text(e.due_ms),
+            e.due_ms,
+            e.attempts,
+            String::from_utf8_lossy(&e.member).escape_debug()
+        );
+    }
+    match page.next {
+        Some(next) => say!("next page: --after {next}"),
+        None => say!("(end)"),
+    }
+    Ok(0)
+}
+
+pub(super) async fn show(config: Config, a: ShowArgs) -> anyhow::Result<i32> {
+    let store = open(&a.target, &config).await?;
+    let found = store.find(a.member.as_bytes()).await?;
+    if found.places.is_empty() {
+        say!(
+            "`{}` is not scheduled, in flight or dead on {}",
+            a.member,
+            store.keys().source
+        );
+        return Ok(1);
+    }
+    for place in &found.places {
+        match place {
+            Place::Scheduled { due_ms, attempts } => say!(
+                "scheduled: due {} ({due_ms}), {attempts} failed attempts",
+                ms_text(*due_ms)
+            ),
+            Place::InFlight { lease_deadline_ms } => say!(
+                "in flight: leased until {} ({lease_deadline_ms})",
+                ms_text(*lease_deadline_ms)
+            ),
+            Place::Dead { at_ms, reason } => say!(
+                "dead since {} ({at_ms}): {}",
+                ms_text(*at_ms),
+                reason.as_deref().unwrap_or("no reason recorded")
+            ),
+        }
+    }
+    if store.hash_bodies() {
+        match &found.body {
+            Some(body) => say!("body ({} B): {}", body.len(), String::from_utf8_lossy(body)),
+            None => say!("no body in {}", store.keys().bodies),
+        }
+    }
+    Ok(0)
+}
+
+pub(super) async fn forecast(config: Config, a: ForecastArgs) -> anyhow::Result<i32> {
+    anyhow::ensure!(
+        (1..=MAX_BUCKETS).contains(&a.buckets),
+        "--buckets must be between 1 and {MAX_BUCKETS}"
+    );
+    anyhow::ensure!(
+        a.bucket >= Duration::from_millis(1),
+        "--bucket must be at least 1ms"
+    );
+    let store = open(&a.target, &config).await?;
+    let f = store.forecast(a.bucket, a.buckets).await?;
+    if a.json {
+        say!("{}", serde_json::to_string_pretty(&f)?);
+        return Ok(0);
+    }
+    say!("{:<24} {:>10}", "FROM", "DUE");
+    say!("{:<24} {:>10}", "overdue", f.overdue);
+    for (i, n) in f.buckets.iter().enumerate() {
+        let from = f.now_ms + (f.bucket_ms * i as u64) as i64;
+        say!("{:<24} {:>10}", ms_text(from), n);
+    }
+    say!("{:<24} {:>10}", "later", f.later);
+    Ok(0)
+}
+
+pub(super) async fn reschedule(
+    config: Config,
+    a: RescheduleArgs,
+    promote: bool,
+) -> anyhow::Result<i32> {
+    let store = open(&a.target, &config).await?;
+    let due = match (a.at, a.delay, promote) {
+        (None, None, true) => None,
+        (_, _, true) => anyhow::bail!("promote makes messages due now: drop --at and --delay"),
+        (Some(at), None, false) => Some(at),
+        (None, Some(delay), false) => {
+            let mut conn = connect(&config).await?;
+            let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
+            let delay = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+            Some((s * 1000 + us / 1000).saturating_add(delay))
+        }
+        _ => anyhow::bail!("reschedule needs --at MS or --delay DURATION"),
+    };
+    let members: Vec<Vec<u8>> = a.members.iter().map(|m| m.as_bytes().to_vec()).collect();
+    let changed = store.reschedule(&members, due, promote).await?;
+    let verb = if promote { "promoted" } else { "rescheduled" };
+    say!(
+        "{verb} {changed} of {} on {} (members not scheduled, or already due then, are left alone)",
+        members.len(),
+        store.keys().source
+    );
+    Ok(if changed == members.len() as u64 {
+        0
+    } else {
+        1
+    })
+}
+
+pub(super) async fn purge(config: Config, a: PurgeArgs) -> anyhow::Result<i32> {
+    let store = open(&a.target, &config).await?;
+    let what = if a.dead {
+        Purge::Dead
+    } else {
+        Purge::Scheduled {
+            from: a.from,
+            to: a.to,
+        }
+    };
+    if !a.yes {
+        let n = match what {
+            Purge::Dead => store.stats().await?.dead,
+            Purge::Scheduled { from, to } => store.count_scheduled(from, to).await?,
+        };
+        say!(
+            "would delete {n} {} from trigger `{}`: add --yes to delete them",
+            if a.dead {
+                "dead letters"
+            } else {
+                "scheduled messages"
+            },
+            a.target.trigger
+        );
+        return Ok(1);
+    }
+    let n = store.purge(what).await?;
+    say!(
+        "deleted {n} {} from trigger `{}`",
+        if a.dead {
+            "dead letters"
+        } else {
+            "scheduled messages"
+        },
+        a.target.trigger
+    );
+    Ok(0)
+}
+
+macro_rules! config_path {
+    ($($t:ty),*) => {$(
+        impl $t {
+            /// The `--config` file.
+            pub fn config_path(&self) -> &std::path::Path {
+                &self.target.config.config
+            }
+        }
+    )*};
+}
+config_path!(
+    BrowseArgs,
+    ShowArgs,
+    ForecastArgs,
+    RescheduleArgs,
+    PurgeArgs
+);

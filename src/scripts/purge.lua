@@ -1,0 +1,70 @@
+-- Purge: delete up to ARGV[2] (at most 1,000) scheduled members due within [ARGV[3], ARGV[4]]
+-- (ARGV[1] = "scheduled"), or the oldest dead letters (ARGV[1] = "dead") with their reasons.
+-- A scheduled member's attempt entry goes with it; in hash mode (ARGV[5] = "1") so does each id's body, unless a
+-- copy of the id is still scheduled, in flight or dead. In-flight members are never touched:
+-- their batches settle them. The caller repeats until the reply is 0.
+-- KEYS: the queue's seven keys (see prelude)
+-- ARGV: "scheduled" or "dead", limit, from (ms or "-inf"), to (ms or "+inf"), hash flag
+-- Reply: members deleted
+local limit, malformed = number_arg(2, 'purge limit')
+if malformed then
+  return malformed
+end
+local now, bad = begin()
+if bad then
+  return bad
+end
+limit = math.min(limit, 1000)
+if limit < 1 then
+  return 0
+end
+local members
+local from_set
+if ARGV[1] == 'dead' then
+  from_set = KEYS[4]
+  members = redis.call('ZRANGE', KEYS[4], 0, limit - 1)
+elseif ARGV[1] == 'scheduled' then
+  from_set = KEYS[1]
+  members = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[3], ARGV[4], 'LIMIT', 0, limit)
+else
+  return redis.error_reply('ERR purge what: scheduled or dead')
+end
+if #members == 0 then
+  return 0
+end
+each_chunk('ZREM', from_set, members)
+if from_set == KEYS[4] then
+  each_chunk('HDEL', KEYS[5], members)
+end
+-- A purged scheduled copy's attempt entry goes too; a copy in flight keeps its own (an
+-- entry belongs to the copy whose score it names). Dead letters keep their count in their
+-- reason, not in an entry.
+local leased = presence(KEYS[2], members)
+if from_set == KEYS[1] then
+  local stale = {}
+  for i, member in ipairs(members) do
+    if not leased[i] then
+      stale[#stale + 1] = member
+    end
+  end
+  if #stale > 0 then
+    each_chunk('HDEL', KEYS[3], stale)
+  end
+end
+if ARGV[5] == '1' then
+  local other = KEYS[1]
+  if from_set == KEYS[1] then
+    other = KEYS[4]
+  end
+  local elsewhere = presence(other, members)
+  local orphans = {}
+  for i, member in ipairs(members) do
+    if not leased[i] and not elsewhere[i] then
+      orphans[#orphans + 1] = member
+    end
+  end
+  if #orphans > 0 then
+    each_chunk('HDEL', KEYS[6], orphans)
+  end
+end
+return #members
