@@ -1,6 +1,7 @@
--- Browse: one page of scheduled members by due time, read-only. A page starts after the
--- cursor (the score and member of the previous page's last entry): by rank when that member
--- is still there with that score, else after its score. Work is bounded by the page size.
+-- Browse: one page of scheduled members by due time, read-only. A page starts right after
+-- the cursor (the score and member of the previous page's last entry) in the set's order,
+-- found by rank even if that member has left meanwhile: work is bounded by the page size
+-- and the log of the set's size, never by how far into the set the page is.
 -- KEYS: the queue's seven keys (see prelude)
 -- ARGV: from (ms or "-inf"), to (ms or "+inf"), limit, cursor score ("" for the first page),
 --       cursor member, preview (most body bytes returned per entry, hash mode; 0: inline)
@@ -19,22 +20,35 @@ local to = tonumber(ARGV[2])
 if ARGV[2] == '+inf' then
   to = math.huge
 end
-local page
-local rank = nil
-if ARGV[4] ~= '' then
-  local score = redis.call('ZSCORE', KEYS[1], ARGV[5])
-  if score and tonumber(score) == tonumber(ARGV[4]) then
-    rank = redis.call('ZRANK', KEYS[1], ARGV[5])
+-- Bytewise order, as Redis orders members of equal score (Lua's `<` follows the locale).
+local function before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
   end
+  return #a < #b
 end
-if rank then
-  page = redis.call('ZRANGE', KEYS[1], rank + 1, rank + limit, 'WITHSCORES')
+
+local page
+if ARGV[4] == '' then
+  page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[2], 'WITHSCORES', 'LIMIT', 0, limit)
 else
-  local from = ARGV[1]
-  if ARGV[4] ~= '' then
-    from = '(' .. ARGV[4]
+  -- The first rank after the cursor, whether or not its member is still there: members of
+  -- the cursor's score sit at ranks [lo, hi), in byte order; binary search among them.
+  local score, member = ARGV[4], ARGV[5]
+  local lo = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. score)
+  local hi = lo + redis.call('ZCOUNT', KEYS[1], score, score)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if before(member, redis.call('ZRANGE', KEYS[1], mid, mid)[1]) then
+      hi = mid
+    else
+      lo = mid + 1
+    end
   end
-  page = redis.call('ZRANGEBYSCORE', KEYS[1], from, ARGV[2], 'WITHSCORES', 'LIMIT', 0, limit)
+  page = redis.call('ZRANGE', KEYS[1], lo, lo + limit - 1, 'WITHSCORES')
 end
 local out = {}
 for j = 1, #page / 2 do
