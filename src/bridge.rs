@@ -139,6 +139,40 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
     let notifications =
         crate::notify::ensure_enabled(&mut conn, config.redis.enable_keyspace_events).await;
 
+    // Bound before any worker claims, so a taken port stops nothing mid-batch.
+    let admin_triggers = config
+        .triggers
+        .iter()
+        .map(|tc| {
+            let store = trigger_store(tc, conn.clone()).expect("validated");
+            let t = crate::admin::AdminTrigger {
+                config: tc.clone(),
+                store,
+            };
+            (tc.name.clone(), t)
+        })
+        .collect();
+    let admin = match crate::admin::serve(
+        &config.admin,
+        admin_triggers,
+        metrics.clone(),
+        http_stop.clone(),
+    )
+    .await
+    {
+        Ok(admin) => admin,
+        Err(e) => {
+            sink_stop.cancel();
+            http_stop.cancel();
+            return Err(e.context(format!(
+                "admin.listen: starting the admin API on {}",
+                config
+                    .admin
+                    .listen
+                    .map_or_else(String::new, |l| l.to_string())
+            )));
+        }
+    };
     let abort = CancellationToken::new();
     let mut triggers = Vec::new();
     let workers = TaskTracker::new();
@@ -214,6 +248,9 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
     let _ = tokio::time::timeout(Duration::from_secs(1), tasks.wait()).await;
     http_stop.cancel();
     let _ = tokio::time::timeout(Duration::from_millis(500), http).await;
+    if let Some(admin) = admin {
+        let _ = tokio::time::timeout(Duration::from_millis(500), admin).await;
+    }
     tracing::info!("stopped");
     outcome()
 }

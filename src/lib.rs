@@ -13,6 +13,7 @@
 //! confirmation; a crash between confirmation and ack, or an expired lease, redelivers it.
 //! Duplicates are possible, loss is not.
 
+pub mod admin;
 pub mod backoff;
 pub mod bridge;
 pub mod cli;

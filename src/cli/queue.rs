@@ -128,18 +128,11 @@ pub(super) async fn cancel(
     id: Option<String>,
     payload: Option<String>,
 ) -> anyhow::Result<i32> {
-    let mut conn = connect(&config).await?;
-    let store = store_for(&config, conn.clone(), &trigger)?;
+    let conn = connect(&config).await?;
+    let store = store_for(&config, conn, &trigger)?;
     let removed = match (id, payload, store.hash_bodies()) {
-        (Some(id), None, true) => store.cancel_by_id(id.as_bytes()).await?,
-        (None, Some(payload), false) => {
-            let n: i64 = redis::cmd("ZREM")
-                .arg(&store.keys().source)
-                .arg(payload.as_bytes())
-                .query_async(&mut conn)
-                .await?;
-            n == 1
-        }
+        (Some(id), None, true) => store.cancel(id.as_bytes()).await?,
+        (None, Some(payload), false) => store.cancel(payload.as_bytes()).await?,
         (_, _, true) => anyhow::bail!(
             "trigger `{trigger}` keeps bodies by id (payload = \"hash\"): cancel with --id"
         ),

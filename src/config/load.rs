@@ -10,7 +10,8 @@ use serde::de::DeserializeOwned;
 use super::problem::{ConfigError, Problem};
 use super::validate::{validate, Parsed};
 use super::{
-    Config, LogConfig, MetricsConfig, RedisConfig, ShutdownConfig, SinkConfig, TriggerConfig,
+    AdminConfig, Config, LogConfig, MetricsConfig, RedisConfig, ShutdownConfig, SinkConfig,
+    TriggerConfig,
 };
 
 /// Environment variables with this prefix override the file; `__` separates levels.
@@ -68,7 +69,9 @@ struct Loader {
     problems: Vec<Problem>,
 }
 
-const SECTIONS: [&str; 6] = ["redis", "metrics", "log", "shutdown", "sinks", "triggers"];
+const SECTIONS: [&str; 7] = [
+    "redis", "metrics", "admin", "log", "shutdown", "sinks", "triggers",
+];
 
 impl Loader {
     /// Extracts section by section so that a bad value in one place does not hide the others;
@@ -78,6 +81,7 @@ impl Loader {
             config: Config {
                 redis: RedisConfig::default(),
                 metrics: MetricsConfig::default(),
+                admin: AdminConfig::default(),
                 log: LogConfig::default(),
                 shutdown: ShutdownConfig::default(),
                 sinks: Default::default(),
@@ -117,6 +121,7 @@ impl Loader {
             None => parsed.broken_redis = true,
         }
         c.metrics = self.section("metrics").unwrap_or_default();
+        c.admin = self.section("admin").unwrap_or_default();
         c.log = self.section("log").unwrap_or_default();
         c.shutdown = self.section("shutdown").unwrap_or_default();
 

@@ -30,6 +30,9 @@ pub struct Config {
     /// The HTTP endpoint for `/metrics`, `/healthz` and `/readyz`.
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// The admin API (off unless `listen` is set).
+    #[serde(default)]
+    pub admin: AdminConfig,
     /// Log format and level.
     #[serde(default)]
     pub log: LogConfig,
@@ -107,6 +110,39 @@ pub struct MetricsConfig {
     /// How often the backlog gauges are refreshed from Redis.
     #[serde(default = "default_backlog_interval", with = "humantime_serde")]
     pub backlog_interval: Duration,
+}
+
+/// `[admin]`: the admin API, on a listener of its own.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address of the admin API's listener. Unset: no admin API. Keep it on loopback (or
+    /// behind a proxy of your own): the token is sent in clear over plain HTTP.
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
+    /// File holding the bearer token every call must carry (at least 16 characters);
+    /// `DELAY_BRIDGE_ADMIN_TOKEN` may give it instead.
+    #[serde(default)]
+    pub token_file: Option<String>,
+    /// Only the calls that read (triggers, browse, show, forecast, dead letters); the
+    /// others answer 403. Without a token, the admin API must be read-only.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// The environment variable that may hold the admin API's token.
+pub const ADMIN_TOKEN_ENV: &str = "DELAY_BRIDGE_ADMIN_TOKEN";
+
+impl AdminConfig {
+    /// The bearer token: from `token_file`, else from [`ADMIN_TOKEN_ENV`]; `None` without.
+    pub fn token(&self) -> anyhow::Result<Option<String>> {
+        match &self.token_file {
+            Some(path) => Ok(Some(crate::secret::read_file(path)?)),
+            None => Ok(std::env::var(ADMIN_TOKEN_ENV)
+                .ok()
+                .filter(|t| !t.is_empty())),
+        }
+    }
 }
 
 fn default_metrics_listen() -> SocketAddr {

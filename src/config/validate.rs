@@ -89,6 +89,32 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
             "must be greater than zero".into(),
         );
     }
+    if let Some(listen) = config.admin.listen {
+        if listen == config.metrics.listen {
+            push(
+                "admin.listen".into(),
+                format!("{listen} is metrics.listen already: the admin API needs its own"),
+            );
+        }
+        match config.admin.token() {
+            Err(e) => push("admin.token_file".into(), format!("{e:#}")),
+            Ok(Some(t)) if t.chars().count() < 16 => push(
+                "admin.token_file".into(),
+                format!(
+                    "the token is {} characters; use at least 16 (e.g. `openssl rand -hex 24`)",
+                    t.chars().count()
+                ),
+            ),
+            Ok(None) if !config.admin.read_only => push(
+                "admin.token_file".into(),
+                format!(
+                    "the admin API changes queues only with a token: set token_file or {}, or read_only = true",
+                    super::ADMIN_TOKEN_ENV
+                ),
+            ),
+            _ => {}
+        }
+    }
     for (key, value, max) in [
         ("redis.connect_timeout", config.redis.connect_timeout, HOUR),
         (
@@ -531,6 +557,11 @@ impl Config {
     /// Logged at start and printed by `check`.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = self.tls_warnings();
+        if let Some(listen) = self.admin.listen.filter(|l| !l.ip().is_loopback()) {
+            out.push(format!(
+                "admin.listen {listen} is not loopback: the admin API's token and messages travel in clear"
+            ));
+        }
         for (i, t) in self.triggers.iter().enumerate() {
             let Some(Destination::Amqp(route)) = &t.destination else {
                 continue;

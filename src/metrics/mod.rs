@@ -48,6 +48,8 @@ pub struct Metrics {
     pub oldest_due_age: prometheus::GaugeVec,
     /// 1 while an operator has paused a trigger's claims.
     pub trigger_paused: IntGaugeVec,
+    /// Admin API requests by action and HTTP status.
+    pub admin_requests: IntCounterVec,
     /// 1 while the sink is connected.
     pub sink_up: IntGaugeVec,
     /// 1 while Redis answers.
@@ -192,6 +194,11 @@ impl Metrics {
                 &["trigger", "state"],
             ),
             oldest_due_age,
+            admin_requests: counter(
+                "admin_requests_total",
+                "Admin API requests by action (read, pause, purge, ...) and HTTP status",
+                &["action", "code"],
+            ),
             trigger_paused: int_gauge(
                 "trigger_paused",
                 "1 while an operator has paused the trigger's claims, else 0",

@@ -275,6 +275,22 @@ impl Store {
         })
     }
 
+    /// Cancels a scheduled message: its exact member inline (`ZREM`), by id in hash mode
+    /// (the producers' cancel script, which drops the body unless a copy needs it).
+    /// Returns whether it was scheduled.
+    pub async fn cancel(&self, member: &[u8]) -> Result<bool, StoreError> {
+        if self.hash_bodies() {
+            return self.cancel_by_id(member).await;
+        }
+        let mut conn = self.conn.clone();
+        let n: i64 = redis::cmd("ZREM")
+            .arg(&self.keys().source)
+            .arg(member)
+            .query_async(&mut conn)
+            .await?;
+        Ok(n == 1)
+    }
+
     /// How many scheduled members are due within `[from, to]` epoch ms.
     pub async fn count_scheduled(
         &self,

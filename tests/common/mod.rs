@@ -24,6 +24,7 @@ pub mod amqp;
 pub mod bridge;
 pub mod cli;
 pub mod config;
+pub mod http;
 pub mod kafka;
 pub mod metrics;
 pub mod proxy;

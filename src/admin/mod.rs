@@ -1,0 +1,182 @@
+//! The admin API: a JSON API on its own listener, bearer-token authenticated, audited and counted.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{AdminConfig, TriggerConfig};
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreError};
+
+mod routes;
+
+/// One trigger as the admin API sees it.
+pub struct AdminTrigger {
+    /// Its configuration (name, key, sink, payload mode, rate limit).
+    pub config: TriggerConfig,
+    /// Its queue.
+    pub store: Store,
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+struct Admin {
+    triggers: Arc<BTreeMap<String, AdminTrigger>>,
+    token: Option<Arc<str>>,
+    read_only: bool,
+    metrics: Metrics,
+}
+
+/// An error answered as `{"error": "..."}` with its status.
+#[derive(Debug)]
+pub(crate) struct ApiError(StatusCode, String);
+
+impl ApiError {
+    fn bad(message: impl Into<String>) -> Self {
+        Self(StatusCode::BAD_REQUEST, message.into())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let status = match e.kind() {
+            "connection" | "timeout" => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self(status, format!("redis: {e}"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+/// Binds `config.listen` (an error at start if it is taken) and serves the API until `stop`.
+pub async fn serve(
+    config: &AdminConfig,
+    triggers: BTreeMap<String, AdminTrigger>,
+    metrics: Metrics,
+    stop: CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(addr) = config.listen else {
+        return Ok(None);
+    };
+    let admin = Admin {
+        triggers: Arc::new(triggers),
+        token: config.token()?.map(Arc::from),
+        read_only: config.read_only,
+        metrics,
+    };
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(listen = %listener.local_addr()?, read_only = admin.read_only,
+        "serving the admin API under /api/v1");
+    let app = routes::router()
+        .layer(axum::middleware::from_fn_with_state(admin.clone(), guard))
+        .with_state(admin);
+    Ok(Some(tokio::spawn(async move {
+        let _ = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
+    })))
+}
+
+/// Every request: the bearer token (when one is configured), then read-only mode for
+/// anything but GET; refusals are counted and logged like the calls themselves.
+async fn guard(
+    State(admin): State<Admin>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let action = action_of(&request);
+    if let Some(token) = &admin.token {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| same(g.as_bytes(), token.as_bytes())) {
+            admin.count(&action, StatusCode::UNAUTHORIZED);
+            tracing::warn!(target: "delay_bridge::audit", %peer, action, "refused: no valid bearer token");
+            let mut response = ApiError(
+                StatusCode::UNAUTHORIZED,
+                "send `Authorization: Bearer TOKEN` with the admin token".into(),
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("static"));
+            return response;
+        }
+    }
+    if request.method() != Method::GET && admin.read_only {
+        admin.count(&action, StatusCode::FORBIDDEN);
+        return ApiError(
+            StatusCode::FORBIDDEN,
+            "the admin API is read-only (admin.read_only = true)".into(),
+        )
+        .into_response();
+    }
+    let response = next.run(request).await;
+    admin.count(&action, response.status());
+    response
+}
+
+/// A bounded label for a request: the last path segment that names an action, or `read`.
+fn action_of(request: &Request) -> String {
+    if request.method() == Method::GET {
+        return "read".into();
+    }
+    let last = request.uri().path().rsplit('/').next().unwrap_or_default();
+    match last {
+        "pause" | "resume" | "promote" | "reschedule" | "cancel" | "purge" | "requeue" => {
+            last.into()
+        }
+        _ => "other".into(),
+    }
+}
+
+/// Compares in time that depends on the lengths only, not on where the bytes differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Admin {
+    fn count(&self, action: &str, status: StatusCode) {
+        self.metrics
+            .admin_requests
+            .with_label_values(&[action, status.as_str()])
+            .inc();
+    }
+
+    fn trigger(&self, name: &str) -> Result<&AdminTrigger, ApiError> {
+        self.triggers
+            .get(name)
+            .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("no trigger named `{name}`")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same(b"0123456789abcdef", b"0123456789abcdef"));
+        assert!(!same(b"0123456789abcdef", b"0123456789abcdeg"));
+        assert!(!same(b"0123456789abcdef", b"0123456789abcde"));
+        assert!(!same(b"", b"x"));
+    }
+}

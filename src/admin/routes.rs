@@ -1,0 +1,347 @@
+//! The admin API's routes under `/api/v1`: read a trigger's queue, and act on it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{Admin, AdminTrigger, ApiError};
+use crate::store::{Cursor, Place, Purge, MAX_BUCKETS, MAX_PAGE};
+
+/// Most members one call names.
+const MAX_MEMBERS: usize = 1000;
+
+type Reply = Result<Json<Value>, ApiError>;
+
+pub(super) fn router() -> Router<Admin> {
+    Router::new()
+        .route("/api/v1/triggers", get(triggers))
+        .route("/api/v1/triggers/{trigger}/scheduled", get(scheduled))
+        .route("/api/v1/triggers/{trigger}/messages/{member}", get(message))
+        .route("/api/v1/triggers/{trigger}/forecast", get(forecast))
+        .route("/api/v1/triggers/{trigger}/dead", get(dead))
+        .route("/api/v1/triggers/{trigger}/pause", post(pause))
+        .route("/api/v1/triggers/{trigger}/resume", post(resume))
+        .route("/api/v1/triggers/{trigger}/promote", post(promote))
+        .route("/api/v1/triggers/{trigger}/reschedule", post(reschedule))
+        .route("/api/v1/triggers/{trigger}/cancel", post(cancel))
+        .route("/api/v1/triggers/{trigger}/purge", post(purge))
+        .route("/api/v1/triggers/{trigger}/dead/requeue", post(requeue))
+        .fallback(|| async {
+            ApiError(
+                axum::http::StatusCode::NOT_FOUND,
+                "no such route: see schema/admin.openapi.json".into(),
+            )
+        })
+}
+
+/// One audit line per call that changes a queue: who, what, on which trigger, how many;
+/// never a member or a body.
+fn audit(peer: SocketAddr, action: &str, t: &AdminTrigger, count: u64) {
+    tracing::info!(target: "delay_bridge::audit", %peer, action, trigger = %t.config.name, count, "admin call");
+}
+
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::bad(format!("bad query: {}", e.body_text())))
+}
+
+fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
+    b.map(|Json(b)| b)
+        .map_err(|e| ApiError::bad(format!("bad JSON body: {}", e.body_text())))
+}
+
+fn members(list: Vec<String>) -> Result<Vec<Vec<u8>>, ApiError> {
+    if list.is_empty() || list.len() > MAX_MEMBERS {
+        return Err(ApiError::bad(format!(
+            "`members` must name 1 to {MAX_MEMBERS} members"
+        )));
+    }
+    Ok(list.into_iter().map(String::into_bytes).collect())
+}
+
+async fn triggers(State(admin): State<Admin>) -> Reply {
+    let mut out = Vec::new();
+    for t in admin.triggers.values() {
+        let stats = t.store.stats().await?;
+        let rate = t
+            .config
+            .rate()
+            .map(|(per_second, burst)| json!({ "per_second": per_second, "burst": burst }));
+        out.push(json!({
+            "name": t.config.name,
+            "key": t.config.key,
+            "sink": t.config.sink,
+            "payload": t.config.payload,
+            "rate_limit": rate,
+            "stats": stats,
+        }));
+    }
+    Ok(Json(json!({ "triggers": out })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScheduledQuery {
+    from_ms: Option<i64>,
+    to_ms: Option<i64>,
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+async fn scheduled(
+    State(admin): State<Admin>,
+    Path(trigger): Path<String>,
+    q: Result<Query<ScheduledQuery>, QueryRejection>,
+) -> Reply {
+    let t = admin.trigger(&trigger)?;
+    let q = query(q)?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad(format!("`limit` must be 1 to {MAX_PAGE}")));
+    }
+    let after: Option<Cursor> = q
+        .after
+        .map(|a| a.parse())
+        .transpose()
+        .map_err(ApiError::bad)?;
+    let page = t
+        .store
+        .browse(q.from_ms, q.to_ms, after.as_ref(), limit)
+        .await?;
+    Ok(Json(json!({
+        "items": page.items,
+        "next": page.next.map(|c| c.to_string()),
+    })))
+}
+
+async fn message(
+    State(admin): State<Admin>,
+    Path((trigger, member)): Path<(String, String)>,
+) -> Reply {
+    let t = admin.trigger(&trigger)?;
+    let found = t.store.find(member.as_bytes()).await?;
+    if found.places.is_empty() {
+        return Err(ApiError(
+            axum::http::StatusCode::NOT_FOUND,
+            format!("`{member}` is not scheduled, in flight or dead"),
+        ));
+    }
+    let places: Vec<&Place> = found.places.iter().collect();
+    Ok(Json(json!({
+        "member": member,
+        "places": places,
+        "body": found.body.map(|b| String::from_utf8_lossy(&b).into_owned()),
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForecastQuery {
+    bucket_ms: Option<u64>,
+    buckets: Option<usize>,
+}
+
+async fn forecast(
+    State(admin): State<Admin>,
+    Path(trigger): Path<String>,
+    q: Result<Query<ForecastQuery>, QueryRejection>,
+) -> Reply {
+    let t = admin.trigger(&trigger)?;
+    let q = query(q)?;
+    let buckets = q.buckets.unwrap_or(60);
+    let bucket_ms = q.bucket_ms.unwrap_or(60_000);
+    if !(1..=MAX_BUCKETS).contains(&buckets) || bucket_ms == 0 {
+        return Err(ApiError::bad(format!(
+            "`buckets` must be 1 to {MAX_BUCKETS} and `bucket_ms` at least 1"
+        )));
+    }
+    let f = t
+        .store
+        .forecast(Duration::from_millis(bucket_ms), buckets)
+        .await?;
+    Ok(Json(json!(f)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeadQuery {
+    limit: Option<usize>,
+}
+
+async fn dead(
+    State(admin): State<Admin>,
+    Path(trigger): Path<String>,
+    q: Result<Query<DeadQuery>, QueryRejection>,
+) -> Reply {
+    let t = admin.trigger(&trigger)?;
+    let limit = query(q)?.limit.unwrap_or(100);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad(format!("`limit` must be 1 to {MAX_PAGE}")));
+    }
+    let items: Vec<Value> = t
+        .store
+        .list_dead(limit)
+        .await?
+        .into_iter()
+        .map(|d| {
+            json!({
+                "member": String::from_utf8_lossy(&d.member),
+                "at_ms": d.at_ms,
+                "reason": d.reason.and_then(|r| serde_json::from_str::<Value>(&r).ok()),
+                "body": d.body.map(|b| String::from_utf8_lossy(&b).into_owned()),
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "items": items })))
+}
+
+async fn set_paused(admin: &Admin, peer: SocketAddr, trigger: &str, paused: bool) -> Reply {
+    let t = admin.trigger(trigger)?;
+    let changed = t.store.set_paused(paused).await?;
+    audit(
+        peer,
+        if paused { "pause" } else { "resume" },
+        t,
+        u64::from(changed),
+    );
+    Ok(Json(json!({ "paused": paused, "changed": changed })))
+}
+
+async fn pause(
+    State(admin): State<Admin>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(trigger): Path<String>,
+) -> Reply {
+    set_paused(&admin, peer, &trigger, true).await
+}
+
+async fn resume(
+    State(admin): State<Admin>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(trigger): Path<String>,
+) -> Reply {
+    set_paused(&admin, peer, &trigger, false).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Members {
+    members: Vec<String>,
+}
+
+async fn promote(
+    State(admin): State<Admin>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(trigger): Path<String>,
+    b: Result<Json<Members>, JsonRejection>,
+) -> Reply {
+    let t = admin.trigger(&trigger)?;
+    let members = members(body(b)?.members)?;
+    let changed = t.store.reschedule(&members, None, true).await?;
+    audit(peer, "promote", t, changed);
+    Ok(Json(json!({ "changed": changed })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Reschedule {
+    members: Vec<String>,
+    due_ms: i64,
+}
+
+async fn reschedule(
+    State(admin): State<Admin>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(trigger): Path<String>,
+    b: Result<Json<Reschedule>, JsonRejection>,
+) -> Reply {
+    let t = admin.trigger(&trigger)?;
+    let b = body(b)?;
+    let members = members(b.members)?;
+    let changed = t.store.reschedule(&members, Some(b.due_ms), false).await?;
+    audit(peer, "reschedule", t, changed);
+    Ok(Json(json!({ "changed": changed })))
+}
+
+async fn cancel(
+    State(admin): State<Admin>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(trigger): Path<String>,
+    b: Result<Json<Members>, JsonRejection>,
+) -> Reply {
+    let t = admin.trigger(&trigger)?;
+    let mut cancelled = 0u64;
+    for m in members(body(b)?.members)? {
+        cancelled += u64::from(t.store.cancel(&m).await?);
+    }
+    audit(peer, "cancel", t, cancelled);
+    Ok(Json(json!({ "cancelled": cancelled })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PurgeBody {
+    what: String,
+    from_ms: Option<i64>,
+    to_ms: Option<i64>,
+    #[serde(default)]
+    confirm: bool,
+}
+
+async fn purge(
+    State(admin): State<Admin>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(trigger): Path<String>,
+    b: Result<Json<PurgeBody>, JsonRejection>,
+) -> Reply {
+    let t = admin.trigger(&trigger)?;
+    let b = body(b)?;
+    let what = match (b.what.as_str(), b.from_ms, b.to_ms) {
+        ("scheduled", from, to) => Purge::Scheduled { from, to },
+        ("dead", None, None) => Purge::Dead,
+        ("dead", _, _) => return Err(ApiError::bad("a dead-letter purge takes no range")),
+        _ => return Err(ApiError::bad("`what` must be \"scheduled\" or \"dead\"")),
+    };
+    if !b.confirm {
+        return Err(ApiError::bad(
+            "a purge deletes messages for good: send \"confirm\": true",
+        ));
+    }
+    let deleted = t.store.purge(what).await?;
+    audit(peer, "purge", t, deleted);
+    Ok(Json(json!({ "deleted": deleted })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Requeue {
+    #[serde(default)]
+    members: Vec<String>,
+    limit: Option<usize>,
+}
+
+async fn requeue(
+    State(admin): State<Admin>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(trigger): Path<String>,
+    b: Result<Json<Requeue>, JsonRejection>,
+) -> Reply {
+    let t = admin.trigger(&trigger)?;
+    let b = body(b)?;
+    let limit = b.limit.unwrap_or(MAX_PAGE);
+    if b.members.len() > MAX_MEMBERS || !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad(format!(
+            "at most {MAX_MEMBERS} `members`, and `limit` 1 to {MAX_PAGE}"
+        )));
+    }
+    let members: Vec<Vec<u8>> = b.members.into_iter().map(String::into_bytes).collect();
+    let requeued = t.store.requeue_dead(&members, limit).await?;
+    audit(peer, "requeue", t, requeued);
+    Ok(Json(json!({ "requeued": requeued })))
+}

@@ -1,0 +1,397 @@
+//! The admin API of a running bridge against real Redis and RabbitMQ: the token, every
+//! route acting on the queue, bad input, audit lines, read-only mode, and the OpenAPI file
+//! checked against what the server answered.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::http::{request, Response};
+use common::*;
+use delay_bridge::keys::QueueKeys;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "a-token-of-32-characters-exactly";
+
+/// Calls the API, recording (method, route, status) to check against the OpenAPI file.
+struct Api {
+    port: u16,
+    calls: Vec<(String, String, u16)>,
+}
+
+impl Api {
+    async fn call(
+        &mut self,
+        method: &str,
+        route: &str,
+        trigger: &str,
+        tail: &str,
+        body: Option<Value>,
+        token: Option<&str>,
+    ) -> Response {
+        let path = route.replace("{trigger}", trigger) + tail;
+        let path = match path.split_once("{member}") {
+            Some(_) => path.replace("{member}", ""),
+            None => path,
+        };
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = auth
+            .as_deref()
+            .map(|a| vec![("Authorization", a)])
+            .unwrap_or_default();
+        let body = body.map(|b| b.to_string());
+        let r = request(self.port, method, &path, &headers, body.as_deref()).await;
+        self.calls
+            .push((method.to_lowercase(), route.to_string(), r.status));
+        r
+    }
+
+    async fn get(&mut self, route: &str, trigger: &str, tail: &str) -> Response {
+        self.call("GET", route, trigger, tail, None, Some(TOKEN))
+            .await
+    }
+
+    async fn post(&mut self, route: &str, trigger: &str, body: Value) -> Response {
+        self.call("POST", route, trigger, "", Some(body), Some(TOKEN))
+            .await
+    }
+}
+
+const TRIGGERS: &str = "/api/v1/triggers";
+const SCHEDULED: &str = "/api/v1/triggers/{trigger}/scheduled";
+const MESSAGE: &str = "/api/v1/triggers/{trigger}/messages/{member}";
+const FORECAST: &str = "/api/v1/triggers/{trigger}/forecast";
+const DEAD: &str = "/api/v1/triggers/{trigger}/dead";
+const PAUSE: &str = "/api/v1/triggers/{trigger}/pause";
+const RESUME: &str = "/api/v1/triggers/{trigger}/resume";
+const PROMOTE: &str = "/api/v1/triggers/{trigger}/promote";
+const RESCHEDULE: &str = "/api/v1/triggers/{trigger}/reschedule";
+const CANCEL: &str = "/api/v1/triggers/{trigger}/cancel";
+const PURGE: &str = "/api/v1/triggers/{trigger}/purge";
+const REQUEUE: &str = "/api/v1/triggers/{trigger}/dead/requeue";
+
+fn admin_config(
+    metrics_port: u16,
+    admin_port: u16,
+    key: &str,
+    capture: &AmqpCapture,
+    extra: &str,
+) -> String {
+    base_config(metrics_port)
+        + &format!("\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n{extra}\n")
+        + &amqp_trigger("api", key, capture, "")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_reads_and_acts_on_a_queue_as_its_openapi_file_says() {
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("admin").await;
+    let key = format!("{}:{{admin}}", unique("api"));
+    let keys = QueueKeys::derive(&key).unwrap();
+    let (port, admin_port) = (free_port(), free_port());
+    let config = admin_config(port, admin_port, &key, &capture, "");
+    let bridge = Bridge::start_with_env(&config, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)])
+        .ready(Duration::from_secs(20))
+        .await;
+    let mut api = Api {
+        port: admin_port,
+        calls: Vec::new(),
+    };
+
+    // The token: missing or wrong is 401 with a challenge, and counted.
+    let r401 = api.call("GET", TRIGGERS, "", "", None, None).await;
+    assert_eq!(r401.status, 401);
+    assert_eq!(r401.header("www-authenticate"), Some("Bearer"));
+    assert!(r401.json()["error"].as_str().unwrap().contains("Bearer"));
+    let wrong = api
+        .call(
+            "POST",
+            PAUSE,
+            "api",
+            "",
+            None,
+            Some("a-token-of-32-characters-exactlY"),
+        )
+        .await;
+    assert_eq!(wrong.status, 401);
+
+    // Far-future messages, one dead letter: the numbers match Redis.
+    let now = redis_now(&mut r).await;
+    let later: Vec<(i64, String)> = (0..5)
+        .map(|i| (now + 3_600_000 + i, format!("later-{i}")))
+        .collect();
+    zadd_all(&mut r, &key, later.iter().cloned()).await;
+    zadd(&mut r, &keys.dead, now, "dead-0").await;
+    let _: () = redis::cmd("HSET")
+        .arg(&keys.dead_reasons)
+        .arg("dead-0")
+        .arg(r#"{"reason":"nack","attempts":3}"#)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let list = api.get(TRIGGERS, "", "").await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    let t = &list.json()["triggers"][0];
+    assert_eq!(t["name"], "api");
+    assert_eq!(t["key"], key.as_str());
+    assert_eq!(t["stats"]["scheduled"], 5);
+    assert_eq!(t["stats"]["dead"], 1);
+    assert_eq!(t["stats"]["paused"], false);
+
+    let page = api.get(SCHEDULED, "api", "?limit=2").await;
+    let p = page.json();
+    assert_eq!(p["items"][0]["member"], "later-0");
+    assert_eq!(p["items"].as_array().unwrap().len(), 2);
+    let next = p["next"].as_str().unwrap().to_string();
+    let page2 = api
+        .get(SCHEDULED, "api", &format!("?limit=10&after={next}"))
+        .await;
+    let members: Vec<String> = page2.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["member"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(members, ["later-2", "later-3", "later-4"]);
+    let shown = api.get(MESSAGE, "api", "later-1").await;
+    assert_eq!(shown.json()["places"][0]["state"], "scheduled");
+    let none = api.get(MESSAGE, "api", "nobody").await;
+    assert_eq!(none.status, 404);
+    let f = api
+        .get(FORECAST, "api", "?bucket_ms=3600000&buckets=2")
+        .await
+        .json();
+    assert_eq!(
+        (f["overdue"].clone(), f["buckets"].clone()),
+        (json!(0), json!([5, 0]))
+    );
+    let dead = api.get(DEAD, "api", "?limit=10").await.json();
+    assert_eq!(dead["items"][0]["reason"]["reason"], "nack");
+
+    // Bad input: a clear 4xx, never a panic or an unbounded call.
+    for (route, tail) in [
+        (SCHEDULED, "?limit=5000"),
+        (SCHEDULED, "?after=nonsense"),
+        (SCHEDULED, "?limit=x"),
+        (FORECAST, "?buckets=100000"),
+        (DEAD, "?limit=0"),
+    ] {
+        let bad = api.get(route, "api", tail).await;
+        assert_eq!(bad.status, 400, "{route}{tail}: {}", bad.body);
+        assert!(bad.json()["error"].is_string());
+    }
+    assert_eq!(api.get(SCHEDULED, "nope", "").await.status, 404);
+    assert_eq!(
+        api.post(PROMOTE, "api", json!({"members": []}))
+            .await
+            .status,
+        400
+    );
+    assert_eq!(
+        api.post(PROMOTE, "api", json!({"member": "x"}))
+            .await
+            .status,
+        400
+    );
+    assert_eq!(
+        api.post(PURGE, "api", json!({"what": "scheduled"}))
+            .await
+            .status,
+        400
+    );
+    let unknown = request(
+        admin_port,
+        "GET",
+        "/api/v2/x",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+        None,
+    )
+    .await;
+    assert_eq!(unknown.status, 404);
+
+    // Pause, then promote a message: nothing goes until resume.
+    let paused = api.post(PAUSE, "api", json!(null)).await;
+    assert_eq!(paused.json(), json!({"paused": true, "changed": true}));
+    bridge
+        .wait_scrape(Duration::from_secs(10), |b| {
+            metric_value(b, "delay_bridge_trigger_paused", &[("trigger", "api")]) == 1.0
+        })
+        .await;
+    let promoted = api
+        .post(PROMOTE, "api", json!({"members": ["later-0", "nobody"]}))
+        .await;
+    assert_eq!(promoted.json(), json!({"changed": 1}));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(capture.count(), 0, "paused");
+    let resumed = api.post(RESUME, "api", json!(null)).await;
+    assert_eq!(resumed.json()["changed"], true);
+    bridge
+        .expect_arrivals(1, Duration::from_secs(10), || capture.count())
+        .await;
+    assert_eq!(capture.snapshot()[0].body, b"later-0");
+
+    // Reschedule, cancel, requeue, purge.
+    let moved = api
+        .post(
+            RESCHEDULE,
+            "api",
+            json!({"members": ["later-1"], "due_ms": now + 7_200_000}),
+        )
+        .await;
+    assert_eq!(moved.json(), json!({"changed": 1}));
+    let cancelled = api
+        .post(CANCEL, "api", json!({"members": ["later-2", "nobody"]}))
+        .await;
+    assert_eq!(cancelled.json(), json!({"cancelled": 1}));
+    let requeued = api
+        .post(REQUEUE, "api", json!({"members": ["dead-0"]}))
+        .await;
+    assert_eq!(requeued.json(), json!({"requeued": 1}));
+    bridge
+        .expect_arrivals(2, Duration::from_secs(10), || capture.count())
+        .await;
+    let purged = api
+        .post(
+            PURGE,
+            "api",
+            json!({"what": "scheduled", "to_ms": now + 3_700_000, "confirm": true}),
+        )
+        .await;
+    assert_eq!(purged.json(), json!({"deleted": 2}), "later-3 and later-4");
+    let purged = api
+        .post(PURGE, "api", json!({"what": "dead", "confirm": true}))
+        .await;
+    assert_eq!(purged.json(), json!({"deleted": 0}));
+    let left: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&key)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(left, ["later-1"]);
+
+    // Audit lines: one per change, with the count, never a member.
+    let log = bridge.log();
+    let audit: Vec<&str> = log.lines().filter(|l| l.contains("admin call")).collect();
+    for action in [
+        "pause",
+        "resume",
+        "promote",
+        "reschedule",
+        "cancel",
+        "requeue",
+        "purge",
+    ] {
+        assert!(
+            audit
+                .iter()
+                .any(|l| l.contains(&format!("action=\"{action}\""))
+                    || l.contains(&format!("action={action}"))),
+            "no audit line for {action}:\n{}",
+            audit.join("\n")
+        );
+    }
+    assert!(
+        audit.iter().all(|l| !l.contains("later-")),
+        "members in audit lines"
+    );
+    assert!(log.contains("refused: no valid bearer token"));
+    let counted = bridge
+        .metric(
+            "delay_bridge_admin_requests_total",
+            &[("action", "read"), ("code", "401")],
+        )
+        .await;
+    assert_eq!(counted, 1.0);
+    let purges = bridge
+        .metric(
+            "delay_bridge_admin_requests_total",
+            &[("action", "purge"), ("code", "200")],
+        )
+        .await;
+    assert_eq!(purges, 2.0);
+
+    check_openapi(&api.calls);
+    bridge.assert_no_panic();
+    cleanup_keys(&mut r, &key).await;
+}
+
+/// Every call answered with a status the file documents for that route and method, every
+/// documented operation was called, and 200 bodies had been checked above.
+fn check_openapi(calls: &[(String, String, u16)]) {
+    let spec: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/schema/admin.openapi.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let paths = spec["paths"].as_object().unwrap();
+    let mut documented = BTreeSet::new();
+    for (path, ops) in paths {
+        for method in ops.as_object().unwrap().keys() {
+            documented.insert((method.clone(), path.clone()));
+        }
+    }
+    let mut called = BTreeSet::new();
+    for (method, route, status) in calls {
+        let op = &paths
+            .get(route)
+            .unwrap_or_else(|| panic!("{route} is not in the OpenAPI file"))[method];
+        assert!(
+            op.is_object(),
+            "{method} {route} is not in the OpenAPI file"
+        );
+        assert!(
+            op["responses"].get(status.to_string()).is_some(),
+            "{method} {route} answered {status}, which the OpenAPI file does not list"
+        );
+        called.insert((method.clone(), route.clone()));
+    }
+    let missed: Vec<_> = documented.difference(&called).collect();
+    assert!(missed.is_empty(), "documented but never called: {missed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_admin_api_needs_no_token_and_refuses_every_change() {
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("admin-ro").await;
+    let key = format!("{}:{{admin}}", unique("ro"));
+    let (port, admin_port) = (free_port(), free_port());
+    let config = admin_config(port, admin_port, &key, &capture, "read_only = true");
+    let bridge = Bridge::start(&config, port)
+        .ready(Duration::from_secs(20))
+        .await;
+    let read = request(admin_port, "GET", TRIGGERS, &[], None).await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    let refused = request(
+        admin_port,
+        "POST",
+        "/api/v1/triggers/api/pause",
+        &[],
+        Some("{}"),
+    )
+    .await;
+    assert_eq!(refused.status, 403);
+    assert!(refused.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("read-only"));
+    let paused: Option<String> = redis::cmd("HGET")
+        .arg(QueueKeys::derive(&key).unwrap().control)
+        .arg("paused")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(paused, None);
+
+    // Without read_only, a missing token is a config error naming the key.
+    let out = check(&admin_config(free_port(), free_port(), &key, &capture, ""));
+    assert_eq!(out.0, 78, "{}", out.1);
+    assert!(out.1.contains("admin.token_file"), "{}", out.1);
+    bridge.assert_no_panic();
+    cleanup_keys(&mut r, &key).await;
+}
