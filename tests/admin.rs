@@ -313,6 +313,23 @@ async fn the_admin_api_reads_and_acts_on_a_queue_as_its_openapi_file_says() {
         .await;
     assert_eq!(purges, 2.0);
 
+    let reload = api
+        .call(
+            "POST",
+            "/api/v1/reload",
+            "",
+            "",
+            Some(json!(null)),
+            Some(TOKEN),
+        )
+        .await;
+    assert_eq!(reload.json(), json!({"reload": "requested"}));
+    let ok = wait_until(Duration::from_secs(10), || {
+        bridge.log().contains("configuration reloaded")
+    })
+    .await;
+    assert!(ok, "{}", bridge.log());
+
     check_openapi(&api.calls);
     bridge.assert_no_panic();
     cleanup_keys(&mut r, &key).await;

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, Method, StatusCode};
@@ -18,6 +18,7 @@ use crate::store::{Store, StoreError};
 mod routes;
 
 /// One trigger as the admin API sees it.
+#[derive(Clone)]
 pub struct AdminTrigger {
     /// Its configuration (name, key, sink, payload mode, rate limit).
     pub config: TriggerConfig,
@@ -25,10 +26,27 @@ pub struct AdminTrigger {
     pub store: Store,
 }
 
+/// The triggers the admin API serves, replaced when the configuration is reloaded.
+#[derive(Clone, Default)]
+pub struct AdminTriggers(Arc<RwLock<Arc<BTreeMap<String, AdminTrigger>>>>);
+
+impl AdminTriggers {
+    /// Serves `triggers` from now on.
+    pub fn replace(&self, triggers: BTreeMap<String, AdminTrigger>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(triggers);
+    }
+
+    fn now(&self) -> Arc<BTreeMap<String, AdminTrigger>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 /// What every handler shares.
 #[derive(Clone)]
 struct Admin {
-    triggers: Arc<BTreeMap<String, AdminTrigger>>,
+    triggers: AdminTriggers,
+    /// Asks the bridge to reload its configuration.
+    reload: Option<Arc<tokio::sync::Notify>>,
     token: Option<Arc<str>>,
     read_only: bool,
     metrics: Metrics,
@@ -63,7 +81,8 @@ impl IntoResponse for ApiError {
 /// Binds `config.listen` (an error at start if it is taken) and serves the API until `stop`.
 pub async fn serve(
     config: &AdminConfig,
-    triggers: BTreeMap<String, AdminTrigger>,
+    triggers: AdminTriggers,
+    reload: Option<Arc<tokio::sync::Notify>>,
     metrics: Metrics,
     stop: CancellationToken,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
@@ -71,7 +90,8 @@ pub async fn serve(
         return Ok(None);
     };
     let admin = Admin {
-        triggers: Arc::new(triggers),
+        triggers,
+        reload,
         token: config.token()?.map(Arc::from),
         read_only: config.read_only,
         metrics,
@@ -141,9 +161,8 @@ fn action_of(request: &Request) -> String {
     }
     let last = request.uri().path().rsplit('/').next().unwrap_or_default();
     match last {
-        "pause" | "resume" | "promote" | "reschedule" | "cancel" | "purge" | "requeue" => {
-            last.into()
-        }
+        "pause" | "resume" | "promote" | "reschedule" | "cancel" | "purge" | "requeue"
+        | "reload" => last.into(),
         _ => "other".into(),
     }
 }
@@ -161,9 +180,11 @@ impl Admin {
             .inc();
     }
 
-    fn trigger(&self, name: &str) -> Result<&AdminTrigger, ApiError> {
+    fn trigger(&self, name: &str) -> Result<AdminTrigger, ApiError> {
         self.triggers
+            .now()
             .get(name)
+            .cloned()
             .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("no trigger named `{name}`")))
     }
 }

@@ -32,6 +32,7 @@ pub(super) fn router() -> Router<Admin> {
         .route("/api/v1/triggers/{trigger}/cancel", post(cancel))
         .route("/api/v1/triggers/{trigger}/purge", post(purge))
         .route("/api/v1/triggers/{trigger}/dead/requeue", post(requeue))
+        .route("/api/v1/reload", post(reload))
         .fallback(|| async {
             ApiError(
                 axum::http::StatusCode::NOT_FOUND,
@@ -67,7 +68,7 @@ fn members(list: Vec<String>) -> Result<Vec<Vec<u8>>, ApiError> {
 
 async fn triggers(State(admin): State<Admin>) -> Reply {
     let mut out = Vec::new();
-    for t in admin.triggers.values() {
+    for t in admin.triggers.now().values() {
         let stats = t.store.stats().await?;
         let rate = t
             .config
@@ -99,7 +100,7 @@ async fn scheduled(
     Path(trigger): Path<String>,
     q: Result<Query<ScheduledQuery>, QueryRejection>,
 ) -> Reply {
-    let t = admin.trigger(&trigger)?;
+    let t = &admin.trigger(&trigger)?;
     let q = query(q)?;
     let limit = q.limit.unwrap_or(100);
     if !(1..=MAX_PAGE).contains(&limit) {
@@ -124,7 +125,7 @@ async fn message(
     State(admin): State<Admin>,
     Path((trigger, member)): Path<(String, String)>,
 ) -> Reply {
-    let t = admin.trigger(&trigger)?;
+    let t = &admin.trigger(&trigger)?;
     let found = t.store.find(member.as_bytes()).await?;
     if found.places.is_empty() {
         return Err(ApiError(
@@ -152,7 +153,7 @@ async fn forecast(
     Path(trigger): Path<String>,
     q: Result<Query<ForecastQuery>, QueryRejection>,
 ) -> Reply {
-    let t = admin.trigger(&trigger)?;
+    let t = &admin.trigger(&trigger)?;
     let q = query(q)?;
     let buckets = q.buckets.unwrap_or(60);
     let bucket_ms = q.bucket_ms.unwrap_or(60_000);
@@ -179,7 +180,7 @@ async fn dead(
     Path(trigger): Path<String>,
     q: Result<Query<DeadQuery>, QueryRejection>,
 ) -> Reply {
-    let t = admin.trigger(&trigger)?;
+    let t = &admin.trigger(&trigger)?;
     let limit = query(q)?.limit.unwrap_or(100);
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(ApiError::bad(format!("`limit` must be 1 to {MAX_PAGE}")));
@@ -202,7 +203,7 @@ async fn dead(
 }
 
 async fn set_paused(admin: &Admin, peer: SocketAddr, trigger: &str, paused: bool) -> Reply {
-    let t = admin.trigger(trigger)?;
+    let t = &admin.trigger(trigger)?;
     let changed = t.store.set_paused(paused).await?;
     audit(
         peer,
@@ -241,7 +242,7 @@ async fn promote(
     Path(trigger): Path<String>,
     b: Result<Json<Members>, JsonRejection>,
 ) -> Reply {
-    let t = admin.trigger(&trigger)?;
+    let t = &admin.trigger(&trigger)?;
     let members = members(body(b)?.members)?;
     let changed = t.store.reschedule(&members, None, true).await?;
     audit(peer, "promote", t, changed);
@@ -261,7 +262,7 @@ async fn reschedule(
     Path(trigger): Path<String>,
     b: Result<Json<Reschedule>, JsonRejection>,
 ) -> Reply {
-    let t = admin.trigger(&trigger)?;
+    let t = &admin.trigger(&trigger)?;
     let b = body(b)?;
     let members = members(b.members)?;
     let changed = t.store.reschedule(&members, Some(b.due_ms), false).await?;
@@ -275,7 +276,7 @@ async fn cancel(
     Path(trigger): Path<String>,
     b: Result<Json<Members>, JsonRejection>,
 ) -> Reply {
-    let t = admin.trigger(&trigger)?;
+    let t = &admin.trigger(&trigger)?;
     let mut cancelled = 0u64;
     for m in members(body(b)?.members)? {
         cancelled += u64::from(t.store.cancel(&m).await?);
@@ -300,7 +301,7 @@ async fn purge(
     Path(trigger): Path<String>,
     b: Result<Json<PurgeBody>, JsonRejection>,
 ) -> Reply {
-    let t = admin.trigger(&trigger)?;
+    let t = &admin.trigger(&trigger)?;
     let b = body(b)?;
     let what = match (b.what.as_str(), b.from_ms, b.to_ms) {
         ("scheduled", from, to) => Purge::Scheduled { from, to },
@@ -332,7 +333,7 @@ async fn requeue(
     Path(trigger): Path<String>,
     b: Result<Json<Requeue>, JsonRejection>,
 ) -> Reply {
-    let t = admin.trigger(&trigger)?;
+    let t = &admin.trigger(&trigger)?;
     let b = body(b)?;
     let limit = b.limit.unwrap_or(MAX_PAGE);
     if b.members.len() > MAX_MEMBERS || !(1..=MAX_PAGE).contains(&limit) {
@@ -344,4 +345,18 @@ async fn requeue(
     let requeued = t.store.requeue_dead(&members, limit).await?;
     audit(peer, "requeue", t, requeued);
     Ok(Json(json!({ "requeued": requeued })))
+}
+
+/// Asks the bridge to reload its configuration file, as SIGHUP does; the outcome is logged
+/// and counted (`delay_bridge_config_reloads_total`, `..._reload_failures_total`).
+async fn reload(State(admin): State<Admin>, ConnectInfo(peer): ConnectInfo<SocketAddr>) -> Reply {
+    let Some(reload) = &admin.reload else {
+        return Err(ApiError(
+            axum::http::StatusCode::CONFLICT,
+            "this bridge was not started from a configuration file it can reload".into(),
+        ));
+    };
+    reload.notify_one();
+    tracing::info!(target: "delay_bridge::audit", %peer, action = "reload", "admin call");
+    Ok(Json(json!({ "reload": "requested" })))
 }

@@ -347,7 +347,26 @@ async fn run(path: &std::path::Path) -> i32 {
         Err(code) => return code,
     };
     init_tracing(config.log.format, &config.log.level);
-    let shutdown = crate::bridge::Shutdown::default();
+    let reload = crate::bridge::Reload {
+        path: path.to_path_buf(),
+        requested: Default::default(),
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let requested = reload.requested.clone();
+        let mut hup = signal(SignalKind::hangup()).expect("install SIGHUP handler");
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                tracing::info!("SIGHUP: reloading the configuration");
+                requested.notify_one();
+            }
+        });
+    }
+    let shutdown = crate::bridge::Shutdown {
+        reload: Some(reload),
+        ..Default::default()
+    };
     let stop = shutdown.stop.clone();
     tokio::spawn(async move {
         wait_for_signal().await;

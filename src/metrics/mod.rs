@@ -5,8 +5,8 @@ mod trigger;
 pub use trigger::TriggerMetrics;
 
 use prometheus::{
-    exponential_buckets, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec,
-    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    exponential_buckets, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Handles to the bridge's metrics. Labels are bounded: trigger, sink, reason, state.
@@ -50,6 +50,10 @@ pub struct Metrics {
     pub trigger_paused: IntGaugeVec,
     /// Admin API requests by action and HTTP status.
     pub admin_requests: IntCounterVec,
+    /// Configuration reloads applied.
+    pub config_reloads: IntCounter,
+    /// Configuration reloads refused (the running configuration stayed).
+    pub config_reload_failures: IntCounter,
     /// 1 while the sink is connected.
     pub sink_up: IntGaugeVec,
     /// 1 while Redis answers.
@@ -68,6 +72,13 @@ impl Metrics {
         let registry = Registry::new_custom(Some(PREFIX.into()), None).expect("valid prefix");
         let counter = |name: &str, help: &str, labels: &[&str]| {
             let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let plain_counter = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).expect("valid metric");
             registry
                 .register(Box::new(c.clone()))
                 .expect("unique metric");
@@ -194,6 +205,11 @@ impl Metrics {
                 &["trigger", "state"],
             ),
             oldest_due_age,
+            config_reloads: plain_counter("config_reloads_total", "Configuration reloads applied (SIGHUP or the admin API)"),
+            config_reload_failures: plain_counter(
+                "config_reload_failures_total",
+                "Configuration reloads refused: the file did not validate or changed more than triggers",
+            ),
             admin_requests: counter(
                 "admin_requests_total",
                 "Admin API requests by action (read, pause, purge, ...) and HTTP status",

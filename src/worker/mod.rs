@@ -91,6 +91,11 @@ impl Trigger {
         })
     }
 
+    /// The trigger's queue.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The trigger's name.
     pub fn name(&self) -> &str {
         &self.config.name

@@ -90,6 +90,11 @@ impl Bridge {
         next
     }
 
+    /// Replaces the configuration file the process was started with (for a reload).
+    pub fn rewrite_config(&self, config: &str) {
+        std::fs::write(&self.config, config).unwrap();
+    }
+
     /// Sends a signal to the process.
     pub fn signal(&self, sig: i32) {
         kill(self.child.id() as i32, sig);

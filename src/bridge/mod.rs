@@ -16,7 +16,9 @@ use crate::redis_conn::{Conn, Endpoint};
 use crate::repeat::Repeated;
 use crate::sink::{self, Sink};
 use crate::store::Store;
-use crate::worker::{self, Trigger};
+
+mod running;
+use running::Running;
 
 /// Stops the bridge: cancelling `stop` ends claiming; the daemon then drains within
 /// `shutdown.timeout` and puts back what the broker has not confirmed by then.
@@ -24,6 +26,52 @@ use crate::worker::{self, Trigger};
 pub struct Shutdown {
     /// Cancelled by the first signal.
     pub stop: CancellationToken,
+    /// How the configuration is reloaded (SIGHUP, the admin API); `None`: never.
+    pub reload: Option<Reload>,
+}
+
+/// Reloading the configuration: the file to read again, and the request to do it.
+#[derive(Clone)]
+pub struct Reload {
+    /// The configuration file.
+    pub path: std::path::PathBuf,
+    /// Notified by SIGHUP and by `POST /api/v1/reload`.
+    pub requested: Arc<tokio::sync::Notify>,
+}
+
+/// Loads `path` again and applies its triggers; a configuration that does not validate or
+/// changes more than triggers changes nothing. Returns the configuration now running.
+fn reload_config(
+    path: &std::path::Path,
+    current: &Config,
+    running: &mut Running,
+    metrics: &Metrics,
+) -> Option<Config> {
+    let refused = |why: &str| {
+        metrics.config_reload_failures.inc();
+        tracing::error!(file = %path.display(), "configuration not reloaded, the running one stays: {why}");
+        None
+    };
+    let next = match crate::config::load(path) {
+        Ok(next) => next,
+        Err(e) => {
+            for problem in &e.problems {
+                tracing::error!(key = %problem.key, "{}", problem.message);
+            }
+            return refused(&format!(
+                "{} problem(s), each logged with its key",
+                e.problems.len()
+            ));
+        }
+    };
+    match running.apply(current, &next) {
+        Ok(summary) => {
+            metrics.config_reloads.inc();
+            tracing::info!(file = %path.display(), "configuration reloaded: {summary}");
+            Some(next)
+        }
+        Err(why) => refused(&why),
+    }
 }
 
 /// Where the configured Redis is, with the password file and TLS files read.
@@ -140,21 +188,12 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         crate::notify::ensure_enabled(&mut conn, config.redis.enable_keyspace_events).await;
 
     // Bound before any worker claims, so a taken port stops nothing mid-batch.
-    let admin_triggers = config
-        .triggers
-        .iter()
-        .map(|tc| {
-            let store = trigger_store(tc, conn.clone()).expect("validated");
-            let t = crate::admin::AdminTrigger {
-                config: tc.clone(),
-                store,
-            };
-            (tc.name.clone(), t)
-        })
-        .collect();
+    let admin_triggers = crate::admin::AdminTriggers::default();
+    let reload = shutdown.reload.clone();
     let admin = match crate::admin::serve(
         &config.admin,
-        admin_triggers,
+        admin_triggers.clone(),
+        reload.as_ref().map(|r| r.requested.clone()),
         metrics.clone(),
         http_stop.clone(),
     )
@@ -173,54 +212,56 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
             )));
         }
     };
+
     let abort = CancellationToken::new();
-    let mut triggers = Vec::new();
     let workers = TaskTracker::new();
+    let mut running = Running::new(running::Shared {
+        conn: conn.clone(),
+        endpoint: endpoint.clone(),
+        sinks: sinks.clone(),
+        metrics: metrics.clone(),
+        health: health.clone(),
+        workers: workers.clone(),
+        tasks: tasks.clone(),
+        stop: stop.clone(),
+        abort: abort.clone(),
+        notifications,
+        admin: admin_triggers,
+    });
     for tc in &config.triggers {
-        let t = Trigger::new(
-            tc.clone(),
-            trigger_store(tc, conn.clone()).expect("validated"),
-            sinks[&tc.sink].clone(),
-            &metrics,
-            health.clone(),
-        );
-        let t = match t {
-            Ok(t) => Arc::new(t),
-            Err(e) => {
-                sink_stop.cancel();
-                http_stop.cancel();
-                anyhow::bail!(e);
-            }
-        };
-        for w in 0..tc.workers {
-            workers.spawn(worker::run(t.clone(), w, stop.clone(), abort.clone()));
+        if let Err(e) = running.start(tc, config.metrics.backlog_interval) {
+            stop.cancel();
+            sink_stop.cancel();
+            http_stop.cancel();
+            anyhow::bail!(e);
         }
-        tasks.spawn(worker::recover_loop(t.clone(), stop.clone()));
-        tasks.spawn(worker::stats_loop(
-            t.clone(),
-            config.metrics.backlog_interval,
-            stop.clone(),
-        ));
-        triggers.push(t);
     }
-    if notifications {
-        let db = endpoint.db();
-        tasks.spawn(crate::notify::listen(
-            endpoint.clone(),
-            db,
-            triggers.clone(),
-            metrics.clone(),
-            stop.clone(),
-        ));
-    }
+    running.publish();
     tracing::info!(
         triggers = config.triggers.len(),
-        workers = config.triggers.iter().map(|t| t.workers).sum::<usize>(),
+        workers = running.worker_count(),
         notifications,
         "delay-bridge running"
     );
 
-    stop.cancelled().await;
+    let mut current = config.clone();
+    loop {
+        let requested = async {
+            match &reload {
+                Some(r) => r.requested.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = requested => {
+                let path = &reload.as_ref().expect("requested").path;
+                if let Some(next) = reload_config(path, &current, &mut running, &metrics) {
+                    current = next;
+                }
+            }
+        }
+    }
     tracing::info!(timeout = ?config.shutdown.timeout, "stopping: no new claims; waiting for outstanding confirmations");
     workers.close();
     // Everything, putting back the aborted batches included, fits in shutdown.timeout:

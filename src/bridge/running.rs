@@ -1,0 +1,228 @@
+//! The triggers a bridge runs: started, stopped and replaced when the configuration is reloaded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::trigger_store;
+use crate::admin::{AdminTrigger, AdminTriggers};
+use crate::config::{Config, TriggerConfig};
+use crate::health::Health;
+use crate::metrics::Metrics;
+use crate::redis_conn::{Conn, Endpoint};
+use crate::sink::Sink;
+use crate::worker::{self, Trigger};
+
+/// What every trigger of the bridge shares.
+pub(super) struct Shared {
+    pub conn: Conn,
+    pub endpoint: Arc<Endpoint>,
+    pub sinks: BTreeMap<String, Arc<Sink>>,
+    pub metrics: Metrics,
+    pub health: Health,
+    /// Every worker of every trigger, for the shutdown's drain.
+    pub workers: TaskTracker,
+    /// Housekeeping tasks (recovery, backlog gauges, notifications).
+    pub tasks: TaskTracker,
+    /// The bridge's stop and abort; each trigger's are children of these.
+    pub stop: CancellationToken,
+    pub abort: CancellationToken,
+    pub notifications: bool,
+    /// The triggers the admin API sees.
+    pub admin: AdminTriggers,
+}
+
+struct Entry {
+    config: TriggerConfig,
+    trigger: Arc<Trigger>,
+    stop: CancellationToken,
+    abort: CancellationToken,
+    workers: TaskTracker,
+}
+
+/// The running triggers by name, and the notification listener that wakes them.
+pub(super) struct Running {
+    shared: Shared,
+    entries: BTreeMap<String, Entry>,
+    notify_stop: CancellationToken,
+}
+
+impl Running {
+    pub fn new(shared: Shared) -> Self {
+        Self {
+            shared,
+            entries: BTreeMap::new(),
+            notify_stop: CancellationToken::new(),
+        }
+    }
+
+    /// Starts `tc`'s workers, lease recovery and backlog gauges.
+    pub fn start(&mut self, tc: &TriggerConfig, backlog_interval: Duration) -> Result<(), String> {
+        let s = &self.shared;
+        let sink = s.sinks.get(&tc.sink).ok_or_else(|| {
+            format!(
+                "trigger {}: sink {} is not connected (no trigger used it at start): restart to add it",
+                tc.name, tc.sink
+            )
+        })?;
+        let store = trigger_store(tc, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
+        let trigger = Arc::new(Trigger::new(
+            tc.clone(),
+            store,
+            sink.clone(),
+            &s.metrics,
+            s.health.clone(),
+        )?);
+        let (stop, abort) = (s.stop.child_token(), s.abort.child_token());
+        let workers = TaskTracker::new();
+        for w in 0..tc.workers {
+            let run = worker::run(trigger.clone(), w, stop.clone(), abort.clone());
+            s.workers.spawn(workers.track_future(run));
+        }
+        workers.close();
+        s.tasks
+            .spawn(worker::recover_loop(trigger.clone(), stop.clone()));
+        s.tasks.spawn(worker::stats_loop(
+            trigger.clone(),
+            backlog_interval,
+            stop.clone(),
+        ));
+        self.entries.insert(
+            tc.name.clone(),
+            Entry {
+                config: tc.clone(),
+                trigger,
+                stop,
+                abort,
+                workers,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops claiming for trigger `name`; its batches in flight confirm and settle as at
+    /// shutdown, within `timeout`, after which the rest is put back.
+    fn stop(&mut self, name: &str, timeout: Duration) {
+        let Some(e) = self.entries.remove(name) else {
+            return;
+        };
+        e.stop.cancel();
+        self.shared.health.set_paused(name, false);
+        self.shared.tasks.spawn(async move {
+            if tokio::time::timeout(timeout, e.workers.wait())
+                .await
+                .is_err()
+            {
+                e.abort.cancel();
+                e.workers.wait().await;
+            }
+            tracing::info!(trigger = %e.config.name, "stopped: its batches in flight are settled");
+        });
+    }
+
+    /// (Re)starts the keyspace-notification listener for the triggers now running, and
+    /// shows them to the admin API.
+    pub fn publish(&mut self) {
+        let admin: BTreeMap<String, AdminTrigger> = self
+            .entries
+            .values()
+            .map(|e| {
+                let t = AdminTrigger {
+                    config: e.config.clone(),
+                    store: e.trigger.store().clone(),
+                };
+                (e.config.name.clone(), t)
+            })
+            .collect();
+        self.shared.admin.replace(admin);
+        if !self.shared.notifications {
+            return;
+        }
+        self.notify_stop.cancel();
+        self.notify_stop = self.shared.stop.child_token();
+        let triggers = self.entries.values().map(|e| e.trigger.clone()).collect();
+        let s = &self.shared;
+        s.tasks.spawn(crate::notify::listen(
+            s.endpoint.clone(),
+            s.endpoint.db(),
+            triggers,
+            s.metrics.clone(),
+            self.notify_stop.clone(),
+        ));
+    }
+
+    /// Applies a newly loaded configuration: triggers added start, removed ones stop, changed
+    /// ones are replaced (the old workers finish their batches while the new ones claim:
+    /// claims are atomic, so the two never share a message). Anything but triggers needs a
+    /// restart: such a configuration changes nothing. Returns a summary or why not.
+    pub fn apply(&mut self, old: &Config, new: &Config) -> Result<String, String> {
+        let sections = [
+            ("redis", section(&old.redis) != section(&new.redis)),
+            ("sinks", section(&old.sinks) != section(&new.sinks)),
+            ("metrics", section(&old.metrics) != section(&new.metrics)),
+            ("admin", section(&old.admin) != section(&new.admin)),
+            ("log", section(&old.log) != section(&new.log)),
+            ("shutdown", section(&old.shutdown) != section(&new.shutdown)),
+        ];
+        let changed: Vec<&str> = sections
+            .iter()
+            .filter(|(_, differs)| *differs)
+            .map(|(name, _)| *name)
+            .collect();
+        if !changed.is_empty() {
+            return Err(format!(
+                "[{}] changed: only [[triggers]] reload; restart the bridge to apply the rest",
+                changed.join("], [")
+            ));
+        }
+        for tc in &new.triggers {
+            if !self.shared.sinks.contains_key(&tc.sink) {
+                return Err(format!(
+                    "triggers.{}: sink {} is not connected (no trigger used it at start): restart to add it",
+                    tc.name, tc.sink
+                ));
+            }
+        }
+        let wanted: BTreeMap<&str, &TriggerConfig> =
+            new.triggers.iter().map(|t| (t.name.as_str(), t)).collect();
+        let (mut added, mut removed, mut replaced) = (Vec::new(), Vec::new(), Vec::new());
+        let names: Vec<String> = self.entries.keys().cloned().collect();
+        for name in names {
+            match wanted.get(name.as_str()) {
+                None => {
+                    self.stop(&name, new.shutdown.timeout);
+                    removed.push(name);
+                }
+                Some(tc) if section(*tc) != section(&self.entries[&name].config) => {
+                    self.stop(&name, new.shutdown.timeout);
+                    self.start(tc, new.metrics.backlog_interval)?;
+                    replaced.push(name);
+                }
+                Some(_) => {}
+            }
+        }
+        for tc in &new.triggers {
+            if !self.entries.contains_key(&tc.name) {
+                self.start(tc, new.metrics.backlog_interval)?;
+                added.push(tc.name.clone());
+            }
+        }
+        self.publish();
+        Ok(format!(
+            "added {added:?}, removed {removed:?}, replaced {replaced:?}"
+        ))
+    }
+
+    /// Workers running now, over every trigger.
+    pub fn worker_count(&self) -> usize {
+        self.entries.values().map(|e| e.config.workers).sum()
+    }
+}
+
+/// A configuration section as JSON, to tell whether a reload changed it.
+fn section<T: serde::Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}

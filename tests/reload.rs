@@ -1,0 +1,173 @@
+//! Reloading the configuration (SIGHUP and the admin API) against real Redis and RabbitMQ:
+//! triggers added, replaced mid-drain and removed, and configurations that change nothing.
+
+mod common;
+
+use std::time::Duration;
+
+use common::http::request;
+use common::*;
+
+const TOKEN: &str = "reload-token-0123456789abcdef";
+
+struct Setup {
+    port: u16,
+    admin_port: u16,
+    a_key: String,
+    b_key: String,
+}
+
+impl Setup {
+    /// The config with trigger `a` (with `a_extra`, or none when `None`) and optionally `b`.
+    fn config(&self, a: &AmqpCapture, a_extra: Option<&str>, b: Option<&AmqpCapture>) -> String {
+        let mut c = base_config(self.port)
+            + &format!("\n[admin]\nlisten = \"127.0.0.1:{}\"\n", self.admin_port);
+        if let Some(extra) = a_extra {
+            c += &amqp_trigger("a", &self.a_key, a, extra);
+        }
+        if let Some(b) = b {
+            c += &amqp_trigger("b", &self.b_key, b, "");
+        }
+        c
+    }
+}
+
+async fn reloaded(bridge: &Bridge, times: usize, what: &str) {
+    let ok = wait_until(Duration::from_secs(15), || {
+        bridge.log().matches(what).count() >= times
+    })
+    .await;
+    assert!(ok, "`{what}` not logged {times} times:\n{}", bridge.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_and_the_api_add_replace_and_remove_triggers_and_refuse_bad_configs() {
+    let mut r = redis().await;
+    let a = AmqpCapture::start("reload-a").await;
+    let b = AmqpCapture::start("reload-b").await;
+    let s = Setup {
+        port: free_port(),
+        admin_port: free_port(),
+        a_key: format!("{}:{{reload}}", unique("a")),
+        b_key: format!("{}:{{reload}}", unique("b")),
+    };
+    let bridge = Bridge::start_with_env(
+        &s.config(&a, Some(""), None),
+        s.port,
+        &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)],
+    )
+    .ready(Duration::from_secs(20))
+    .await;
+    schedule(&mut r, &s.a_key, 20, 0).await;
+    bridge
+        .expect_arrivals(20, Duration::from_secs(20), || a.count())
+        .await;
+
+    // Added: b starts.
+    bridge.rewrite_config(&s.config(&a, Some(""), Some(&b)));
+    bridge.signal(1);
+    reloaded(&bridge, 1, "configuration reloaded").await;
+    let now = redis_now(&mut r).await;
+    zadd_all(&mut r, &s.b_key, (0..20).map(|i| (now, format!("b-{i}")))).await;
+    bridge
+        .expect_arrivals(20, Duration::from_secs(20), || b.count())
+        .await;
+
+    // Replaced mid-drain: the old workers settle their batches while the new ones claim,
+    // so nothing is lost and nothing is sent twice.
+    let n = 5_000;
+    let now = redis_now(&mut r).await;
+    zadd_all(
+        &mut r,
+        &s.a_key,
+        (0..n).map(|i| (now + (i as i64) * 5000 / n as i64, format!("drain-{i}"))),
+    )
+    .await;
+    bridge
+        .expect_arrivals(20 + n / 5, Duration::from_secs(20), || a.count())
+        .await;
+    bridge.rewrite_config(&s.config(&a, Some("workers = 2\nbatch = 50\n"), Some(&b)));
+    bridge.signal(1);
+    reloaded(&bridge, 2, "configuration reloaded").await;
+    assert!(a.count() < 20 + n, "the replacement must land mid-drain");
+    bridge
+        .expect_arrivals(20 + n, Duration::from_secs(30), || a.count())
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen = a.tally();
+    assert!(
+        (0..n).all(|i| seen.get(format!("drain-{i}").as_bytes()) == Some(&1)),
+        "every message of the drain exactly once"
+    );
+    assert!(
+        bridge.log().contains("replaced [\"a\"]"),
+        "{}",
+        bridge.log()
+    );
+
+    // A configuration that does not validate changes nothing, and says which key.
+    bridge.rewrite_config(&s.config(&a, Some("workers = 0\n"), Some(&b)));
+    bridge.signal(1);
+    reloaded(&bridge, 1, "configuration not reloaded").await;
+    assert!(
+        bridge.log().contains("triggers[0].workers"),
+        "{}",
+        bridge.log()
+    );
+    // Nor does one that changes more than triggers.
+    let other = s
+        .config(&a, Some("workers = 2\nbatch = 50\n"), Some(&b))
+        .replace(
+            "backlog_interval = \"200ms\"",
+            "backlog_interval = \"300ms\"",
+        );
+    bridge.rewrite_config(&other);
+    bridge.signal(1);
+    reloaded(&bridge, 2, "configuration not reloaded").await;
+    assert!(
+        bridge.log().contains("[metrics] changed"),
+        "{}",
+        bridge.log()
+    );
+    let failures = bridge
+        .metric("delay_bridge_config_reload_failures_total", &[])
+        .await;
+    assert_eq!(failures, 2.0);
+    let before = a.count();
+    let now = redis_now(&mut r).await;
+    zadd(&mut r, &s.a_key, now, "still-running").await;
+    bridge
+        .expect_arrivals(before + 1, Duration::from_secs(10), || a.count())
+        .await;
+
+    // Removed, through the admin API this time: a stops claiming, b goes on.
+    bridge.rewrite_config(&s.config(&a, None, Some(&b)));
+    let asked = request(
+        s.admin_port,
+        "POST",
+        "/api/v1/reload",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+        None,
+    )
+    .await;
+    assert_eq!(asked.status, 200, "{}", asked.body);
+    reloaded(&bridge, 3, "configuration reloaded").await;
+    assert!(bridge.log().contains("removed [\"a\"]"), "{}", bridge.log());
+    let before = a.count();
+    let now = redis_now(&mut r).await;
+    zadd(&mut r, &s.a_key, now, "not-claimed").await;
+    zadd(&mut r, &s.b_key, now, "b-after").await;
+    bridge
+        .expect_arrivals(21, Duration::from_secs(10), || b.count())
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(a.count(), before, "a removed trigger claims nothing");
+    assert_eq!(zcard(&mut r, &s.a_key).await, 1);
+    let reloads = bridge
+        .metric("delay_bridge_config_reloads_total", &[])
+        .await;
+    assert_eq!(reloads, 3.0);
+    bridge.assert_no_panic();
+    cleanup_keys(&mut r, &s.a_key).await;
+    cleanup_keys(&mut r, &s.b_key).await;
+}
