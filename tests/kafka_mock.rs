@@ -102,7 +102,10 @@ impl InProcess {
         let task = tokio::spawn(delay_bridge::bridge::run(
             config,
             metrics.clone(),
-            Shutdown { stop: stop.clone() },
+            Shutdown {
+                stop: stop.clone(),
+                reload: None,
+            },
         ));
         Self {
             stop,
