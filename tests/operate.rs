@@ -9,6 +9,17 @@ use std::collections::BTreeSet;
 use common::*;
 use delay_bridge::keys::QueueKeys;
 
+/// The due time of scheduled `member`, epoch ms.
+async fn due_of(r: &mut Conn, key: &str, member: &str) -> i64 {
+    let due: f64 = redis::cmd("ZSCORE")
+        .arg(key)
+        .arg(member)
+        .query_async(r)
+        .await
+        .unwrap();
+    due as i64
+}
+
 fn config_for(key: &str, extra: &str) -> String {
     base_config(free_port()) + &trigger("ops", key, "rabbit", &format!("exchange = \"x\"\n{extra}"))
 }
@@ -176,34 +187,19 @@ async fn forecast_show_promote_reschedule_and_purge() {
         "{}",
         promoted.stdout
     );
-    let due: f64 = redis::cmd("ZSCORE")
-        .arg(&key)
-        .arg("far-1")
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    assert!((due as i64) <= redis_now(&mut r).await);
+    let due = due_of(&mut r, &key, "far-1").await;
+    assert!(due <= redis_now(&mut r).await);
     assert!(run(&["show", "far-1"], &config)
         .stdout
         .contains("2 failed attempts"));
-    let late: f64 = redis::cmd("ZSCORE")
-        .arg(&key)
-        .arg("late-1")
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    assert_eq!(late as i64, now - 5_000);
+    let late = due_of(&mut r, &key, "late-1").await;
+    assert_eq!(late, now - 5_000);
 
     // Reschedule: an hour from now.
     let moved = run(&["reschedule", "--delay", "1h", "far-1"], &config);
     assert_eq!(moved.code, 0, "{}", moved.text());
-    let due: f64 = redis::cmd("ZSCORE")
-        .arg(&key)
-        .arg("far-1")
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    assert!((due as i64 - (now + 3_600_000)).abs() < 60_000);
+    let due = due_of(&mut r, &key, "far-1").await;
+    assert!((due - (now + 3_600_000)).abs() < 60_000);
     assert!(run(&["show", "far-1"], &config)
         .stdout
         .contains("2 failed attempts"));

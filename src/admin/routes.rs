@@ -57,6 +57,15 @@ fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
         .map_err(|e| ApiError::bad(format!("bad JSON body: {}", e.body_text())))
 }
 
+/// A page's `limit`: 100 unless given, 1 to [`MAX_PAGE`].
+fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
+    let limit = limit.unwrap_or(100);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad(format!("`limit` must be 1 to {MAX_PAGE}")));
+    }
+    Ok(limit)
+}
+
 fn members(list: Vec<String>) -> Result<Vec<Vec<u8>>, ApiError> {
     if list.is_empty() || list.len() > MAX_MEMBERS {
         return Err(ApiError::bad(format!(
@@ -102,10 +111,7 @@ async fn scheduled(
 ) -> Reply {
     let t = &admin.trigger(&trigger)?;
     let q = query(q)?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::bad(format!("`limit` must be 1 to {MAX_PAGE}")));
-    }
+    let limit = page_limit(q.limit)?;
     let after: Option<Cursor> = q
         .after
         .map(|a| a.parse())
@@ -181,10 +187,7 @@ async fn dead(
     q: Result<Query<DeadQuery>, QueryRejection>,
 ) -> Reply {
     let t = &admin.trigger(&trigger)?;
-    let limit = query(q)?.limit.unwrap_or(100);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::bad(format!("`limit` must be 1 to {MAX_PAGE}")));
-    }
+    let limit = page_limit(query(q)?.limit)?;
     let items: Vec<Value> = t
         .store
         .list_dead(limit)
