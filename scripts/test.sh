@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine with a Rust toolchain: installs what is
-# missing (Redis, RabbitMQ, promtool, OpenSSL headers, cargo-nextest, PyYAML, and what the
-# producer snippets in producers/ run on: Ruby with redis-rb, redis-py, node-redis), starts the
+# missing (Redis, RabbitMQ, promtool, OpenSSL headers, cargo-nextest, PyYAML, Chromium and
+# chromedriver for the console's test, and what the producer snippets in producers/ run on:
+# Ruby with redis-rb, redis-py, node-redis), starts the
 # services (tansu, a Kafka-protocol broker, is built into a cache once), then checks
 # formatting, lints, the packaging statically, and runs every unit and integration test
 # against the real services. Extra arguments go to nextest.
@@ -21,6 +22,9 @@ ruby -e 'require "redis"' 2>/dev/null || need_apt+=(ruby-redis)
 command -v node >/dev/null || need_apt+=(nodejs)
 command -v npm >/dev/null || need_apt+=(npm)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
+# The console's test drives a headless Chromium through chromedriver.
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

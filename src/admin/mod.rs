@@ -1,4 +1,4 @@
-//! The admin API: a JSON API on its own listener, bearer-token authenticated, audited and counted.
+//! The admin API and console: JSON on its own listener, bearer-token authenticated, audited and counted.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -121,7 +121,9 @@ async fn guard(
     next: Next,
 ) -> Response {
     let action = action_of(&request);
-    if let Some(token) = &admin.token {
+    // The console's page holds no data: it asks for the token and sends it with each call.
+    let page = request.method() == Method::GET && matches!(request.uri().path(), "/" | "/console");
+    if let Some(token) = admin.token.as_ref().filter(|_| !page) {
         let given = request
             .headers()
             .get(header::AUTHORIZATION)
@@ -178,6 +180,29 @@ impl Admin {
             .admin_requests
             .with_label_values(&[action, status.as_str()])
             .inc();
+    }
+
+    /// This bridge's forwarded count for `t` since start, and the 99th percentile of its
+    /// lateness (the upper bound of the histogram bucket it falls in; `None` before the
+    /// first message).
+    fn delivery(&self, t: &TriggerConfig) -> (u64, Option<f64>) {
+        let forwarded = self
+            .metrics
+            .forwarded
+            .with_label_values(&[t.name.as_str(), t.sink.as_str()])
+            .get();
+        let lateness = self.metrics.lateness.with_label_values(&[t.name.as_str()]);
+        let proto = prometheus::core::Metric::metric(&lateness);
+        let h = proto.get_histogram();
+        let count = h.get_sample_count();
+        let p99 = (count > 0).then(|| {
+            let rank = (count as f64 * 0.99).ceil() as u64;
+            h.get_bucket()
+                .iter()
+                .find(|b| b.cumulative_count() >= rank)
+                .map_or(f64::INFINITY, |b| b.upper_bound())
+        });
+        (forwarded, p99)
     }
 
     fn trigger(&self, name: &str) -> Result<AdminTrigger, ApiError> {

@@ -18,8 +18,16 @@ const MAX_MEMBERS: usize = 1000;
 
 type Reply = Result<Json<Value>, ApiError>;
 
+/// The console: one page, its script and style inline, embedded in the binary.
+const CONSOLE: &str = include_str!("console.html");
+
 pub(super) fn router() -> Router<Admin> {
     Router::new()
+        .route(
+            "/",
+            get(|| async { axum::response::Redirect::to("/console") }),
+        )
+        .route("/console", get(|| async { axum::response::Html(CONSOLE) }))
         .route("/api/v1/triggers", get(triggers))
         .route("/api/v1/triggers/{trigger}/scheduled", get(scheduled))
         .route("/api/v1/triggers/{trigger}/messages/{member}", get(message))
@@ -83,6 +91,7 @@ async fn triggers(State(admin): State<Admin>) -> Reply {
             .config
             .rate()
             .map(|(per_second, burst)| json!({ "per_second": per_second, "burst": burst }));
+        let (forwarded, lateness_p99) = admin.delivery(&t.config);
         out.push(json!({
             "name": t.config.name,
             "key": t.config.key,
@@ -90,6 +99,8 @@ async fn triggers(State(admin): State<Admin>) -> Reply {
             "payload": t.config.payload,
             "rate_limit": rate,
             "stats": stats,
+            "forwarded_total": forwarded,
+            "lateness_p99_seconds": lateness_p99,
         }));
     }
     Ok(Json(json!({ "triggers": out })))

@@ -54,11 +54,20 @@ pub async fn request(
     }
     head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
     s.write_all(head.as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf))
-        .await
-        .expect("answer in time")
-        .unwrap();
+    // Up to Content-Length when there is one: some servers keep the connection open.
+    let buf = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 16384];
+        loop {
+            let n = s.read(&mut chunk).await.unwrap();
+            buf.extend_from_slice(&chunk[..n]);
+            if n == 0 || complete(&buf) {
+                return buf;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{method} {path}: no answer in 30 s"));
     let text = String::from_utf8_lossy(&buf).to_string();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
@@ -76,4 +85,18 @@ pub async fn request(
         headers,
         body: body.to_string(),
     }
+}
+
+/// Whether `buf` holds the whole response: its head, and as many body bytes as its
+/// Content-Length says (without one, only the end of the connection tells).
+fn complete(buf: &[u8]) -> bool {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    length.is_some_and(|n| buf.len() >= end + 4 + n)
 }

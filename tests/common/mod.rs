@@ -22,6 +22,7 @@
 
 pub mod amqp;
 pub mod bridge;
+pub mod browser;
 pub mod cli;
 pub mod config;
 pub mod http;
