@@ -88,7 +88,6 @@ async fn the_admin_api_reads_and_acts_on_a_queue_as_its_openapi_file_says() {
     let mut r = redis().await;
     let capture = AmqpCapture::start("admin").await;
     let key = format!("{}:{{admin}}", unique("api"));
-    let keys = QueueKeys::derive(&key).unwrap();
     let (port, admin_port) = (free_port(), free_port());
     let config = admin_config(port, admin_port, &key, &capture, "");
     let bridge = Bridge::start_with_env(&config, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)])
@@ -122,14 +121,14 @@ async fn the_admin_api_reads_and_acts_on_a_queue_as_its_openapi_file_says() {
         .map(|i| (now + 3_600_000 + i, format!("later-{i}")))
         .collect();
     zadd_all(&mut r, &key, later.iter().cloned()).await;
-    zadd(&mut r, &keys.dead, now, "dead-0").await;
-    let _: () = redis::cmd("HSET")
-        .arg(&keys.dead_reasons)
-        .arg("dead-0")
-        .arg(r#"{"reason":"nack","attempts":3}"#)
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    dead_letter(
+        &mut r,
+        &key,
+        "dead-0",
+        now,
+        r#"{"reason":"nack","attempts":3}"#,
+    )
+    .await;
     let list = api.get(TRIGGERS, "", "").await;
     assert_eq!(list.status, 200, "{}", list.body);
     let t = &list.json()["triggers"][0];

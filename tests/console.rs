@@ -37,14 +37,14 @@ async fn the_console_shows_redis_pauses_resumes_and_requeues_in_a_real_browser()
         (0..3).map(|i| (now + 600_000 + i * 60_000, format!("later-{i}"))),
     )
     .await;
-    zadd(&mut r, &keys.dead, now, "dead-0").await;
-    let _: () = redis::cmd("HSET")
-        .arg(&keys.dead_reasons)
-        .arg("dead-0")
-        .arg(r#"{"reason":"nack","attempts":3}"#)
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    dead_letter(
+        &mut r,
+        &key,
+        "dead-0",
+        now,
+        r#"{"reason":"nack","attempts":3}"#,
+    )
+    .await;
     let (port, admin_port) = (free_port(), free_port());
     let config = base_config(port)
         + &format!("\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n")

@@ -254,14 +254,7 @@ async fn forecast_show_promote_reschedule_and_purge() {
         "in flight is not the operator's to purge"
     );
 
-    zadd(&mut r, &keys.dead, now, "dead-1").await;
-    let _: () = redis::cmd("HSET")
-        .arg(&keys.dead_reasons)
-        .arg("dead-1")
-        .arg("{\"reason\":\"nack\"}")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    dead_letter(&mut r, &key, "dead-1", now, r#"{"reason":"nack"}"#).await;
     assert!(run(&["show", "dead-1"], &config).stdout.contains("nack"));
     let purged = run(&["purge", "--dead", "--yes"], &config);
     assert!(

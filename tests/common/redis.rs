@@ -243,3 +243,17 @@ pub async fn wait_dead_reason(
     .await
     .1
 }
+
+/// Makes `member` a dead letter of `key` since `at_ms`, with `reason` as its reason JSON, the
+/// way the settle script leaves one.
+pub async fn dead_letter(r: &mut Conn, key: &str, member: &str, at_ms: i64, reason: &str) {
+    let keys = QueueKeys::derive(key).unwrap();
+    zadd(r, &keys.dead, at_ms, member).await;
+    let _: () = redis::cmd("HSET")
+        .arg(&keys.dead_reasons)
+        .arg(member)
+        .arg(reason)
+        .query_async(r)
+        .await
+        .unwrap();
+}
