@@ -246,6 +246,15 @@ fn hash_op() -> impl Strategy<Value = Op> {
         1 => (0..POOL.len()).prop_map(|member| Op::Cancel { member }),
         4 => (1usize..6, any::<bool>(), budget())
             .prop_map(|(batch, short, budget)| Op::ClaimBytes { batch, short, budget }),
+        22 => worker_and_operator_op(),
+        1 => (hash_derived(), script()).prop_map(|(key, script)| Op::WrongType { key, script }),
+    ]
+}
+
+/// The steps both modes share, weighted among themselves (22 in all): settling, lease
+/// expiry and recovery, rate-limited claims, and the operator's commands.
+fn worker_and_operator_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
         4 => (any::<usize>(), vec(disp(), 1..4)).prop_map(|(which, disp)| Op::Settle { which, disp }),
         1 => Just(Op::Expire),
         4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::RateClaim { batch, short }),
@@ -259,7 +268,6 @@ fn hash_op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Sweep),
         2 => (vec(0..POOL.len(), 0..3), 0usize..3)
             .prop_map(|(members, limit)| Op::Requeue { members, limit }),
-        1 => (hash_derived(), script()).prop_map(|(key, script)| Op::WrongType { key, script }),
     ]
 }
 
@@ -268,19 +276,7 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (0..POOL.len(), when()).prop_map(|(member, when)| Op::Schedule { member, when }),
         1 => (0..POOL.len()).prop_map(|member| Op::Cancel { member }),
         4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::Claim { batch, short }),
-        4 => (any::<usize>(), vec(disp(), 1..4)).prop_map(|(which, disp)| Op::Settle { which, disp }),
-        1 => Just(Op::Expire),
-        4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::RateClaim { batch, short }),
-        1 => (0..POOL.len(), when(), any::<bool>())
-            .prop_map(|(member, when, earlier)| Op::Move { member, when, earlier }),
-        1 => (any::<bool>(), when()).prop_map(|(dead, to)| Op::Purge { dead, to }),
-        1 => (1usize..4).prop_map(|limit| Op::Browse { limit }),
-        1 => Just(Op::Pause { on: true }),
-        4 => Just(Op::Pause { on: false }),
-        2 => (0usize..4).prop_map(|limit| Op::Recover { limit }),
-        1 => Just(Op::Sweep),
-        2 => (vec(0..POOL.len(), 0..3), 0usize..3)
-            .prop_map(|(members, limit)| Op::Requeue { members, limit }),
+        22 => worker_and_operator_op(),
         1 => (derived(), script()).prop_map(|(key, script)| Op::WrongType { key, script }),
     ]
 }

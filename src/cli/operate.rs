@@ -231,10 +231,8 @@ pub(super) async fn reschedule(
         (_, _, true) => anyhow::bail!("promote makes messages due now: drop --at and --delay"),
         (Some(at), None, false) => Some(at),
         (None, Some(delay), false) => {
-            let mut conn = connect(&config).await?;
-            let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
             let delay = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
-            Some((s * 1000 + us / 1000).saturating_add(delay))
+            Some(store.now_ms().await?.saturating_add(delay))
         }
         _ => anyhow::bail!("reschedule needs --at MS or --delay DURATION"),
     };

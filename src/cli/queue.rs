@@ -86,7 +86,7 @@ pub(super) async fn enqueue(
     let due = match at {
         Some(at) => at,
         None => {
-            let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
+            let now = store.now_ms().await?;
             let delay = delay.unwrap_or_default();
             if delay > MAX_DELAY {
                 anyhow::bail!(
@@ -95,7 +95,7 @@ pub(super) async fn enqueue(
                 );
             }
             // Bounded above, so the sum cannot overflow.
-            secs * 1000 + micros / 1000 + delay.as_millis() as i64
+            now + delay.as_millis() as i64
         }
     };
     match id {

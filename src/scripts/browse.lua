@@ -8,11 +8,9 @@
 -- Reply: {member, due_score, attempt_entry or "", body_size, body_preview, ...}
 --   body_size: -1 inline (the member is the body) or in hash mode when the id has no body;
 --   body_preview: its first bytes, "" over 1 MiB.
-for i, want in ipairs({'zset', 'zset', 'hash', 'zset', 'hash', 'hash', 'hash'}) do
-  local got = redis.call('TYPE', KEYS[i])['ok']
-  if got ~= 'none' and got ~= want then
-    return redis.error_reply('WRONGTYPE key ' .. KEYS[i] .. ' holds a ' .. got)
-  end
+local bad = wrong_type()
+if bad then
+  return bad
 end
 local limit = tonumber(ARGV[3])
 local preview = tonumber(ARGV[6])

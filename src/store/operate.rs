@@ -14,8 +14,8 @@ pub const MAX_PAGE: usize = 1000;
 pub const MAX_BUCKETS: usize = 1440;
 /// Body bytes a browsed entry shows (hash payload mode).
 const PREVIEW: usize = 256;
-/// Members one purge call deletes; the store repeats the call until nothing is left.
-const PURGE_CHUNK: usize = 1000;
+/// Members one reschedule or purge script call takes; the store makes as many calls as needed.
+const CHUNK: usize = 1000;
 
 /// Where a page ended: the due score and member of its last entry. Written as
 /// `SCORE:MEMBER` with the member in unpadded URL-safe base64.
@@ -243,14 +243,20 @@ impl Store {
         })
     }
 
+    /// The Redis server's clock, epoch ms: the "now" every script uses.
+    pub async fn now_ms(&self) -> Result<i64, StoreError> {
+        let mut conn = self.conn.clone();
+        let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        Ok(s * 1000 + us / 1000)
+    }
+
     /// Counts what falls due in `buckets` (1..=[`MAX_BUCKETS`]) consecutive windows of
-    /// `bucket` from now on: one ZCOUNT each, in one round trip.
+    /// `bucket` from now on: the clock, then one ZCOUNT each in one pipeline.
     pub async fn forecast(&self, bucket: Duration, buckets: usize) -> Result<Forecast, StoreError> {
         let buckets = buckets.clamp(1, MAX_BUCKETS);
         let bucket_ms = u64::try_from(bucket.as_millis()).unwrap_or(u64::MAX).max(1);
+        let now = self.now_ms().await?;
         let mut conn = self.conn.clone();
-        let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
-        let now = s * 1000 + us / 1000;
         let source = &self.keys().source;
         let mut pipe = redis::pipe();
         pipe.zcount(source, "-inf", format!("({now}"));
@@ -316,7 +322,7 @@ impl Store {
         earlier_only: bool,
     ) -> Result<u64, StoreError> {
         let mut changed = 0;
-        for chunk in members.chunks(PURGE_CHUNK) {
+        for chunk in members.chunks(CHUNK) {
             let mut conn = self.conn.clone();
             let mut inv = self.keyed(&SCRIPTS.reschedule);
             inv.arg(due_ms.map_or_else(String::new, |d| d.to_string()))
@@ -330,7 +336,7 @@ impl Store {
         Ok(changed)
     }
 
-    /// Deletes what `what` names, [`PURGE_CHUNK`] members per script call, until nothing
+    /// Deletes what `what` names, [`CHUNK`] members per script call, until nothing
     /// is left (members in flight are never touched). Returns how many were deleted.
     pub async fn purge(&self, what: Purge) -> Result<u64, StoreError> {
         let (kind, from, to) = match what {
@@ -343,14 +349,14 @@ impl Store {
             let n: u64 = self
                 .keyed(&SCRIPTS.purge)
                 .arg(kind)
-                .arg(PURGE_CHUNK)
+                .arg(CHUNK)
                 .arg(&from)
                 .arg(&to)
                 .arg(if self.hash_bodies() { "1" } else { "0" })
                 .invoke_async(&mut conn)
                 .await?;
             deleted += n;
-            if n < PURGE_CHUNK as u64 {
+            if n < CHUNK as u64 {
                 return Ok(deleted);
             }
         }
