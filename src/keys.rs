@@ -20,6 +20,9 @@ pub struct QueueKeys {
     pub bodies: String,
     /// Hash: the operator's hold on the queue: field `paused` while claims are paused.
     pub control: String,
+    /// Dead letters being forwarded to the trigger's dead-letter destination: member ->
+    /// lease deadline epoch ms, `+inf` for one the broker refused (kept in Redis).
+    pub dead_inflight: String,
 }
 
 /// A key whose braces would make Redis Cluster hash it differently from its derived keys.
@@ -56,13 +59,14 @@ impl QueueKeys {
             dead_reasons: format!("{base}:dead:reasons"),
             bodies: format!("{base}:bodies"),
             control: format!("{base}:control"),
+            dead_inflight: format!("{base}:dead:inflight"),
         })
     }
 }
 
 impl QueueKeys {
     /// Every key of the queue, the source first, in the order every writing script takes.
-    pub fn all(&self) -> [&str; 7] {
+    pub fn all(&self) -> [&str; 8] {
         [
             &self.source,
             &self.inflight,
@@ -71,6 +75,7 @@ impl QueueKeys {
             &self.dead_reasons,
             &self.bodies,
             &self.control,
+            &self.dead_inflight,
         ]
     }
 }

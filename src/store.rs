@@ -61,6 +61,29 @@ pub enum Body {
     TooLarge(u64),
 }
 
+impl Body {
+    /// The message's bytes given its `member`, or `None` when there is no body to send.
+    pub fn bytes<'a>(&'a self, member: &'a [u8]) -> Option<&'a [u8]> {
+        match self {
+            Body::Member => Some(member),
+            Body::Stored(body) => Some(body),
+            Body::Missing | Body::TooLarge(_) => None,
+        }
+    }
+
+    /// Reads a claim reply's body field: in hash mode the next value (a body, 0 for none,
+    /// or the size of one too large to read); inline, the member itself.
+    fn from_reply(hash: bool, it: &mut impl Iterator<Item = Value>) -> Result<Self, StoreError> {
+        Ok(match hash.then(|| it.next()) {
+            None => Body::Member,
+            Some(Some(Value::BulkString(body))) => Body::Stored(body),
+            Some(Some(Value::Int(0))) => Body::Missing,
+            Some(Some(Value::Int(size))) if size > 0 => Body::TooLarge(size as u64),
+            Some(_) => return Err(StoreError::Reply("claimed body")),
+        })
+    }
+}
+
 /// One claimed member.
 #[derive(Debug, Clone)]
 pub struct Claimed {
@@ -79,11 +102,7 @@ pub struct Claimed {
 impl Claimed {
     /// The bytes to publish, or `None` when the body is missing.
     pub fn payload(&self) -> Option<&[u8]> {
-        match &self.body {
-            Body::Member => Some(&self.member),
-            Body::Stored(body) => Some(body),
-            Body::Missing | Body::TooLarge(_) => None,
-        }
+        self.body.bytes(&self.member)
     }
 }
 
@@ -203,6 +222,48 @@ pub struct DeadLetter {
     pub body: Option<Vec<u8>>,
 }
 
+/// Dead letters claimed for forwarding to the trigger's dead-letter destination.
+#[derive(Debug, Default)]
+pub struct DeadClaim {
+    /// Redis server time of the claim, epoch ms.
+    pub now_ms: i64,
+    /// Lease deadline of every letter of this claim; also its ownership token.
+    pub deadline_ms: i64,
+    /// The letters, oldest first.
+    pub items: Vec<DeadItem>,
+}
+
+/// One dead letter claimed for forwarding.
+#[derive(Debug, Clone)]
+pub struct DeadItem {
+    /// The member (the id in hash payload mode).
+    pub member: Vec<u8>,
+    /// When it was dead-lettered, epoch ms.
+    pub at_ms: i64,
+    /// JSON with the reason, the attempt count and maybe a detail.
+    pub reason: Option<String>,
+    /// Its message body (as for a claimed member).
+    pub body: Body,
+}
+
+impl DeadItem {
+    /// The bytes to forward, or `None` when the body is missing or too large to read.
+    pub fn payload(&self) -> Option<&[u8]> {
+        self.body.bytes(&self.member)
+    }
+}
+
+/// What one dead-letter settle did: letters that were still this claim's.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct DeadSettled {
+    /// Deleted from Redis: the broker confirmed them.
+    pub confirmed: u64,
+    /// Kept for good: the broker refused them.
+    pub refused: u64,
+    /// Free to claim again at once.
+    pub released: u64,
+}
+
 /// What one recover call did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Recovered {
@@ -224,6 +285,8 @@ struct Scripts {
     browse: Script,
     reschedule: Script,
     purge: Script,
+    dead_claim: Script,
+    dead_settle: Script,
 }
 
 /// Helpers every script starts with.
@@ -242,6 +305,8 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
     browse: script(include_str!("scripts/browse.lua")),
     reschedule: script(include_str!("scripts/reschedule.lua")),
     purge: script(include_str!("scripts/purge.lua")),
+    dead_claim: script(include_str!("scripts/dead_claim.lua")),
+    dead_settle: script(include_str!("scripts/dead_settle.lua")),
     // The producers' own script: standalone, so that it reads the same wherever it is used.
     cancel: Script::new(CANCEL),
 });
@@ -309,7 +374,7 @@ impl Store {
         &self.keys
     }
 
-    /// An invocation of `script` with the queue's seven keys, in the order every script takes.
+    /// An invocation of `script` with the queue's eight keys, in the order every script takes.
     fn keyed<'s>(&self, script: &'s Script) -> redis::ScriptInvocation<'s> {
         let mut inv = script.prepare_invoke();
         for key in self.keys.all() {
@@ -517,6 +582,48 @@ impl Store {
             .collect())
     }
 
+    /// Claims up to `limit` dead letters (at most 1,000) for forwarding, with a lease of
+    /// `lease`; nothing while the queue is paused.
+    pub async fn claim_dead(&self, limit: usize, lease: Duration) -> Result<DeadClaim, StoreError> {
+        let mut conn = self.conn.clone();
+        let reply: Value = self
+            .keyed(&SCRIPTS.dead_claim)
+            .arg(limit)
+            .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+            .arg(if self.hash_bodies() { "1" } else { "0" })
+            .arg(self.largest_body)
+            .invoke_async(&mut conn)
+            .await?;
+        parse_dead_claim(reply, self.hash_bodies())
+    }
+
+    /// Settles forwarded dead letters of the claim whose lease is `deadline_ms`: deletes the
+    /// `confirmed`, keeps the `refused` for good, and frees the `released`.
+    pub async fn settle_dead(
+        &self,
+        deadline_ms: i64,
+        confirmed: &[&[u8]],
+        refused: &[&[u8]],
+        released: &[&[u8]],
+    ) -> Result<DeadSettled, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut inv = self.keyed(&SCRIPTS.dead_settle);
+        inv.arg(deadline_ms)
+            .arg(if self.hash_bodies() { "1" } else { "0" })
+            .arg(confirmed.len())
+            .arg(refused.len())
+            .arg(released.len());
+        for m in confirmed.iter().chain(refused).chain(released) {
+            inv.arg(*m);
+        }
+        let (confirmed, refused, released): (u64, u64, u64) = inv.invoke_async(&mut conn).await?;
+        Ok(DeadSettled {
+            confirmed,
+            refused,
+            released,
+        })
+    }
+
     /// Reads the queue's sizes and the age of its oldest due member.
     pub async fn stats(&self) -> Result<QueueStats, StoreError> {
         let mut conn = self.conn.clone();
@@ -611,13 +718,7 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         else {
             return Err(StoreError::Reply("claimed member"));
         };
-        let body = match hash.then(|| it.next()) {
-            None => Body::Member,
-            Some(Some(Value::BulkString(body))) => Body::Stored(body),
-            Some(Some(Value::Int(0))) => Body::Missing,
-            Some(Some(Value::Int(size))) if size > 0 => Body::TooLarge(size as u64),
-            Some(_) => return Err(StoreError::Reply("claimed body")),
-        };
+        let body = Body::from_reply(hash, &mut it)?;
         let due_ms = score_ms(&due_raw).ok_or(StoreError::Reply("due score"))?;
         out.push(Claimed {
             member,
@@ -634,6 +735,40 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         skipped: u64::try_from(skipped).unwrap_or(0),
         paused: paused == 1,
         rate_wait: (wait > 0).then(|| Duration::from_millis(wait as u64)),
+        items: out,
+    })
+}
+
+fn parse_dead_claim(reply: Value, hash: bool) -> Result<DeadClaim, StoreError> {
+    let Value::Array(items) = reply else {
+        return Err(StoreError::Reply("dead-letter claim reply is not an array"));
+    };
+    let width = if hash { 4 } else { 3 };
+    if items.len() < 2 || (items.len() - 2) % width != 0 {
+        return Err(StoreError::Reply("dead-letter claim reply length"));
+    }
+    let mut it = items.into_iter();
+    let (Some(Value::Int(now_ms)), Some(Value::Int(deadline_ms))) = (it.next(), it.next()) else {
+        return Err(StoreError::Reply("dead-letter claim reply header"));
+    };
+    let mut out = Vec::with_capacity(it.len() / width);
+    while let (Some(m), Some(at), Some(reason)) = (it.next(), it.next(), it.next()) {
+        let (Value::BulkString(member), Value::BulkString(at), Value::BulkString(reason)) =
+            (m, at, reason)
+        else {
+            return Err(StoreError::Reply("claimed dead letter"));
+        };
+        let body = Body::from_reply(hash, &mut it)?;
+        out.push(DeadItem {
+            member,
+            at_ms: score_ms(&at).ok_or(StoreError::Reply("dead letter score"))?,
+            reason: (!reason.is_empty()).then(|| String::from_utf8_lossy(&reason).into_owned()),
+            body,
+        });
+    }
+    Ok(DeadClaim {
+        now_ms,
+        deadline_ms,
         items: out,
     })
 }

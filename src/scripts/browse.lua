@@ -2,7 +2,7 @@
 -- the cursor (the score and member of the previous page's last entry) in the set's order,
 -- found by rank even if that member has left meanwhile: work is bounded by the page size
 -- and the log of the set's size, never by how far into the set the page is.
--- KEYS: the queue's seven keys (see prelude)
+-- KEYS: the queue's eight keys (see prelude)
 -- ARGV: from (ms or "-inf"), to (ms or "+inf"), limit, cursor score ("" for the first page),
 --       cursor member, preview (most body bytes returned per entry, hash mode; 0: inline)
 -- Reply: {member, due_score, attempt_entry or "", body_size, body_preview, ...}

@@ -14,7 +14,7 @@
 -- `tokens` and `at`, on the Redis clock) holds up to ARGV[6] tokens: a claim takes at most
 -- as many members as there are whole tokens, and spends one per member, so every replica
 -- together stays within the rate. The bucket is written only when members are claimed.
--- KEYS: the queue's seven keys (see prelude)
+-- KEYS: the queue's eight keys (see prelude)
 -- ARGV: limit, lease ms, body byte budget (0: inline), largest body to read (0: any),
 --       rate (messages per ms, 0: none), burst (most tokens)
 -- Reply: {now, deadline, next_head_score or "", skipped, paused, wait, member, due_score,

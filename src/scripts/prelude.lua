@@ -13,8 +13,8 @@ end
 
 -- Every script that writes takes the queue's keys in this order:
 -- KEYS: source, inflight, attempts, dead, dead_reasons, bodies (hash payload mode only),
--- control (the operator's pause).
-local KEY_TYPES = {'zset', 'zset', 'hash', 'zset', 'hash', 'hash', 'hash'}
+-- control (the operator's pause), dead_inflight (dead letters being forwarded).
+local KEY_TYPES = {'zset', 'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'zset'}
 
 -- Redis does not roll a script back: every script checks the types of the queue's keys
 -- before its first write, so a wrong-typed key fails the call with nothing changed.

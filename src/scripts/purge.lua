@@ -1,9 +1,10 @@
 -- Purge: delete up to ARGV[2] (at most 1,000) scheduled members due within [ARGV[3], ARGV[4]]
--- (ARGV[1] = "scheduled"), or the oldest dead letters (ARGV[1] = "dead") with their reasons.
+-- (ARGV[1] = "scheduled"), or the oldest dead letters (ARGV[1] = "dead") with their reasons
+-- and forwarding leases.
 -- A scheduled member's attempt entry goes with it; in hash mode (ARGV[5] = "1") so does each id's body, unless a
 -- copy of the id is still scheduled, in flight or dead. In-flight members are never touched:
 -- their batches settle them. The caller repeats until the reply is 0.
--- KEYS: the queue's seven keys (see prelude)
+-- KEYS: the queue's eight keys (see prelude)
 -- ARGV: "scheduled" or "dead", limit, from (ms or "-inf"), to (ms or "+inf"), hash flag
 -- Reply: members deleted
 local limit, malformed = number_arg(2, 'purge limit')
@@ -35,6 +36,7 @@ end
 each_chunk('ZREM', from_set, members)
 if from_set == KEYS[4] then
   each_chunk('HDEL', KEYS[5], members)
+  each_chunk('ZREM', KEYS[8], members)
 end
 -- A purged scheduled copy's attempt entry goes too; a copy in flight keeps its own (an
 -- entry belongs to the copy whose score it names). Dead letters keep their count in their

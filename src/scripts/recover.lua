@@ -2,7 +2,7 @@
 -- source set as due now, and the unfinished attempt is counted. A member the producer added
 -- again meanwhile keeps the producer's schedule. Then one page of the attempts hash is swept
 -- of stale entries (members the producer removed), so no count outlives its member.
--- KEYS: the queue's seven keys (see prelude)   ARGV: most members to recover, sweep cursor ("" for none)
+-- KEYS: the queue's eight keys (see prelude)   ARGV: most members to recover, sweep cursor ("" for none)
 -- Reply: {recovered, next sweep cursor ("0" when a pass ended), entries swept}
 local limit, malformed = number_arg(1, 'recover limit')
 if malformed then

@@ -2,7 +2,7 @@
 -- oldest) from the dead-letter set back to the source set, due now. A member the producer
 -- scheduled again keeps the earlier of its two due times (`ZADD LT`), so one parked at
 -- +inf fires now. The failure count starts afresh.
--- KEYS: the queue's seven keys (see prelude)   ARGV: limit, member...
+-- KEYS: the queue's eight keys (see prelude)   ARGV: limit, member...
 -- Reply: number of members requeued
 local limit, malformed = number_arg(1, 'requeue limit')
 if malformed then
@@ -29,6 +29,8 @@ for _, member in ipairs(members) do
     redis.call('ZADD', KEYS[1], 'LT', now, member)
     redis.call('ZREM', KEYS[4], member)
     redis.call('HDEL', KEYS[5], member)
+    -- A forward in progress no longer owns it: its confirmation will not delete anything.
+    redis.call('ZREM', KEYS[8], member)
     moved = moved + 1
   end
 end

@@ -2,7 +2,7 @@
 -- members already in the source set (`ZADD XX`). With ARGV[2] = "earlier" a member only
 -- moves earlier (promote: due now unless it already is). A failed-attempt entry of the
 -- member's copy moves with it, so its attempts still count.
--- KEYS: the queue's seven keys (see prelude)   ARGV: due ms or "", "earlier" or "", member...
+-- KEYS: the queue's eight keys (see prelude)   ARGV: due ms or "", "earlier" or "", member...
 -- Reply: {members whose due time changed, now}
 local now, bad = begin()
 if bad then

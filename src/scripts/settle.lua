@@ -4,7 +4,7 @@
 -- expired cannot undo the claim of another.
 -- A retried or put-back member that the producer added again meanwhile keeps the
 -- producer's schedule (identical members de-duplicate; the fresh schedule restarts the count).
--- KEYS: the queue's seven keys (see prelude)
+-- KEYS: the queue's eight keys (see prelude)
 -- In hash payload mode (ARGV[6] = 1) an acked id's body is deleted too, unless the id is
 -- scheduled again or dead-lettered (a newer copy needs it); every other action keeps it.
 -- ARGV: deadline, max_attempts, n_ack, n_fail, n_back, hash 0|1,
@@ -98,6 +98,8 @@ for _, f in ipairs(fails) do
     if permanent or count >= max_attempts then
       redis.call('HDEL', KEYS[3], member)
       redis.call('ZADD', KEYS[4], now, member)
+      -- A forward of an earlier dead copy must not delete this one when it is confirmed.
+      redis.call('ZREM', KEYS[8], member)
       local why = {reason = reason, attempts = count, at = now}
       if detail ~= '' then
         why.detail = detail

@@ -1,0 +1,75 @@
+-- Claim dead letters to forward to the trigger's dead-letter destination: up to ARGV[1] of
+-- the oldest dead letters that no forward holds (never leased, or the lease expired), each
+-- leased until now + ARGV[2] ms in the dead_inflight set. Nothing else moves: a dead letter
+-- stays in the dead-letter set, with its reason and body, until its forward is confirmed.
+-- A lease of +inf marks one the broker refused: it is not taken again (requeue or purge it).
+-- While the queue is paused nothing is claimed.
+-- KEYS: the queue's eight keys (see prelude)
+-- ARGV: limit (at most 1,000), lease ms, hash 0|1, largest body to read (0: any)
+-- Reply: {now, deadline, member, dead-lettered at (score), reason JSON or "", [body], ...}
+--   body (hash mode only): the body; 0 where the id has none; its size where it is too large.
+local limit, malformed = number_arg(1, 'dead-letter claim limit')
+if malformed then
+  return malformed
+end
+local lease, bad_lease = number_arg(2, 'dead-letter lease')
+if bad_lease then
+  return bad_lease
+end
+local now, bad = begin()
+if bad then
+  return bad
+end
+limit = math.min(limit, 1000)
+local deadline = now + lease
+local out = {now, deadline}
+if limit < 1 or redis.call('HEXISTS', KEYS[7], 'paused') == 1 then
+  return out
+end
+-- Every leased member is a dead letter, so the claimable ones number `total - held`, and
+-- the first `limit + held` dead letters hold as many of them as one claim may take.
+local total = redis.call('ZCARD', KEYS[4])
+local held = redis.call('ZCOUNT', KEYS[8], '(' .. now, '+inf')
+if total <= held then
+  return out
+end
+local window = redis.call('ZRANGE', KEYS[4], 0, limit + held - 1, 'WITHSCORES')
+local names = {}
+for i = 1, #window, 2 do
+  names[#names + 1] = window[i]
+end
+local leases = presence(KEYS[8], names)
+local picked, ats = {}, {}
+for i, member in ipairs(names) do
+  if #picked >= limit then
+    break
+  end
+  local until_ms = leases[i] and tonumber(leases[i])
+  if not until_ms or until_ms <= now then
+    picked[#picked + 1] = member
+    ats[#ats + 1] = window[2 * i]
+  end
+end
+if #picked == 0 then
+  return out
+end
+local reasons = hmget(KEYS[5], picked)
+local hash = ARGV[3] == '1'
+local largest = tonumber(ARGV[4]) or 0
+for i, member in ipairs(picked) do
+  redis.call('ZADD', KEYS[8], deadline, member)
+  out[#out + 1] = member
+  out[#out + 1] = ats[i]
+  out[#out + 1] = reasons[i] or ''
+  if hash then
+    local size = redis.call('HSTRLEN', KEYS[6], member)
+    if size == 0 and redis.call('HEXISTS', KEYS[6], member) == 0 then
+      out[#out + 1] = 0
+    elseif largest > 0 and size > largest then
+      out[#out + 1] = size
+    else
+      out[#out + 1] = redis.call('HGET', KEYS[6], member)
+    end
+  end
+end
+return out

@@ -1,0 +1,62 @@
+-- Settle forwarded dead letters: each action applies only to a member still leased with this
+-- claim's deadline in the dead_inflight set, so a forward whose lease expired, or whose dead
+-- letter was requeued, purged or dead-lettered again meanwhile, changes nothing.
+--   confirmed: the broker has it: out of the dead-letter set with its reason and lease; in
+--     hash mode its body too, unless the id is scheduled again or in flight.
+--   refused: the broker will never take it: leased for ever (+inf), kept as a dead letter.
+--   released: not forwarded (shutdown): the lease goes, the next claim takes it again.
+-- KEYS: the queue's eight keys (see prelude)
+-- ARGV: deadline, hash 0|1, n_confirmed, n_refused, n_released, member...
+-- Reply: {confirmed, refused, released}
+local deadline, malformed = number_arg(1, 'dead-letter deadline')
+if malformed then
+  return malformed
+end
+local n_ok, n_refused, n_released = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+if not (n_ok and n_refused and n_released) or #ARGV ~= 5 + n_ok + n_refused + n_released then
+  return redis.error_reply('ERR dead-letter settle: malformed arguments')
+end
+local _, bad = begin()
+if bad then
+  return bad
+end
+local hash = ARGV[2] == '1'
+
+-- The members of ARGV[first .. first + n - 1] still leased by this claim.
+local function owned(first, n)
+  local names = {}
+  for i = first, first + n - 1 do
+    names[#names + 1] = ARGV[i]
+  end
+  local mine = {}
+  for i, score in ipairs(presence(KEYS[8], names)) do
+    if score and tonumber(score) == deadline then
+      mine[#mine + 1] = names[i]
+    end
+  end
+  return mine
+end
+
+local confirmed = owned(6, n_ok)
+local refused = owned(6 + n_ok, n_refused)
+local released = owned(6 + n_ok + n_refused, n_released)
+if #confirmed > 0 then
+  each_chunk('ZREM', KEYS[4], confirmed)
+  each_chunk('HDEL', KEYS[5], confirmed)
+  each_chunk('ZREM', KEYS[8], confirmed)
+  if hash then
+    local scheduled, leased = presence(KEYS[1], confirmed), presence(KEYS[2], confirmed)
+    local done = {}
+    for i, id in ipairs(confirmed) do
+      if not scheduled[i] and not leased[i] then
+        done[#done + 1] = id
+      end
+    end
+    each_chunk('HDEL', KEYS[6], done)
+  end
+end
+for _, member in ipairs(refused) do
+  redis.call('ZADD', KEYS[8], '+inf', member)
+end
+each_chunk('ZREM', KEYS[8], released)
+return {#confirmed, #refused, #released}
