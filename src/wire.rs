@@ -8,6 +8,14 @@ pub const HEADER_DUE_MS: &str = "x-delay-due-ms";
 pub const HEADER_ATTEMPT: &str = "x-delay-attempt";
 /// Kafka header with the message id (AMQP carries it in the `message_id` property).
 pub const HEADER_ID: &str = "x-delay-id";
+/// A forwarded dead letter's reason label (`nack`, `too_large`, `bad_envelope`, ...).
+pub const HEADER_DEAD_REASON: &str = "x-delay-dead-reason";
+/// A forwarded dead letter's detail: the broker's or the parser's words, when there are some.
+pub const HEADER_DEAD_DETAIL: &str = "x-delay-dead-detail";
+/// How many attempts a forwarded dead letter had.
+pub const HEADER_DEAD_ATTEMPTS: &str = "x-delay-dead-attempts";
+/// When a forwarded dead letter was dead-lettered, epoch ms.
+pub const HEADER_DEAD_AT_MS: &str = "x-delay-dead-at-ms";
 
 /// A member's stable id: FNV-1a 64 of the key and member as 16 hex digits, the same in
 /// every process, kept inline to avoid an allocation per message.

@@ -122,8 +122,8 @@ log: format=enum level=string
 shutdown: timeout=duration
 sinks.r: url=string urls=list password_file=string declare=table reconnect_max=duration
 sinks.k: brokers=string properties=table sasl_password_file=string
-triggers: name=string key=string sink=string exchange=string routing_key=string routing_key_pointer=string payload=enum workers=count batch=count lease=duration guard_interval=duration publish_timeout=duration max_attempts=count backoff_initial=duration backoff_max=duration max_message_bytes=count rate_limit=string rate_burst=count
-kafka_triggers: topic=string kafka_key=enum
+triggers: name=string key=string sink=string exchange=string routing_key=string routing_key_pointer=string payload=enum workers=count batch=count lease=duration guard_interval=duration publish_timeout=duration max_attempts=count backoff_initial=duration backoff_max=duration max_message_bytes=count rate_limit=string rate_burst=count dead_letter_exchange=string dead_letter_routing_key=string
+kafka_triggers: topic=string kafka_key=enum dead_letter_topic=string
 ";
 
 /// Out-of-range numbers and values that parse but cannot work, a line each:
@@ -156,6 +156,10 @@ triggers: key = "a{}b"
 triggers: sink = "nope"
 triggers: routing_key_pointer = "type"
 triggers: topic = "x"
+triggers: dead_letter_routing_key = "dead"
+triggers: dead_letter_topic = "dead"
+kafka_triggers: dead_letter_exchange = "dead"
+kafka_triggers: dead_letter_topic = ""
 kafka_triggers: exchange = "x"
 kafka_triggers: topic = ""
 kafka_triggers: routing_key_pointer = "/type"

@@ -325,3 +325,45 @@ async fn sigkill_mid_drain_then_restart_loses_nothing() {
     drop(bridge);
     cleanup(&mut r, &key, &topic).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_go_to_the_dead_letter_topic_with_their_reason() {
+    let mut r = redis().await;
+    let (topic, capture) = topic("env").await;
+    let (dead_topic, dead) = self::topic("env-dead").await;
+    let key = format!("{}:{{kdlx}}", unique("delay"));
+    let trigger = kafka_trigger(
+        "kdlx",
+        &key,
+        "kafka",
+        &topic,
+        &format!("format = \"envelope\"\ndead_letter_topic = \"{dead_topic}\""),
+    );
+    let mut bridge = start(&[], &trigger).await;
+    let good: Vec<String> = (0..5)
+        .map(|i| format!(r#"{{"body":"good {i}"}}"#))
+        .collect();
+    let bad: Vec<String> = (0..5).map(|i| format!("not an envelope {i}")).collect();
+    schedule_now(&mut r, &key, good.iter().chain(&bad)).await;
+    bridge
+        .expect_arrivals(bad.len(), Duration::from_secs(20), || dead.count())
+        .await;
+    let drained = wait_sizes(&mut r, &key, Duration::from_secs(10), |s| *s == (0, 0, 0)).await;
+    assert_eq!(drained, (0, 0, 0), "forwarded dead letters left Redis");
+    assert_eq!(stop_and_count(&mut bridge, &capture).await, good.len());
+    dead.fence().await;
+    let got = dead.snapshot();
+    assert_eq!(got.len(), bad.len(), "each dead letter once");
+    for m in &got {
+        assert!(bad.iter().any(|b| b.as_bytes() == m.body), "{m:?}");
+        assert_eq!(
+            m.header("x-delay-dead-reason").as_deref(),
+            Some("bad_envelope")
+        );
+        assert_eq!(m.header("x-delay-dead-attempts").as_deref(), Some("1"));
+        assert!(m.header("x-delay-dead-detail").is_some(), "{m:?}");
+        assert_eq!(m.header("x-delay-trigger").as_deref(), Some("kdlx"));
+    }
+    cleanup(&mut r, &key, &topic).await;
+    delete_topic(&kafka_brokers(), &dead_topic).await;
+}

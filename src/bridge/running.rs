@@ -82,6 +82,8 @@ impl Running {
             let run = worker::run(trigger.clone(), w, stop.clone(), abort.clone());
             s.workers.spawn(workers.track_future(run));
         }
+        let forward = worker::forward_dead_letters(trigger.clone(), stop.clone(), abort.clone());
+        s.workers.spawn(workers.track_future(forward));
         workers.close();
         s.tasks
             .spawn(worker::recover_loop(trigger.clone(), stop.clone()));

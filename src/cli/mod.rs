@@ -495,6 +495,12 @@ fn check(path: &std::path::Path) -> i32 {
                 keys.control
             ));
         }
+        if let Some(dead) = &t.dead_letter {
+            payload.push_str(&format!(
+                " dead_letters_to=({dead}) (leases in {})",
+                keys.dead_inflight
+            ));
+        }
         let dest = t
             .destination
             .as_ref()

@@ -46,13 +46,15 @@ pub fn load_from(figment: Figment, path: &Path) -> Result<Config, ConfigError> {
         loader.push(&key, message);
     }
     if loader.problems.is_empty() {
-        for (t, d) in parsed
+        for ((t, d), dl) in parsed
             .config
             .triggers
             .iter_mut()
             .zip(validated.destinations)
+            .zip(validated.dead_letters)
         {
             t.destination = d;
+            t.dead_letter = dl;
         }
         super::tls::keep_clients(&mut parsed.config, validated.tls_clients);
         Ok(parsed.config)

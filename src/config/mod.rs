@@ -535,10 +535,24 @@ pub struct TriggerConfig {
     /// (at most 128 MiB).
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
+    /// AMQP: forward dead letters to this exchange, with the reason in headers; each leaves
+    /// Redis only once the broker confirmed it. Unset: dead letters stay in Redis.
+    #[serde(default)]
+    pub dead_letter_exchange: Option<String>,
+    /// AMQP: the routing key of forwarded dead letters (default `""`).
+    #[serde(default)]
+    pub dead_letter_routing_key: Option<String>,
+    /// Kafka: forward dead letters to this topic, with the reason in headers; each leaves
+    /// Redis only once the broker confirmed it. Unset: dead letters stay in Redis.
+    #[serde(default)]
+    pub dead_letter_topic: Option<String>,
     /// Where the messages go: resolved from the fields above and the sink's type when the
     /// configuration is loaded (`None` only in a configuration that was not loaded).
     #[serde(skip)]
     pub destination: Option<Destination>,
+    /// Where dead letters are forwarded, resolved like `destination` (`None`: nowhere).
+    #[serde(skip)]
+    pub dead_letter: Option<Destination>,
 }
 
 fn default_workers() -> usize {

@@ -162,3 +162,69 @@ pub(super) fn resolve(
         _ => Err(problems),
     }
 }
+
+/// Where `t` forwards its dead letters on `sink` (`None`: they stay in Redis), or the
+/// fields that do not fit, as (field, problem) pairs.
+pub(super) fn resolve_dead_letter(
+    t: &TriggerConfig,
+    sink: &SinkConfig,
+) -> Result<Option<Destination>, Vec<(&'static str, String)>> {
+    let mut problems = Vec::new();
+    let destination = match sink {
+        SinkConfig::Amqp(_) => {
+            if t.dead_letter_topic.is_some() {
+                problems.push((
+                    "dead_letter_topic",
+                    "only for kafka sinks; use dead_letter_exchange on an amqp sink".into(),
+                ));
+            }
+            match (&t.dead_letter_exchange, &t.dead_letter_routing_key) {
+                (Some(exchange), key) => Some(Destination::Amqp(AmqpRoute {
+                    exchange: exchange.clone(),
+                    routing: AmqpRouting::Key(key.clone().unwrap_or_default()),
+                    allowed_routing_keys: None,
+                })),
+                (None, Some(_)) => {
+                    problems.push((
+                        "dead_letter_routing_key",
+                        "needs dead_letter_exchange (use \"\" for the default exchange)".into(),
+                    ));
+                    None
+                }
+                (None, None) => None,
+            }
+        }
+        SinkConfig::Kafka(_) => {
+            for (field, set) in [
+                ("dead_letter_exchange", t.dead_letter_exchange.is_some()),
+                (
+                    "dead_letter_routing_key",
+                    t.dead_letter_routing_key.is_some(),
+                ),
+            ] {
+                if set {
+                    problems.push((
+                        field,
+                        "only for amqp sinks; use dead_letter_topic on a kafka sink".into(),
+                    ));
+                }
+            }
+            match &t.dead_letter_topic {
+                Some(topic) if topic.is_empty() => {
+                    problems.push(("dead_letter_topic", "must not be empty".into()));
+                    None
+                }
+                Some(topic) => Some(Destination::Kafka(KafkaRoute {
+                    topic: topic.clone(),
+                    key: t.kafka_key.unwrap_or_default(),
+                })),
+                None => None,
+            }
+        }
+    };
+    if problems.is_empty() {
+        Ok(destination)
+    } else {
+        Err(problems)
+    }
+}

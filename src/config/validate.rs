@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::route::{resolve, Destination};
+use super::route::{resolve, resolve_dead_letter, Destination};
 use super::{AmqpSinkConfig, Config, SinkConfig};
 use crate::keys::QueueKeys;
 
@@ -41,6 +41,8 @@ pub(super) struct Parsed {
 pub(super) struct Validated {
     pub problems: Vec<(String, String)>,
     pub destinations: Vec<Option<Destination>>,
+    /// Each trigger's dead-letter destination, where it has one.
+    pub dead_letters: Vec<Option<Destination>>,
     /// The TLS clients built while checking their files, by table.
     pub tls_clients: Vec<super::tls::Built>,
 }
@@ -50,10 +52,12 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
     let config = &parsed.config;
     let mut out = Vec::new();
     let mut destinations = Vec::new();
+    let mut dead_letters = Vec::new();
     if parsed.unparsable {
         return Validated {
             problems: out,
             destinations,
+            dead_letters,
             tls_clients: Vec::new(),
         };
     }
@@ -205,6 +209,7 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
     for (&i, t) in parsed.trigger_index.iter().zip(&config.triggers) {
         let k = |field: &str| format!("triggers[{i}].{field}");
         let mut destination = None;
+        let mut dead_letter = None;
         if !valid_name(&t.name) {
             push(
                 k("name"),
@@ -238,7 +243,12 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
                         push(k("routing_key_pointer"), why);
                     }
                 }
-                for (field, value) in [("exchange", &t.exchange), ("routing_key", &t.routing_key)] {
+                for (field, value) in [
+                    ("exchange", &t.exchange),
+                    ("routing_key", &t.routing_key),
+                    ("dead_letter_exchange", &t.dead_letter_exchange),
+                    ("dead_letter_routing_key", &t.dead_letter_routing_key),
+                ] {
                     if let Some(why) = value.as_deref().and_then(too_long_name) {
                         push(k(field), why);
                     }
@@ -251,9 +261,18 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
                         }
                     }
                 }
+                match resolve_dead_letter(t, sink) {
+                    Ok(d) => dead_letter = d,
+                    Err(problems) => {
+                        for (field, why) in problems {
+                            push(k(field), why);
+                        }
+                    }
+                }
             }
         }
         destinations.push(destination);
+        dead_letters.push(dead_letter);
         if t.workers == 0 || t.workers > MAX_WORKERS {
             push(
                 k("workers"),
@@ -360,6 +379,7 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
     Validated {
         problems: out,
         destinations,
+        dead_letters,
         tls_clients,
     }
 }

@@ -22,6 +22,10 @@ pub struct Metrics {
     pub dead_lettered: IntCounterVec,
     /// `messages_expired_total{trigger}`
     pub expired: IntCounterVec,
+    /// Dead letters the broker confirmed at the trigger's dead-letter destination.
+    pub dead_letters_forwarded: IntCounterVec,
+    /// Dead letters not forwarded on a try, by reason (retried after the lease, or kept).
+    pub dead_letter_forward_failures: IntCounterVec,
     /// Expired leases recovered (messages delivered again after a crash or lost reply).
     pub redelivered: IntCounterVec,
     /// Messages put back unattempted (shutdown, connection loss).
@@ -146,6 +150,16 @@ impl Metrics {
             dead_lettered: counter(
                 "messages_dead_lettered_total",
                 "Messages moved to the dead-letter set",
+                &["trigger", "reason"],
+            ),
+            dead_letters_forwarded: counter(
+                "dead_letters_forwarded_total",
+                "Dead letters the broker confirmed at the trigger's dead-letter destination and that left Redis",
+                &["trigger"],
+            ),
+            dead_letter_forward_failures: counter(
+                "dead_letter_forward_failures_total",
+                "Dead letters that a forward did not deliver, by reason: tried again after the lease, or kept in Redis when the broker refuses them",
                 &["trigger", "reason"],
             ),
             expired: counter(

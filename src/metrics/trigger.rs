@@ -34,6 +34,8 @@ pub struct TriggerMetrics {
     retried: IntCounterVec,
     dead_lettered: IntCounterVec,
     expired: IntCounter,
+    dead_letters_forwarded: IntCounterVec,
+    dead_letter_forward_failures: IntCounterVec,
     redis_errors: IntCounterVec,
     backlog: [IntGauge; 4],
     oldest_due_age: Gauge,
@@ -68,6 +70,8 @@ impl TriggerMetrics {
             retried: m.retried.clone(),
             dead_lettered: m.dead_lettered.clone(),
             expired: m.expired.with_label_values(&one),
+            dead_letters_forwarded: m.dead_letters_forwarded.clone(),
+            dead_letter_forward_failures: m.dead_letter_forward_failures.clone(),
             redis_errors: m.redis_errors.clone(),
             backlog: ["due", "scheduled", "inflight", "dead"]
                 .map(|state| m.backlog.with_label_values(&[name, state])),
@@ -83,6 +87,30 @@ impl TriggerMetrics {
         if rate_limited {
             self.rate_limited_claims.inc();
         }
+    }
+
+    /// The trigger forwards its dead letters: its forwarding series start at 0, a failure
+    /// series for each of `reasons`.
+    pub fn forwarding_dead_letters(&self, reasons: &[&str]) {
+        self.dead_letters_forwarded.with_label_values(&[&self.name]);
+        for reason in reasons {
+            self.dead_letter_forward_failures
+                .with_label_values(&[self.name.as_str(), reason]);
+        }
+    }
+
+    /// `n` dead letters reached the dead-letter destination and left Redis.
+    pub fn dead_letters_forwarded(&self, n: u64) {
+        self.dead_letters_forwarded
+            .with_label_values(&[&self.name])
+            .inc_by(n);
+    }
+
+    /// A dead letter was not forwarded, for `reason`.
+    pub fn dead_letter_not_forwarded(&self, reason: &str) {
+        self.dead_letter_forward_failures
+            .with_label_values(&[&self.name, reason])
+            .inc();
     }
 
     /// A claim script call took `took` and returned `n` members.

@@ -11,7 +11,7 @@ use super::settlement::{plan, Plan};
 use super::{Trigger, ERROR_BACKOFF};
 use crate::backoff::Backoff;
 use crate::sink::{MessageId, OutMessage, Outcome, Publisher};
-use crate::store::ClaimBatch;
+use crate::store::{ClaimBatch, FailOutcome};
 
 /// How a delivered batch went, for the worker that claimed it.
 pub(super) enum Verdict {
@@ -147,6 +147,9 @@ async fn settle(t: &Trigger, abort: &CancellationToken, batch: &ClaimBatch, plan
         }
     };
     t.metrics.settled(s, &settled);
+    if settled.fail_outcomes.contains(&FailOutcome::DeadLettered) {
+        t.dead_lettered.notify_one();
+    }
     let held_back = t
         .held_back
         .swap(false, std::sync::atomic::Ordering::Relaxed);

@@ -19,6 +19,7 @@ use crate::store::{ClaimBatch, Store, StoreError};
 
 mod batch;
 mod deliver;
+mod forward;
 mod maintenance;
 mod prepare;
 mod route;
@@ -26,6 +27,7 @@ mod settlement;
 
 use batch::AdaptiveBatch;
 use deliver::Verdict;
+pub use forward::forward_dead_letters;
 pub use maintenance::{recover_loop, stats_loop};
 
 /// Everything the workers of one trigger share.
@@ -47,6 +49,8 @@ pub struct Trigger {
     /// A claim left due members behind because earlier copies of them were in flight: the
     /// next settled batch may have freed them, so it wakes the workers.
     held_back: std::sync::atomic::AtomicBool,
+    /// Woken when this bridge dead-lettered a message: the dead-letter forwarder looks.
+    dead_lettered: Notify,
 }
 
 impl Trigger {
@@ -63,12 +67,14 @@ impl Trigger {
             .destination
             .clone()
             .ok_or_else(|| format!("trigger {}: destination not resolved", config.name))?;
-        if !sink.serves(&destination) {
-            return Err(format!(
-                "trigger {}: sink {} cannot publish to {destination}",
-                config.name,
-                sink.name()
-            ));
+        for d in std::iter::once(&destination).chain(&config.dead_letter) {
+            if !sink.serves(d) {
+                return Err(format!(
+                    "trigger {}: sink {} cannot publish to {d}",
+                    config.name,
+                    sink.name()
+                ));
+            }
         }
         let metrics = TriggerMetrics::new(
             metrics,
@@ -88,6 +94,7 @@ impl Trigger {
             gate: tokio::sync::Mutex::new(()),
             next_due: std::sync::Mutex::new(None),
             held_back: std::sync::atomic::AtomicBool::new(false),
+            dead_lettered: Notify::new(),
         })
     }
 

@@ -1,0 +1,335 @@
+//! Dead letters to the broker: forwards a trigger's dead letters to its dead-letter
+//! destination with the reason in headers; each leaves Redis only once the broker confirmed it.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::{Trigger, ERROR_BACKOFF};
+use crate::backoff::jitter_down;
+use crate::config::Destination;
+use crate::envelope::{HeaderValue, Properties};
+use crate::repeat::Repeated;
+use crate::sink::{Disposition, MessageId, OutMessage, PublishError, Publisher};
+use crate::store::{Body, DeadClaim, DeadItem};
+use crate::wire::{
+    HEADER_DEAD_ATTEMPTS, HEADER_DEAD_AT_MS, HEADER_DEAD_DETAIL, HEADER_DEAD_REASON,
+};
+
+/// Most dead letters one forward takes.
+const FORWARD_BATCH: usize = 100;
+
+/// Forwards the dead letters of `t` until `stop`, if the trigger has a dead-letter
+/// destination; `abort` cuts short the wait for confirmations at the shutdown deadline.
+/// Every bridge on the trigger may run this: a lease in the `dead_inflight` set keeps two
+/// from forwarding the same letter, except after a lease expiry.
+pub async fn forward_dead_letters(
+    t: Arc<Trigger>,
+    stop: CancellationToken,
+    abort: CancellationToken,
+) {
+    let Some(destination) = t.config.dead_letter.clone() else {
+        return;
+    };
+    t.metrics
+        .forwarding_dead_letters(PublishError::reasons_of(&destination));
+    let span = tracing::info_span!("dead_letters", trigger = %t.name());
+    Forwarder {
+        t,
+        destination,
+        publisher: None,
+        sink_failures: Repeated::default(),
+        redis_failures: Repeated::default(),
+        unforwarded: Repeated::default(),
+        stop,
+        abort,
+    }
+    .run()
+    .instrument(span)
+    .await
+}
+
+struct Forwarder {
+    t: Arc<Trigger>,
+    destination: Destination,
+    publisher: Option<Publisher>,
+    /// Failures to get a publisher, or forwards that broke it.
+    sink_failures: Repeated,
+    /// Failed claims and settles.
+    redis_failures: Repeated,
+    /// Forwards that left letters to be tried again after their lease.
+    unforwarded: Repeated,
+    stop: CancellationToken,
+    abort: CancellationToken,
+}
+
+/// A letter the broker will never take: its member, the reason label, what was said.
+type Refused<'a> = (&'a [u8], std::borrow::Cow<'static, str>, String);
+
+/// What became of each letter of one forward.
+#[derive(Default)]
+struct Sorted<'a> {
+    confirmed: Vec<&'a [u8]>,
+    /// The broker will never take these: kept in Redis for good, with the reason.
+    refused: Vec<Refused<'a>>,
+    /// Not forwarded for a reason of the sink, not the letter's: claimable again at once.
+    released: Vec<&'a [u8]>,
+    /// Not confirmed: tried again once the lease expires (the broker may still have them).
+    unconfirmed: Vec<String>,
+    /// The sink failed: get a new publisher and back off.
+    sink_broken: bool,
+}
+
+impl Forwarder {
+    async fn run(mut self) {
+        while !self.stop.is_cancelled() {
+            let Some(publisher) = self.publisher().await else {
+                continue;
+            };
+            let claim = match self
+                .t
+                .store
+                .claim_dead(FORWARD_BATCH, self.t.config.lease)
+                .await
+            {
+                Ok(claim) => {
+                    self.redis_failures.recovered();
+                    claim
+                }
+                Err(e) => {
+                    self.redis_failed(&e, "claiming dead letters to forward failed");
+                    self.pause(ERROR_BACKOFF.delay(self.redis_failures.count()))
+                        .await;
+                    continue;
+                }
+            };
+            if claim.items.is_empty() {
+                self.idle().await;
+                continue;
+            }
+            let sorted = self.forward(publisher, &claim).await;
+            self.settle(&claim, &sorted).await;
+            if sorted.sink_broken {
+                if let Some(broken) = self.publisher.take() {
+                    self.t.sink.reset(&broken).await;
+                }
+                self.sink_failures.failed();
+                self.pause(ERROR_BACKOFF.delay(self.sink_failures.count()))
+                    .await;
+            }
+        }
+    }
+
+    /// A usable publisher for the dead-letter destination, or `None` after a backoff.
+    async fn publisher(&mut self) -> Option<Publisher> {
+        if let Some(p) = self.publisher.as_ref().filter(|p| p.is_usable()) {
+            return Some(p.clone());
+        }
+        self.publisher = None;
+        let got = tokio::select! {
+            p = self.t.sink.publisher(&self.destination) => p,
+            _ = self.stop.cancelled() => return None,
+        };
+        match got {
+            Ok(p) => {
+                self.sink_failures.recovered();
+                self.publisher = Some(p.clone());
+                Some(p)
+            }
+            Err(e) => {
+                // While the whole sink is down its own log speaks for the outage.
+                if let Some(unlogged) = self.sink_failures.failed() {
+                    if self.t.sink.is_up() || self.sink_failures.count() == 1 {
+                        tracing::warn!(destination = %self.destination, error = %e,
+                            failures = self.sink_failures.count(), unlogged,
+                            "cannot forward dead letters; they stay in Redis meanwhile");
+                    }
+                }
+                self.pause(ERROR_BACKOFF.delay(self.sink_failures.count()))
+                    .await;
+                None
+            }
+        }
+    }
+
+    /// Publishes the claimed letters and sorts them by what the broker said.
+    async fn forward<'a>(&mut self, mut publisher: Publisher, claim: &'a DeadClaim) -> Sorted<'a> {
+        let cfg = &self.t.config;
+        let mut sorted = Sorted::default();
+        let mut sendable: Vec<(&DeadItem, &[u8], Properties, MessageId)> = Vec::new();
+        for item in &claim.items {
+            let payload = match &item.body {
+                Body::TooLarge(_) => None,
+                // Nothing to lose: the letter is its reason (`missing_body`).
+                Body::Missing => Some(&[][..]),
+                _ => item.payload(),
+            };
+            match payload.filter(|p| p.len() <= cfg.max_message_bytes) {
+                Some(payload) => sendable.push((
+                    item,
+                    payload,
+                    headers(item),
+                    MessageId::new(&cfg.key, &item.member),
+                )),
+                None => sorted.refused.push((
+                    item.member.as_slice(),
+                    "too_large".into(),
+                    format!("larger than max_message_bytes ({})", cfg.max_message_bytes),
+                )),
+            }
+        }
+        let messages: Vec<OutMessage<'_>> = sendable
+            .iter()
+            .map(|(item, payload, props, id)| OutMessage {
+                payload,
+                member: &item.member,
+                due_ms: item.at_ms,
+                attempt: attempts(item).clamp(1, u32::MAX.into()) as u32,
+                id: id.as_str(),
+                routing_key: None,
+                properties: Some(props),
+            })
+            .collect();
+        let outcomes = if messages.is_empty() {
+            Vec::new()
+        } else {
+            publisher
+                .publish_batch(self.t.name(), &messages, cfg.publish_timeout, &self.abort)
+                .await
+        };
+        for ((item, ..), outcome) in sendable.iter().zip(outcomes) {
+            let member = item.member.as_slice();
+            let e = match outcome {
+                Ok(_) => {
+                    sorted.confirmed.push(member);
+                    continue;
+                }
+                Err(e) => e,
+            };
+            sorted.sink_broken |= e.breaks_sink();
+            match e.disposition() {
+                Disposition::DeadLetter => sorted.refused.push((member, e.reason(), e.to_string())),
+                Disposition::PutBack => sorted.released.push(member),
+                Disposition::Retry => sorted.unconfirmed.push(e.reason().into_owned()),
+            }
+        }
+        sorted
+    }
+
+    /// Settles one forward in Redis, retrying errors until the lease would expire anyway
+    /// (then the letters are forwarded again: a duplicate, never a loss).
+    async fn settle(&mut self, claim: &DeadClaim, sorted: &Sorted<'_>) {
+        let t = &self.t;
+        for (_, label, _) in &sorted.refused {
+            t.metrics.dead_letter_not_forwarded(label);
+        }
+        for reason in &sorted.unconfirmed {
+            t.metrics.dead_letter_not_forwarded(reason);
+        }
+        let refused: Vec<&[u8]> = sorted.refused.iter().map(|(m, ..)| *m).collect();
+        let give_up = Instant::now() + t.config.lease;
+        let mut failures = 0u32;
+        let settled = loop {
+            match t
+                .store
+                .settle_dead(
+                    claim.deadline_ms,
+                    &sorted.confirmed,
+                    &refused,
+                    &sorted.released,
+                )
+                .await
+            {
+                Ok(settled) => break settled,
+                Err(e) => {
+                    failures += 1;
+                    let wait = ERROR_BACKOFF.delay(failures);
+                    if Instant::now() + wait >= give_up || self.abort.is_cancelled() {
+                        self.redis_failed(&e, "could not settle forwarded dead letters; they will be forwarded again after their lease");
+                        return;
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        };
+        t.metrics.dead_letters_forwarded(settled.confirmed);
+        if settled.refused > 0 {
+            let (member, _, why) = &sorted.refused[0];
+            tracing::warn!(refused = settled.refused, first = %String::from_utf8_lossy(&member[..member.len().min(64)]),
+                reason = %why, "the broker refuses these dead letters; they stay in Redis (list, requeue or purge them)");
+        }
+        if sorted.unconfirmed.is_empty() {
+            self.unforwarded.recovered();
+        } else if let Some(unlogged) = self.unforwarded.failed() {
+            tracing::warn!(unconfirmed = sorted.unconfirmed.len(), reason = %sorted.unconfirmed[0],
+                failures = self.unforwarded.count(), unlogged,
+                "dead letters not confirmed by the broker; forwarded again after their lease");
+        }
+    }
+
+    /// Counts a failed Redis call and logs it unless the outage is logged already.
+    fn redis_failed(&mut self, e: &crate::store::StoreError, what: &str) {
+        let own = self.t.redis_error(e);
+        if let Some(unlogged) = self.redis_failures.failed().filter(|_| own) {
+            tracing::warn!(error = %e, failures = self.redis_failures.count(), unlogged, "{what}");
+        }
+    }
+
+    /// Waits until this bridge dead-letters something, or the guard interval passes (a peer
+    /// may have, and expired leases are taken again).
+    async fn idle(&self) {
+        tokio::select! {
+            _ = tokio::time::sleep(jitter_down(self.t.config.guard_interval)) => {}
+            _ = self.t.dead_lettered.notified() => {}
+            _ = self.stop.cancelled() => {}
+        }
+    }
+
+    async fn pause(&self, d: std::time::Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = self.stop.cancelled() => {}
+        }
+    }
+}
+
+/// The attempt count in a dead letter's reason.
+fn attempts(item: &DeadItem) -> i64 {
+    reason_json(item)
+        .and_then(|v| v.get("attempts").and_then(serde_json::Value::as_i64))
+        .unwrap_or(0)
+}
+
+fn reason_json(item: &DeadItem) -> Option<serde_json::Value> {
+    serde_json::from_str(item.reason.as_deref()?).ok()
+}
+
+/// The headers that say why a letter is dead: reason, detail, attempts, when.
+fn headers(item: &DeadItem) -> Properties {
+    let why = reason_json(item);
+    let text = |field: &str| {
+        why.as_ref()
+            .and_then(|v| v.get(field).and_then(serde_json::Value::as_str))
+            .map(str::to_string)
+    };
+    let mut headers = vec![
+        (
+            HEADER_DEAD_REASON.to_string(),
+            HeaderValue::Text(text("reason").unwrap_or_else(|| "unknown".into())),
+        ),
+        (
+            HEADER_DEAD_ATTEMPTS.to_string(),
+            HeaderValue::Int(attempts(item)),
+        ),
+        (HEADER_DEAD_AT_MS.to_string(), HeaderValue::Int(item.at_ms)),
+    ];
+    if let Some(detail) = text("detail") {
+        headers.push((HEADER_DEAD_DETAIL.to_string(), HeaderValue::Text(detail)));
+    }
+    Properties {
+        headers,
+        ..Properties::default()
+    }
+}
