@@ -329,8 +329,11 @@ async fn sigkill_mid_drain_then_restart_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_go_to_the_dead_letter_topic_with_their_reason() {
     let mut r = redis().await;
-    let (topic, capture) = topic("env").await;
-    let (dead_topic, dead) = self::topic("env-dead").await;
+    let (topic, dead_topic) = (unique("env"), unique("env-dead"));
+    create_topic(&kafka_brokers(), &topic, PARTITIONS).await;
+    create_topic(&kafka_brokers(), &dead_topic, 1).await;
+    let capture = KafkaCapture::start(&kafka_brokers(), &topic, PARTITIONS);
+    let dead = KafkaCapture::start(&kafka_brokers(), &dead_topic, 1);
     let key = format!("{}:{{kdlx}}", unique("delay"));
     let trigger = kafka_trigger(
         "kdlx",
@@ -364,6 +367,9 @@ async fn dead_letters_go_to_the_dead_letter_topic_with_their_reason() {
         assert!(m.header("x-delay-dead-detail").is_some(), "{m:?}");
         assert_eq!(m.header("x-delay-trigger").as_deref(), Some("kdlx"));
     }
+    // Both consumers stop before their topics go: with two consumers assigned, deleting the
+    // topics crashed librdkafka's metadata cache in this test process.
+    drop((capture, dead));
     cleanup(&mut r, &key, &topic).await;
     delete_topic(&kafka_brokers(), &dead_topic).await;
 }
