@@ -21,7 +21,9 @@ if bad then
   return bad
 end
 limit = math.min(limit, 1000)
-local deadline = now + lease
+-- At least 1 ms: a new lease must end after any expired one, or two claims in one
+-- millisecond would share a deadline (the settle's ownership token).
+local deadline = now + math.max(lease, 1)
 local out = {now, deadline}
 if limit < 1 or redis.call('HEXISTS', KEYS[7], 'paused') == 1 then
   return out
