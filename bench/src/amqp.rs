@@ -9,6 +9,7 @@ use futures_util::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ExchangeDeclareOptions,
     ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+    QueuePurgeOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
@@ -68,6 +69,18 @@ impl AmqpBench {
             FieldTable::default(),
         )
         .await?;
+        // The backlog queue: bound beside the consumed one, never consumed, purged after use.
+        let backlog = format!("{name}.backlog");
+        ch.queue_declare(&backlog, durable_queue, FieldTable::default())
+            .await?;
+        ch.queue_bind(
+            &backlog,
+            name,
+            &backlog,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
         ch.basic_qos(PREFETCH, BasicQosOptions::default()).await?;
         let mut deliveries = ch
             .basic_consume(
@@ -116,13 +129,34 @@ impl AmqpBench {
         )
     }
 
-    /// The route lines of a `[[triggers]]` entry publishing to the bench queue.
-    pub fn route_toml(&self) -> String {
+    /// The route lines of a `[[triggers]]` entry publishing to the bench queue, or with
+    /// `backlog` to the queue nobody consumes.
+    pub fn route_toml(&self, backlog: bool) -> String {
+        let queue = if backlog {
+            self.backlog_queue()
+        } else {
+            self.queue.clone()
+        };
         format!(
             "exchange = {}\nrouting_key = {}\n",
             toml_str(&self.exchange),
-            toml_str(&self.queue)
+            toml_str(&queue)
         )
+    }
+
+    /// The queue nobody consumes (bound with its own name as the routing key).
+    fn backlog_queue(&self) -> String {
+        format!("{}.backlog", self.queue)
+    }
+
+    /// Empties the queue nobody consumes; returns how many messages it held.
+    pub async fn purge_backlog(&self) -> anyhow::Result<u32> {
+        let ch = self.conn.create_channel().await?;
+        let n = ch
+            .queue_purge(&self.backlog_queue(), QueuePurgeOptions::default())
+            .await?;
+        let _ = ch.close(200, "purged").await;
+        Ok(n)
     }
 
     /// Deletes the queue and the exchange and stops consuming.
@@ -130,6 +164,8 @@ impl AmqpBench {
         self.consumer.stop().await;
         let ch = self.conn.create_channel().await?;
         ch.queue_delete(&self.queue, QueueDeleteOptions::default())
+            .await?;
+        ch.queue_delete(&self.backlog_queue(), QueueDeleteOptions::default())
             .await?;
         ch.exchange_delete(&self.exchange, ExchangeDeleteOptions::default())
             .await?;

@@ -52,6 +52,8 @@ pub enum Phase {
     Redis,
     /// The bridge draining `--messages` due now.
     Forward,
+    /// AMQP: the same into a queue nobody consumes, next to a plain publisher doing so.
+    Backlog,
     /// The steady load and its lateness.
     Lateness,
     /// Redis commands and CPU with nothing due.
@@ -154,9 +156,10 @@ impl Broker {
         }
     }
 
-    fn route_toml(&self) -> String {
+    /// The bench route, or with `backlog` (AMQP) the one to a queue nobody consumes.
+    fn route_toml(&self, backlog: bool) -> String {
         match self {
-            Broker::Amqp(b) => b.route_toml(),
+            Broker::Amqp(b) => b.route_toml(backlog),
             Broker::Kafka(b) => b.route_toml(),
         }
     }
@@ -206,6 +209,8 @@ struct Bench {
     /// ceiling publishes through the same sink code to the same place.
     sink: SinkConfig,
     destination: Destination,
+    /// AMQP: the destination of the backlog phase (a queue nobody consumes).
+    backlog_destination: Option<Destination>,
     /// Queues created, deleted at the end.
     keys: Mutex<Vec<String>>,
     /// `notify-keyspace-events` before the run, restored at the end.
@@ -306,21 +311,28 @@ impl Bench {
         };
         let dir = std::env::temp_dir().join(&name);
         std::fs::create_dir_all(&dir)?;
-        let probe = BridgeToml {
-            args: &args,
-            broker: &broker,
-            keys: &["probe".to_string()],
-            notifications: true,
-            metrics_port: 0,
-        }
-        .write(&dir, "probe");
-        let resolved = probe.and_then(|(_, mut c)| {
+        let probe = |backlog: bool| {
+            BridgeToml {
+                args: &args,
+                broker: &broker,
+                keys: &["probe".to_string()],
+                notifications: true,
+                metrics_port: 0,
+                backlog,
+            }
+            .write(&dir, "probe")
+        };
+        let resolved = probe(false).and_then(|(_, mut c)| {
             let trigger = c.triggers.swap_remove(0);
             let sink = c.sinks.remove(&trigger.sink).context("the bench sink")?;
             let destination = trigger.destination.clone().context("the bench route")?;
-            Ok((trigger, sink, destination))
+            let backlog = match &broker {
+                Broker::Amqp(_) => probe(true)?.1.triggers.swap_remove(0).destination,
+                Broker::Kafka(_) => None,
+            };
+            Ok((trigger, sink, destination, backlog))
         });
-        let (trigger, sink, destination) = match resolved {
+        let (trigger, sink, destination, backlog_destination) = match resolved {
             Ok(r) => r,
             Err(e) => {
                 let _ = broker.cleanup().await;
@@ -341,6 +353,7 @@ impl Bench {
             trigger,
             sink,
             destination,
+            backlog_destination,
             keys: Mutex::new(Vec::new()),
             original_flags,
             next_base: AtomicU64::new(1),
@@ -402,6 +415,8 @@ struct BridgeToml<'a> {
     keys: &'a [String],
     notifications: bool,
     metrics_port: u16,
+    /// AMQP: publish to the queue nobody consumes.
+    backlog: bool,
 }
 
 impl BridgeToml<'_> {
@@ -422,7 +437,7 @@ impl BridgeToml<'_> {
             out.push_str(&format!(
                 "[[triggers]]\nname = \"bench-{i}\"\nkey = {}\nsink = \"bench\"\n{}",
                 toml_str(key),
-                self.broker.route_toml()
+                self.broker.route_toml(self.backlog)
             ));
             out.push_str(&self.args.shape().trigger_toml());
             for line in &self.args.trigger_set {

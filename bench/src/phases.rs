@@ -85,9 +85,19 @@ impl Bench {
             }
         }
         if run(Phase::Forward) {
-            match self.forward().await {
+            match self.drain(false).await {
                 Ok(r) => report.forward = Some(r),
                 Err(e) => fail("forward", e),
+            }
+        }
+        if run(Phase::Backlog) && self.backlog_destination.is_some() {
+            match self.backlog_ceiling().await {
+                Ok(r) => report.backlog_ceiling = Some(r),
+                Err(e) => fail("backlog ceiling", e),
+            }
+            match self.drain(true).await {
+                Ok(r) => report.backlog = Some(r),
+                Err(e) => fail("backlog", e),
             }
         }
         if run(Phase::Lateness) {
@@ -125,6 +135,17 @@ impl Bench {
         keys: &[String],
         notifications: bool,
     ) -> anyhow::Result<(BridgeProcess, Config)> {
+        self.start_bridge_to(name, keys, notifications, false).await
+    }
+
+    /// [`Self::start_bridge`], with `backlog` publishing to the queue nobody consumes.
+    async fn start_bridge_to(
+        &self,
+        name: &str,
+        keys: &[String],
+        notifications: bool,
+        backlog: bool,
+    ) -> anyhow::Result<(BridgeProcess, Config)> {
         let port = free_port()?;
         let (path, config) = BridgeToml {
             args: &self.args,
@@ -132,6 +153,7 @@ impl Bench {
             keys,
             notifications,
             metrics_port: port,
+            backlog,
         }
         .write(&self.dir, name)?;
         let log = self.dir.join(format!("{name}.log"));
@@ -215,10 +237,53 @@ impl Bench {
         Ok(Rate::new(n, secs))
     }
 
-    async fn forward(&self) -> anyhow::Result<Forward> {
+    /// A plain publisher filling the queue nobody consumes: done when the broker confirmed
+    /// every message, as the bridge is done when Redis is empty.
+    async fn backlog_ceiling(&self) -> anyhow::Result<Rate> {
         let n = self.args.messages;
-        eprintln!("bench: forwarding, {n} messages");
-        let key = self.new_key("forward");
+        let destination = self.backlog_destination.as_ref().context("AMQP only")?;
+        eprintln!("bench: backlog ceiling, {n} messages into a queue nobody consumes");
+        let ceiling = Ceiling::connect(
+            &self.sink,
+            destination,
+            self.trigger.workers,
+            self.trigger.publish_timeout,
+        )
+        .await?;
+        let window = Window {
+            key: "delay-bridge-bench:backlog-ceiling".into(),
+            base: self.next_base(),
+            count: n,
+            payload_bytes: self.args.payload_bytes,
+            due_ms: now_ms(),
+            batch: self.trigger.batch,
+        };
+        let timed = async {
+            let start = ceiling.publish(&window).await?;
+            Ok(Rate::new(n, start.elapsed().as_secs_f64()))
+        }
+        .await;
+        ceiling.close().await;
+        self.purge_backlog().await?;
+        timed
+    }
+
+    /// Empties the queue nobody consumes.
+    async fn purge_backlog(&self) -> anyhow::Result<()> {
+        if let super::Broker::Amqp(b) = &self.broker {
+            b.purge_backlog().await?;
+        }
+        Ok(())
+    }
+
+    /// The bridge draining `--messages` due now, to the consumed queue or (with `backlog`)
+    /// to the queue nobody consumes; done when the consumer has every message (or, for the
+    /// backlog, the broker confirmed every one) and Redis is empty.
+    async fn drain(&self, backlog: bool) -> anyhow::Result<Forward> {
+        let n = self.args.messages;
+        let what = if backlog { "backlog" } else { "forward" };
+        eprintln!("bench: {what}, {n} messages");
+        let key = self.new_key(what);
         // Loaded beside the queue and renamed into it once the bridge is ready, so neither
         // loading nor start-up is timed; the last member's ZADD wakes the idle workers.
         let staging = format!("{key}:staging");
@@ -228,7 +293,7 @@ impl Bench {
         let shape = self.args.shape();
         redis_ops::load(&mut conn, &shape, &key, &staging, base, n - 1, |_| due).await?;
         let (bridge, _) = self
-            .start_bridge("forward", std::slice::from_ref(&key), true)
+            .start_bridge_to(what, std::slice::from_ref(&key), true, backlog)
             .await?;
         self.tally.reset(base, n);
         let cpu_before = bridge.cpu_seconds()?;
@@ -251,7 +316,8 @@ impl Bench {
         last.query_async::<()>(&mut conn).await?;
         let end = start + budget(n);
         loop {
-            if self.tally.distinct() >= n && redis_ops::queue_len(&mut conn, &key).await? == 0 {
+            let received = backlog || self.tally.distinct() >= n;
+            if received && redis_ops::queue_len(&mut conn, &key).await? == 0 {
                 break;
             }
             if Instant::now() >= end {
@@ -269,12 +335,20 @@ impl Bench {
         let memory = bridge.memory()?;
         bridge.stop(STOP_TIMEOUT).await?;
         redis_ops::unlink_queue(&mut conn, &key).await?;
+        if backlog {
+            self.purge_backlog().await?;
+        }
         Ok(Forward {
             rate: Rate::new(n, secs),
             cpu_seconds: cpu,
             cpu_seconds_per_100k: cpu * 100_000.0 / n as f64,
             peak_rss_bytes: memory.peak_bytes,
-            duplicates: self.tally.summary(|_| false).duplicates,
+            // Nobody reads the backlog queue: no consumer to count copies.
+            duplicates: if backlog {
+                0
+            } else {
+                self.tally.summary(|_| false).duplicates
+            },
         })
     }
 
