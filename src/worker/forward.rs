@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{Trigger, ERROR_BACKOFF};
+use super::{Publishing, Trigger, ERROR_BACKOFF};
 use crate::backoff::jitter_down;
 use crate::config::Destination;
 use crate::envelope::{HeaderValue, Properties};
@@ -39,8 +39,7 @@ pub async fn forward_dead_letters(
     Forwarder {
         t,
         destination,
-        publisher: None,
-        sink_failures: Repeated::default(),
+        publishing: Publishing::default(),
         redis_failures: Repeated::default(),
         unforwarded: Repeated::default(),
         stop,
@@ -54,9 +53,8 @@ pub async fn forward_dead_letters(
 struct Forwarder {
     t: Arc<Trigger>,
     destination: Destination,
-    publisher: Option<Publisher>,
-    /// Failures to get a publisher, or forwards that broke it.
-    sink_failures: Repeated,
+    /// The publisher, and failures to get one or forwards that broke it.
+    publishing: Publishing,
     /// Failed claims and settles.
     redis_failures: Repeated,
     /// Forwards that left letters to be tried again after their lease.
@@ -112,11 +110,11 @@ impl Forwarder {
             let sorted = self.forward(publisher, &claim).await;
             self.settle(&claim, &sorted).await;
             if sorted.sink_broken {
-                if let Some(broken) = self.publisher.take() {
+                if let Some(broken) = self.publishing.current.take() {
                     self.t.sink.reset(&broken).await;
                 }
-                self.sink_failures.failed();
-                self.pause(ERROR_BACKOFF.delay(self.sink_failures.count()))
+                self.publishing.failures.failed();
+                self.pause(ERROR_BACKOFF.delay(self.publishing.failures.count()))
                     .await;
             }
         }
@@ -124,34 +122,26 @@ impl Forwarder {
 
     /// A usable publisher for the dead-letter destination, or `None` after a backoff.
     async fn publisher(&mut self) -> Option<Publisher> {
-        if let Some(p) = self.publisher.as_ref().filter(|p| p.is_usable()) {
-            return Some(p.clone());
-        }
-        self.publisher = None;
-        let got = tokio::select! {
-            p = self.t.sink.publisher(&self.destination) => p,
-            _ = self.stop.cancelled() => return None,
+        let e = match self
+            .publishing
+            .get(&self.t.sink, &self.destination, &self.stop)
+            .await
+        {
+            Ok(p) => return p,
+            Err(e) => e,
         };
-        match got {
-            Ok(p) => {
-                self.sink_failures.recovered();
-                self.publisher = Some(p.clone());
-                Some(p)
-            }
-            Err(e) => {
-                // While the whole sink is down its own log speaks for the outage.
-                if let Some(unlogged) = self.sink_failures.failed() {
-                    if self.t.sink.is_up() || self.sink_failures.count() == 1 {
-                        tracing::warn!(destination = %self.destination, error = %e,
-                            failures = self.sink_failures.count(), unlogged,
-                            "cannot forward dead letters; they stay in Redis meanwhile");
-                    }
-                }
-                self.pause(ERROR_BACKOFF.delay(self.sink_failures.count()))
-                    .await;
-                None
+        // While the whole sink is down its own log speaks for the outage.
+        let failures = &mut self.publishing.failures;
+        if let Some(unlogged) = failures.failed() {
+            if self.t.sink.is_up() || failures.count() == 1 {
+                tracing::warn!(destination = %self.destination, error = %e,
+                    failures = failures.count(), unlogged,
+                    "cannot forward dead letters; they stay in Redis meanwhile");
             }
         }
+        let wait = ERROR_BACKOFF.delay(failures.count());
+        self.pause(wait).await;
+        None
     }
 
     /// Publishes the claimed letters and sorts them by what the broker said.

@@ -188,8 +188,7 @@ pub async fn run(
         t: trigger,
         batch,
         broken_batches: 0,
-        publisher: None,
-        sink_failures: Repeated::default(),
+        publishing: Publishing::default(),
         redis_failures: Repeated::default(),
         in_flight: JoinSet::new(),
         stop,
@@ -207,15 +206,44 @@ struct Worker {
     batch: AdaptiveBatch,
     /// Consecutive batches that ended with the sink failing; the worker backs off by it.
     broken_batches: u32,
-    publisher: Option<Publisher>,
-    /// Failures to get a publisher (the sink is down).
-    sink_failures: Repeated,
+    publishing: Publishing,
     /// Failed claims.
     redis_failures: Repeated,
     /// Batches published and awaiting their confirmations.
     in_flight: JoinSet<Verdict>,
     stop: CancellationToken,
     abort: CancellationToken,
+}
+
+/// A publisher kept while it is usable and asked of the sink again when it is not, with
+/// the current run of failures to get one.
+#[derive(Default)]
+struct Publishing {
+    current: Option<Publisher>,
+    failures: Repeated,
+}
+
+impl Publishing {
+    /// The usable publisher, or a new one for `destination`: `Ok(None)` when `stop` fired
+    /// first, `Err` when the sink could not give one (the caller counts it in `failures`).
+    async fn get(
+        &mut self,
+        sink: &Sink,
+        destination: &Destination,
+        stop: &CancellationToken,
+    ) -> Result<Option<Publisher>, PublishError> {
+        if let Some(p) = self.current.as_ref().filter(|p| p.is_usable()) {
+            return Ok(Some(p.clone()));
+        }
+        self.current = None;
+        let p = tokio::select! {
+            p = sink.publisher(destination) => p?,
+            _ = stop.cancelled() => return Ok(None),
+        };
+        self.failures.recovered();
+        self.current = Some(p.clone());
+        Ok(Some(p))
+    }
 }
 
 /// Batches one worker keeps publishing or confirming at once: it claims the next batch
@@ -263,37 +291,28 @@ impl Worker {
     /// A usable publisher, or `None` after backing off while the sink is unavailable:
     /// nothing is claimed without one, so messages wait in Redis, not in the bridge.
     async fn publisher(&mut self) -> Option<Publisher> {
-        if let Some(p) = self.publisher.as_ref().filter(|p| p.is_usable()) {
-            return Some(p.clone());
-        }
-        self.publisher = None;
-        let got = tokio::select! {
-            p = self.t.sink.publisher(&self.t.destination) => p,
-            _ = self.stop.cancelled() => return None,
+        let e = match self
+            .publishing
+            .get(&self.t.sink, &self.t.destination, &self.stop)
+            .await
+        {
+            Ok(p) => return p,
+            Err(e) => e,
         };
-        match got {
-            Ok(p) => {
-                self.sink_failures.recovered();
-                self.publisher = Some(p.clone());
-                Some(p)
-            }
-            Err(e) => {
-                // One worker per trigger speaks for all of them. While the broker is down
-                // the sink logs the outage itself: here only its start, once per trigger.
-                let sink_down = !self.t.sink.is_up();
-                if let Some(unlogged) = self
-                    .sink_failures
-                    .failed()
-                    .filter(|_| self.id == 0 && !(sink_down && self.sink_failures.count() > 1))
-                {
-                    tracing::warn!(sink = %self.t.sink.name(), error = %e,
-                        failures = self.sink_failures.count(), unlogged, "sink unavailable, not claiming");
-                }
-                self.pause(ERROR_BACKOFF.delay(self.sink_failures.count()))
-                    .await;
-                None
-            }
+        // One worker per trigger speaks for all of them. While the broker is down the sink
+        // logs the outage itself: here only its start, once per trigger.
+        let failures = &mut self.publishing.failures;
+        let sink_down = !self.t.sink.is_up();
+        if let Some(unlogged) = failures
+            .failed()
+            .filter(|_| self.id == 0 && !(sink_down && failures.count() > 1))
+        {
+            tracing::warn!(sink = %self.t.sink.name(), error = %e,
+                failures = failures.count(), unlogged, "sink unavailable, not claiming");
         }
+        let wait = ERROR_BACKOFF.delay(failures.count());
+        self.pause(wait).await;
+        None
     }
 
     /// Claims the next batch; `None` when there was nothing due (after an idle wait) or the
@@ -381,7 +400,7 @@ impl Worker {
             Ok(Verdict::Settled) => self.broken_batches = 0,
             Ok(Verdict::SinkFailed(broken)) => {
                 self.broken_batches += 1;
-                self.publisher = None;
+                self.publishing.current = None;
                 if self.broken_batches > 1 {
                     self.t.sink.reset(&broken).await;
                 }
