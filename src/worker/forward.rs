@@ -246,8 +246,10 @@ impl Forwarder {
         };
         t.metrics.dead_letters_forwarded(settled.confirmed);
         if settled.refused > 0 {
+            // Named by message id, never by its bytes (the member is the payload inline).
             let (member, _, why) = &sorted.refused[0];
-            tracing::warn!(refused = settled.refused, first = %String::from_utf8_lossy(&member[..member.len().min(64)]),
+            let first = MessageId::new(&t.config.key, member);
+            tracing::warn!(refused = settled.refused, first_id = first.as_str(),
                 reason = %why, "the broker refuses these dead letters; they stay in Redis (list, requeue or purge them)");
         }
         if sorted.unconfirmed.is_empty() {
