@@ -12,7 +12,8 @@ pub struct QueueKeys {
     /// Hash: member -> `count:stamp`, the attempts that did not end in a confirmation, of the
     /// copy (scheduled or in flight) whose score is `stamp`.
     pub attempts: String,
-    /// Dead-letter sorted set: member -> time it was dead-lettered.
+    /// Dead-letter sorted set: member -> time it was dead-lettered (`+inf` once the broker
+    /// refused it as a forwarded dead letter; the time is then in its reason).
     pub dead: String,
     /// Hash: dead member -> JSON with the reason and attempt count.
     pub dead_reasons: String,
@@ -21,7 +22,7 @@ pub struct QueueKeys {
     /// Hash: the operator's hold on the queue: field `paused` while claims are paused.
     pub control: String,
     /// Dead letters being forwarded to the trigger's dead-letter destination: member ->
-    /// lease deadline epoch ms, `+inf` for one the broker refused (kept in Redis).
+    /// lease deadline epoch ms. (One the broker refused has the dead-letter score `+inf`.)
     pub dead_inflight: String,
 }
 

@@ -575,7 +575,7 @@ impl Store {
             .zip(reasons.into_iter().zip(bodies))
             .map(|((member, at), (reason, body))| DeadLetter {
                 member,
-                at_ms: at as i64,
+                at_ms: dead_at_ms(at as i64, reason.as_deref()),
                 reason,
                 body,
             })
@@ -660,6 +660,19 @@ impl Store {
             paused: int(6)? == 1,
         })
     }
+}
+
+/// When a dead letter was dead-lettered, from its dead-letter score: a letter the broker
+/// refused to take as a forwarded dead letter has the score `+inf`, and its time is then
+/// the `at` of its reason JSON.
+pub(crate) fn dead_at_ms(score_ms: i64, reason: Option<&str>) -> i64 {
+    if score_ms != i64::MAX {
+        return score_ms;
+    }
+    reason
+        .and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok())
+        .and_then(|v| v.get("at").and_then(serde_json::Value::as_f64))
+        .map_or(score_ms, |at| at as i64)
 }
 
 /// Parses a Redis score ("1732240000000", "-inf", "1.5e12") into epoch ms, saturating infinities.
@@ -776,6 +789,14 @@ fn parse_dead_claim(reply: Value, hash: bool) -> Result<DeadClaim, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_dead_letter_keeps_its_time_in_its_reason() {
+        assert_eq!(dead_at_ms(1_000, Some(r#"{"at":5}"#)), 1_000);
+        assert_eq!(dead_at_ms(i64::MAX, Some(r#"{"at":5,"reason":"nack"}"#)), 5);
+        assert_eq!(dead_at_ms(i64::MAX, Some("not json")), i64::MAX);
+        assert_eq!(dead_at_ms(i64::MAX, None), i64::MAX);
+    }
 
     #[test]
     fn scores_parse_and_saturate() {

@@ -79,11 +79,14 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
     // Unroutable at the dead-letter exchange: nothing is confirmed, so all stay in Redis.
     let (returned, scraped) = bridge
         .wait_scrape(Duration::from_secs(15), |m| {
-            metric_value(
-                m,
-                "delay_bridge_dead_letter_forward_failures_total",
-                &[("trigger", "dlx"), ("reason", "unroutable")],
-            ) >= bad.len() as f64
+            let failures = |reason| {
+                metric_value(
+                    m,
+                    "delay_bridge_dead_letter_forward_failures_total",
+                    &[("trigger", "dlx"), ("reason", reason)],
+                )
+            };
+            failures("unroutable") >= bad.len() as f64 && failures("too_large") == 1.0
         })
         .await;
     assert!(
@@ -101,12 +104,23 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
     );
     assert_eq!(zcard(&mut r, &keys.dead).await, bad.len() as i64 + 1);
     assert_eq!(dead.count(), 0);
-    // The oversized letter is never sent: kept with a lease that does not expire.
+    // The oversized letter is never sent: kept with the dead-letter score +inf (claims never
+    // look at it again) and no lease; its time stays in its reason.
+    let score: Option<String> = redis::cmd("ZSCORE")
+        .arg(&keys.dead)
+        .arg(&huge)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(score.as_deref(), Some("inf"));
     let held = leases(&mut r, &key).await;
-    assert_eq!(
-        held.get(huge.as_bytes()).map(String::as_str),
-        Some("inf"),
-        "{held:?}"
+    assert!(!held.contains_key(huge.as_bytes()), "{held:?}");
+    let listed = cli(&["dead-letter", "list", "-t", "dlx"], &config, &[]);
+    assert_eq!(listed.code, 0, "{}", listed.text());
+    assert!(
+        !listed.stdout.contains(&i64::MAX.to_string()),
+        "the refused letter's time comes from its reason, not +inf: {}",
+        listed.stdout
     );
 
     // Bind the routing key: the letters go after their lease expires, and leave Redis.

@@ -454,16 +454,16 @@ enum Forward {
         deadline: i64,
         short: bool,
     },
-    /// The broker refused it: leased for ever (`+inf`), never claimed again.
+    /// The broker refused it: no lease, its dead-letter score `+inf`, never claimed again.
     Refused,
 }
 
 impl Forward {
-    /// Its score in the dead_inflight set.
-    fn score(self) -> f64 {
+    /// Its score in the dead_inflight set, if it is there.
+    fn lease(self) -> Option<f64> {
         match self {
-            Forward::Leased { deadline, .. } => deadline as f64,
-            Forward::Refused => f64::INFINITY,
+            Forward::Leased { deadline, .. } => Some(deadline as f64),
+            Forward::Refused => None,
         }
     }
 }
@@ -484,6 +484,14 @@ struct DeadEntry {
 type Reason = (f64, String, Option<String>, i64);
 
 impl DeadEntry {
+    /// Its score in the dead-letter set: when it was dead-lettered, `+inf` once refused.
+    fn score(&self) -> f64 {
+        match self.forward {
+            Some(Forward::Refused) => f64::INFINITY,
+            _ => self.at,
+        }
+    }
+
     /// The reason JSON's fields this entry should have.
     fn reason(&self) -> Reason {
         (
@@ -1570,8 +1578,12 @@ impl Case {
         let n = self.store.requeue_dead(&named, limit).await.unwrap();
         let t1 = self.now().await;
         let targets: Vec<Vec<u8>> = if named.is_empty() {
-            let mut dead: Vec<(Vec<u8>, f64)> =
-                self.m.dead.iter().map(|(m, e)| (m.clone(), e.at)).collect();
+            let mut dead: Vec<(Vec<u8>, f64)> = self
+                .m
+                .dead
+                .iter()
+                .map(|(m, e)| (m.clone(), e.score()))
+                .collect();
             dead.sort_by(by_score);
             dead.into_iter().take(limit).map(|(m, _)| m).collect()
         } else {
@@ -1663,8 +1675,12 @@ impl Case {
             bump(&self.tally.forward_claims_paused, 1);
             return Ok(());
         }
-        let mut dead: Vec<(Vec<u8>, f64)> =
-            self.m.dead.iter().map(|(m, e)| (m.clone(), e.at)).collect();
+        let mut dead: Vec<(Vec<u8>, f64)> = self
+            .m
+            .dead
+            .iter()
+            .map(|(m, e)| (m.clone(), e.score()))
+            .collect();
         dead.sort_by(by_score);
         let mut picked: Vec<Vec<u8>> = Vec::new();
         let (mut passed_leased, mut passed_refused) = (false, false);
@@ -2028,12 +2044,17 @@ impl Case {
         check_eq!(inflight, want, "in-flight set");
 
         let dead: BTreeMap<Vec<u8>, f64> = self.zrange(&keys.dead).await.into_iter().collect();
-        let want: BTreeMap<Vec<u8>, f64> =
-            self.m.dead.iter().map(|(m, e)| (m.clone(), e.at)).collect();
+        let want: BTreeMap<Vec<u8>, f64> = self
+            .m
+            .dead
+            .iter()
+            .map(|(m, e)| (m.clone(), e.score()))
+            .collect();
         check_eq!(dead, want, "dead-letter set");
 
-        // Forwarding leases: one per dead letter a forward holds, until its deadline or for
-        // ever (refused), and none without its dead letter.
+        // Forwarding leases: one per dead letter a forward holds, until its deadline, none
+        // for a refused one (its dead-letter score is `+inf` instead), none without its dead
+        // letter.
         let leases: BTreeMap<Vec<u8>, f64> =
             self.zrange(&keys.dead_inflight).await.into_iter().collect();
         for m in leases.keys() {
@@ -2047,7 +2068,7 @@ impl Case {
             .m
             .dead
             .iter()
-            .filter_map(|(m, e)| e.forward.map(|f| (m.clone(), f.score())))
+            .filter_map(|(m, e)| Some((m.clone(), e.forward?.lease()?)))
             .collect();
         check_eq!(leases, want, "forwarding leases");
 

@@ -24,6 +24,16 @@ const POLL: Duration = Duration::from_millis(2);
 /// Share of the steady load scheduled earlier than the queue head (10 ms to 1 s ahead).
 const EARLY_SHARE: f64 = 0.1;
 
+/// The queue nobody consumes held `purged` messages after `n` were sent: at least `n`
+/// (more only if a lost confirm made the bridge send one twice).
+fn check_backlog(purged: u64, n: u64) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        purged >= n,
+        "the queue nobody consumes held {purged} of {n} messages"
+    );
+    Ok(())
+}
+
 fn now_ms() -> i64 {
     super::tally::now_us() / 1000
 }
@@ -260,20 +270,22 @@ impl Bench {
         };
         let timed = async {
             let start = ceiling.publish(&window).await?;
-            Ok(Rate::new(n, start.elapsed().as_secs_f64()))
+            Ok::<_, anyhow::Error>(Rate::new(n, start.elapsed().as_secs_f64()))
         }
         .await;
         ceiling.close().await;
-        self.purge_backlog().await?;
-        timed
+        let purged = self.purge_backlog().await;
+        let rate = timed?;
+        check_backlog(purged?, n)?;
+        Ok(rate)
     }
 
-    /// Empties the queue nobody consumes.
-    async fn purge_backlog(&self) -> anyhow::Result<()> {
-        if let super::Broker::Amqp(b) = &self.broker {
-            b.purge_backlog().await?;
+    /// Empties the queue nobody consumes; returns how many messages it held.
+    async fn purge_backlog(&self) -> anyhow::Result<u64> {
+        match &self.broker {
+            super::Broker::Amqp(b) => Ok(b.purge_backlog().await?.into()),
+            super::Broker::Kafka(_) => Ok(0),
         }
-        Ok(())
     }
 
     /// The bridge draining `--messages` due now, to the consumed queue or (with `backlog`)
@@ -334,9 +346,18 @@ impl Bench {
         let cpu = bridge.cpu_seconds()? - cpu_before;
         let memory = bridge.memory()?;
         bridge.stop(STOP_TIMEOUT).await?;
-        redis_ops::unlink_queue(&mut conn, &key).await?;
         if backlog {
-            self.purge_backlog().await?;
+            // Every message must be in the queue: none dead-lettered or dropped on the way.
+            let dead: u64 = redis::cmd("ZCARD")
+                .arg(&QueueKeys::derive(&key)?.dead)
+                .query_async(&mut conn)
+                .await?;
+            let purged = self.purge_backlog().await?;
+            redis_ops::unlink_queue(&mut conn, &key).await?;
+            anyhow::ensure!(dead == 0, "{dead} messages were dead-lettered");
+            check_backlog(purged, n)?;
+        } else {
+            redis_ops::unlink_queue(&mut conn, &key).await?;
         }
         Ok(Forward {
             rate: Rate::new(n, secs),

@@ -2,7 +2,8 @@
 -- the oldest dead letters that no forward holds (never leased, or the lease expired), each
 -- leased until now + ARGV[2] ms in the dead_inflight set. Nothing else moves: a dead letter
 -- stays in the dead-letter set, with its reason and body, until its forward is confirmed.
--- A lease of +inf marks one the broker refused: it is not taken again (requeue or purge it).
+-- A dead letter the broker refused has the dead-letter score +inf (its time stays in its
+-- reason): it is never looked at again (requeue or purge it).
 -- While the queue is paused nothing is claimed.
 -- KEYS: the queue's eight keys (see prelude)
 -- ARGV: limit (at most 1,000), lease ms, hash 0|1, largest body to read (0: any)
@@ -28,14 +29,16 @@ local out = {now, deadline}
 if limit < 1 or redis.call('HEXISTS', KEYS[7], 'paused') == 1 then
   return out
 end
--- Every leased member is a dead letter, so the claimable ones number `total - held`, and
--- the first `limit + held` dead letters hold as many of them as one claim may take.
-local total = redis.call('ZCARD', KEYS[4])
+-- Every leased member is a dead letter not refused, so the claimable ones number
+-- `total - held`, and the first `limit + held` of them hold as many as one claim may take:
+-- the work is bounded by the leases of the forwards in progress, whatever was refused.
+local total = redis.call('ZCOUNT', KEYS[4], '-inf', '(+inf')
 local held = redis.call('ZCOUNT', KEYS[8], '(' .. now, '+inf')
 if total <= held then
   return out
 end
-local window = redis.call('ZRANGE', KEYS[4], 0, limit + held - 1, 'WITHSCORES')
+local window = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(+inf', 'WITHSCORES', 'LIMIT', 0,
+  limit + held)
 local names = {}
 for i = 1, #window, 2 do
   names[#names + 1] = window[i]

@@ -3,7 +3,8 @@
 -- letter was requeued, purged or dead-lettered again meanwhile, changes nothing.
 --   confirmed: the broker has it: out of the dead-letter set with its reason and lease; in
 --     hash mode its body too, unless the id is scheduled again or in flight.
---   refused: the broker will never take it: leased for ever (+inf), kept as a dead letter.
+--   refused: the broker will never take it: kept as a dead letter with the score +inf, which
+--     claims never look at (its time stays in its reason), and without a lease.
 --   released: not forwarded (shutdown): the lease goes, the next claim takes it again.
 -- KEYS: the queue's eight keys (see prelude)
 -- ARGV: deadline, hash 0|1, n_confirmed, n_refused, n_released, member...
@@ -56,7 +57,8 @@ if #confirmed > 0 then
   end
 end
 for _, member in ipairs(refused) do
-  redis.call('ZADD', KEYS[8], '+inf', member)
+  redis.call('ZADD', KEYS[4], 'XX', '+inf', member)
 end
+each_chunk('ZREM', KEYS[8], refused)
 each_chunk('ZREM', KEYS[8], released)
 return {#confirmed, #refused, #released}

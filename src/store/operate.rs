@@ -233,7 +233,7 @@ impl Store {
         }
         if let Some(at) = dead {
             places.push(Place::Dead {
-                at_ms: ms(&at)?,
+                at_ms: super::dead_at_ms(ms(&at)?, reason.as_deref()),
                 reason,
             });
         }

@@ -42,6 +42,8 @@ pub async fn forward_dead_letters(
         publishing: Publishing::default(),
         redis_failures: Repeated::default(),
         unforwarded: Repeated::default(),
+        refusals: Repeated::default(),
+        broken_forwards: 0,
         stop,
         abort,
     }
@@ -59,6 +61,10 @@ struct Forwarder {
     redis_failures: Repeated,
     /// Forwards that left letters to be tried again after their lease.
     unforwarded: Repeated,
+    /// Forwards with refused letters, logged at growing gaps.
+    refusals: Repeated,
+    /// Consecutive forwards that ended with the sink failing.
+    broken_forwards: u32,
     stop: CancellationToken,
     abort: CancellationToken,
 }
@@ -110,12 +116,23 @@ impl Forwarder {
             let sorted = self.forward(publisher, &claim).await;
             self.settle(&claim, &sorted).await;
             if sorted.sink_broken {
+                // As a worker does: a new channel at once, the shared connection (every
+                // trigger's) only when forwards keep breaking.
+                self.broken_forwards += 1;
                 if let Some(broken) = self.publishing.current.take() {
-                    self.t.sink.reset(&broken).await;
+                    if self.broken_forwards > 1 {
+                        self.t.sink.reset(&broken).await;
+                    }
                 }
-                self.publishing.failures.failed();
-                self.pause(ERROR_BACKOFF.delay(self.publishing.failures.count()))
-                    .await;
+                self.pause(ERROR_BACKOFF.delay(self.broken_forwards)).await;
+            } else {
+                self.broken_forwards = 0;
+                if sorted.confirmed.is_empty() && !sorted.unconfirmed.is_empty() {
+                    // Nothing got through (unroutable, nacked): those wait for their lease;
+                    // the next claim waits a little too, longer while it goes on.
+                    self.pause(ERROR_BACKOFF.delay(self.unforwarded.count()))
+                        .await;
+                }
             }
         }
     }
@@ -245,12 +262,15 @@ impl Forwarder {
             }
         };
         t.metrics.dead_letters_forwarded(settled.confirmed);
-        if settled.refused > 0 {
+        if settled.refused == 0 {
+            self.refusals.recovered();
+        } else if let Some(unlogged) = self.refusals.failed() {
             // Named by message id, never by its bytes (the member is the payload inline).
             let (member, _, why) = &sorted.refused[0];
             let first = MessageId::new(&t.config.key, member);
             tracing::warn!(refused = settled.refused, first_id = first.as_str(),
-                reason = %why, "the broker refuses these dead letters; they stay in Redis (list, requeue or purge them)");
+                reason = %why, forwards = self.refusals.count(), unlogged,
+                "the broker refuses these dead letters; they stay in Redis (list, requeue or purge them)");
         }
         if sorted.unconfirmed.is_empty() {
             self.unforwarded.recovered();
