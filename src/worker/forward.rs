@@ -81,7 +81,7 @@ struct Sorted<'a> {
     /// Not forwarded for a reason of the sink, not the letter's: claimable again at once.
     released: Vec<&'a [u8]>,
     /// Not confirmed: tried again once the lease expires (the broker may still have them).
-    unconfirmed: Vec<String>,
+    unconfirmed: Vec<std::borrow::Cow<'static, str>>,
     /// The sink failed: get a new publisher and back off.
     sink_broken: bool,
 }
@@ -165,7 +165,7 @@ impl Forwarder {
     async fn forward<'a>(&mut self, mut publisher: Publisher, claim: &'a DeadClaim) -> Sorted<'a> {
         let cfg = &self.t.config;
         let mut sorted = Sorted::default();
-        let mut sendable: Vec<(&DeadItem, &[u8], Properties, MessageId)> = Vec::new();
+        let mut sendable = Vec::with_capacity(claim.items.len());
         for item in &claim.items {
             let payload = match &item.body {
                 Body::TooLarge(_) => None,
@@ -189,11 +189,11 @@ impl Forwarder {
         }
         let messages: Vec<OutMessage<'_>> = sendable
             .iter()
-            .map(|(item, payload, props, id)| OutMessage {
+            .map(|(item, payload, (props, attempts), id)| OutMessage {
                 payload,
                 member: &item.member,
                 due_ms: item.at_ms,
-                attempt: attempts(item).clamp(1, u32::MAX.into()) as u32,
+                attempt: (*attempts).clamp(1, u32::MAX.into()) as u32,
                 id: id.as_str(),
                 routing_key: None,
                 properties: Some(props),
@@ -219,7 +219,7 @@ impl Forwarder {
             match e.disposition() {
                 Disposition::DeadLetter => sorted.refused.push((member, e.reason(), e.to_string())),
                 Disposition::PutBack => sorted.released.push(member),
-                Disposition::Retry => sorted.unconfirmed.push(e.reason().into_owned()),
+                Disposition::Retry => sorted.unconfirmed.push(e.reason()),
             }
         }
         sorted
@@ -307,41 +307,31 @@ impl Forwarder {
     }
 }
 
-/// The attempt count in a dead letter's reason.
-fn attempts(item: &DeadItem) -> i64 {
-    reason_json(item)
-        .and_then(|v| v.get("attempts").and_then(serde_json::Value::as_i64))
-        .unwrap_or(0)
-}
-
-fn reason_json(item: &DeadItem) -> Option<serde_json::Value> {
-    serde_json::from_str(item.reason.as_deref()?).ok()
-}
-
-/// The headers that say why a letter is dead: reason, detail, attempts, when.
-fn headers(item: &DeadItem) -> Properties {
-    let why = reason_json(item);
-    let text = |field: &str| {
-        why.as_ref()
-            .and_then(|v| v.get(field).and_then(serde_json::Value::as_str))
-            .map(str::to_string)
-    };
+/// The headers that say why a letter is dead (reason, detail, attempts, when), read from
+/// its reason JSON once, and its attempt count.
+fn headers(item: &DeadItem) -> (Properties, i64) {
+    use serde_json::Value;
+    let why: Option<Value> = item
+        .reason
+        .as_deref()
+        .and_then(|r| serde_json::from_str(r).ok());
+    let field = |name: &str| why.as_ref().and_then(|v| v.get(name));
+    let text = |name: &str| field(name).and_then(Value::as_str).map(str::to_string);
+    let attempts = field("attempts").and_then(Value::as_i64).unwrap_or(0);
     let mut headers = vec![
         (
             HEADER_DEAD_REASON.to_string(),
             HeaderValue::Text(text("reason").unwrap_or_else(|| "unknown".into())),
         ),
-        (
-            HEADER_DEAD_ATTEMPTS.to_string(),
-            HeaderValue::Int(attempts(item)),
-        ),
+        (HEADER_DEAD_ATTEMPTS.to_string(), HeaderValue::Int(attempts)),
         (HEADER_DEAD_AT_MS.to_string(), HeaderValue::Int(item.at_ms)),
     ];
     if let Some(detail) = text("detail") {
         headers.push((HEADER_DEAD_DETAIL.to_string(), HeaderValue::Text(detail)));
     }
-    Properties {
+    let properties = Properties {
         headers,
         ..Properties::default()
-    }
+    };
+    (properties, attempts)
 }
