@@ -17,6 +17,8 @@ pub struct Health {
 
 struct Inner {
     redis: AtomicBool,
+    /// Keyspace notifications are subscribed to and reach the bridge.
+    notifications: AtomicBool,
     /// Calls that failed for want of Redis since it last answered, from every worker of
     /// every trigger: one outage is logged here, at growing gaps, not once per caller.
     outage: Mutex<Repeated>,
@@ -36,12 +38,27 @@ impl Health {
         Self {
             inner: Arc::new(Inner {
                 redis: AtomicBool::new(false),
+                notifications: AtomicBool::new(false),
                 outage: Mutex::default(),
                 paused: Mutex::default(),
                 sinks,
                 metrics: metrics.clone(),
             }),
         }
+    }
+
+    /// Whether keyspace notifications reach the bridge now; the gauge mirrors it.
+    pub fn set_notifications(&self, live: bool) {
+        self.inner.notifications.store(live, Ordering::Relaxed);
+        self.inner
+            .metrics
+            .notifications_enabled
+            .set(f64::from(u8::from(live)));
+    }
+
+    /// True while keyspace notifications are subscribed to: idle workers may sleep longer.
+    pub fn notifications_live(&self) -> bool {
+        self.inner.notifications.load(Ordering::Relaxed)
     }
 
     /// Redis answered a call. The first answer after an outage logs its end.

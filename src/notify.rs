@@ -8,7 +8,7 @@ use crate::redis_conn::{Conn, Endpoint};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+use crate::health::Health;
 use crate::repeat::Repeated;
 use crate::worker::Trigger;
 
@@ -79,13 +79,17 @@ pub async fn ensure_enabled(conn: &mut Conn, enable: bool) -> bool {
     }
 }
 
+/// Channels asked for in one SUBSCRIBE: thousands of triggers subscribe in a few round trips.
+const SUBSCRIBE_CHUNK: usize = 1000;
+
 /// Subscribes to the keyspace channel of every trigger key and wakes the trigger's idle worker
-/// on each sorted-set write. Resubscribes after connection loss.
+/// on each sorted-set write. Resubscribes after connection loss. While subscribed, `health`
+/// says so: idle workers then sleep up to their `notified_guard_interval`.
 pub async fn listen(
     endpoint: Arc<Endpoint>,
     db: i64,
     triggers: Vec<Arc<Trigger>>,
-    metrics: Metrics,
+    health: Health,
     stop: CancellationToken,
 ) {
     let mut by_channel: HashMap<Vec<u8>, Vec<Arc<Trigger>>> = HashMap::new();
@@ -95,10 +99,10 @@ pub async fn listen(
     }
     let mut failures = Repeated::default();
     while !stop.is_cancelled() {
-        match subscribe(&endpoint, &by_channel, &metrics, &stop, &mut failures).await {
+        match subscribe(&endpoint, &by_channel, &health, &stop, &mut failures).await {
             Ok(()) => {}
             Err(e) => {
-                metrics.notifications_enabled.set(0.0);
+                health.set_notifications(false);
                 if let Some(unlogged) = failures.failed() {
                     tracing::warn!(error = %e, failures = failures.count(), unlogged,
                         "keyspace notification subscription lost, resubscribing");
@@ -120,16 +124,23 @@ pub async fn listen(
     async fn subscribe(
         endpoint: &Endpoint,
         by_channel: &HashMap<Vec<u8>, Vec<Arc<Trigger>>>,
-        metrics: &Metrics,
+        health: &Health,
         stop: &CancellationToken,
         failures: &mut Repeated,
     ) -> redis::RedisResult<()> {
         let mut pubsub = endpoint.pubsub().await?;
-        for channel in by_channel.keys() {
-            pubsub.subscribe(channel.as_slice()).await?;
+        let channels: Vec<&[u8]> = by_channel.keys().map(Vec::as_slice).collect();
+        for chunk in channels.chunks(SUBSCRIBE_CHUNK) {
+            pubsub.subscribe(chunk).await?;
         }
         failures.recovered();
-        metrics.notifications_enabled.set(1.0);
+        health.set_notifications(true);
+        // A write may have gone unnoticed while unsubscribed: every trigger looks again.
+        for list in by_channel.values() {
+            for t in list {
+                t.wake();
+            }
+        }
         let mut messages = pubsub.on_message();
         loop {
             tokio::select! {

@@ -207,6 +207,18 @@ pub struct QueueStats {
     pub oldest_due_age_seconds: f64,
     /// Claims are paused by an operator (`delay-bridge pause`).
     pub paused: bool,
+    /// Redis's clock when the sizes were read, epoch ms.
+    #[serde(skip)]
+    pub now_ms: i64,
+    /// The earliest lease deadline in flight, epoch ms: recovery has work from then on.
+    #[serde(skip)]
+    pub earliest_lease_ms: Option<i64>,
+    /// Entries in the attempts hash (the recovery's sweep has work while there are some).
+    #[serde(skip)]
+    pub attempt_entries: u64,
+    /// Dead letters a forwarder may take (all but those the broker refused).
+    #[serde(skip)]
+    pub dead_forwardable: u64,
 }
 
 /// One dead letter, as `dead-letter list` shows it.
@@ -633,6 +645,7 @@ impl Store {
             .key(&self.keys.inflight)
             .key(&self.keys.dead)
             .key(&self.keys.control)
+            .key(&self.keys.attempts)
             .invoke_async(&mut conn)
             .await?;
         let Value::Array(items) = reply else {
@@ -658,6 +671,13 @@ impl Store {
             oldest_due_age_seconds: oldest
                 .map_or(0.0, |o| now.saturating_sub(o).max(0) as f64 / 1000.0),
             paused: int(6)? == 1,
+            now_ms: now,
+            earliest_lease_ms: match items.get(7) {
+                Some(Value::BulkString(b)) if !b.is_empty() => score_ms(b),
+                _ => None,
+            },
+            attempt_entries: int(8)? as u64,
+            dead_forwardable: int(9)? as u64,
         })
     }
 }

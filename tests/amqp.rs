@@ -227,3 +227,70 @@ async fn a_missing_exchange_keeps_messages_in_redis_until_it_is_declared() {
         .unwrap();
     cleanup_keys(&mut r, &key).await;
 }
+
+/// Thousands of workers publish on a bounded set of shared channels: RabbitMQ's limit of
+/// channels per connection (2,047 by default) does not limit the triggers of a bridge, and
+/// every trigger still claims and forwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_workers_share_a_few_channels() {
+    const TRIGGERS: usize = 300;
+    const WORKERS: usize = 8;
+    const CHANNELS: usize = 6;
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("many").await;
+    let base = unique("delay-many");
+    let sink = unique("many");
+    let keys: Vec<String> = (0..TRIGGERS).map(|i| format!("{base}:{{t{i}}}")).collect();
+    let port = free_port();
+    let mut config = ConfigToml::base(port)
+        .amqp_sink(&sink, &amqp_url())
+        .set(&format!("sinks.{sink}"), "channels", &CHANNELS.to_string())
+        .to_string();
+    for (i, key) in keys.iter().enumerate() {
+        let lines = capture.destination() + &format!("workers = {WORKERS}\n");
+        config += &trigger(&format!("t{i}"), key, &sink, &lines);
+    }
+    let mut bridge = Bridge::start(&config, port).ready(READY).await;
+
+    let now = redis_now(&mut r).await;
+    let mut pipe = redis::pipe();
+    for (i, key) in keys.iter().enumerate() {
+        pipe.cmd("ZADD").arg(key).arg(now).arg(format!("m-{i}"));
+    }
+    let _: () = pipe.query_async(&mut r).await.unwrap();
+    bridge
+        .expect_arrivals(TRIGGERS, Duration::from_secs(60), || capture.count())
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let tally = capture.tally();
+    assert_eq!(tally.len(), TRIGGERS, "one message from every trigger");
+    assert!(tally.values().all(|&n| n == 1), "each exactly once");
+
+    // The bridge's connection, told apart by its sink's name, holds at most `channels`.
+    let listed = std::process::Command::new("rabbitmqctl")
+        .args(["-q", "--formatter", "json", "list_connections"])
+        .args(["client_properties", "channels"])
+        .output()
+        .expect("rabbitmqctl runs beside the broker");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    let all: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap_or_default();
+    let ours: Vec<usize> = all
+        .iter()
+        .filter(|c| c.to_string().contains(&format!("delay-bridge/{sink}")))
+        .filter_map(|c| c["channels"].as_u64().map(|n| n as usize))
+        .collect();
+    assert_eq!(ours.len(), 1, "one connection for the sink: {text}");
+    assert!(
+        (1..=CHANNELS).contains(&ours[0]),
+        "{} channels open for {} workers, configured at most {CHANNELS}",
+        ours[0],
+        TRIGGERS * WORKERS
+    );
+    bridge.terminate(Duration::from_secs(15)).await;
+    let log = bridge.log();
+    assert!(!log.contains("maximum number of channels"), "{log}");
+    bridge.assert_no_panic();
+    for key in &keys {
+        cleanup_keys(&mut r, key).await;
+    }
+}

@@ -120,9 +120,9 @@ redis: url=string password_file=string connect_timeout=duration response_timeout
 metrics: listen=addr backlog_interval=duration
 log: format=enum level=string
 shutdown: timeout=duration
-sinks.r: url=string urls=list password_file=string declare=table reconnect_max=duration
+sinks.r: url=string urls=list password_file=string declare=table reconnect_max=duration channels=count
 sinks.k: brokers=string properties=table sasl_password_file=string
-triggers: name=string key=string sink=string exchange=string routing_key=string routing_key_pointer=string payload=enum workers=count batch=count lease=duration guard_interval=duration publish_timeout=duration max_attempts=count backoff_initial=duration backoff_max=duration max_message_bytes=count rate_limit=string rate_burst=count dead_letter_exchange=string dead_letter_routing_key=string
+triggers: name=string key=string sink=string exchange=string routing_key=string routing_key_pointer=string payload=enum workers=count batch=count lease=duration guard_interval=duration notified_guard_interval=duration publish_timeout=duration max_attempts=count backoff_initial=duration backoff_max=duration max_message_bytes=count rate_limit=string rate_burst=count dead_letter_exchange=string dead_letter_routing_key=string
 kafka_triggers: topic=string kafka_key=enum dead_letter_topic=string
 ";
 
@@ -140,6 +140,8 @@ triggers: publish_timeout = "0s"
 triggers: max_attempts = 0
 triggers: max_attempts = 5000000000
 triggers: guard_interval = "1ms"
+triggers: notified_guard_interval = "1ms"
+triggers: notified_guard_interval = "2h"
 triggers: backoff_initial = "0s"
 triggers: backoff_max = "1ms"
 triggers: max_message_bytes = 0
@@ -170,6 +172,8 @@ redis: response_timeout = "0s"
 metrics: backlog_interval = "1ms"
 shutdown: timeout = "0s"
 sinks.r: url = "kafka://x"
+sinks.r: channels = 0
+sinks.r: channels = 5000
 sinks.r: type = "smtp" => sinks.r
 sinks.r: declare = [{ exchange = "" }] => sinks.r.declare[0].exchange
 sinks.r: declare = [{ exchange = "e", kind = "weird" }] => sinks.r.declare[0].kind

@@ -2109,6 +2109,7 @@ impl Case {
             .collect();
         check_eq!(reasons, want, "dead-letter reasons");
         self.verify_bodies().await?;
+        self.verify_stats().await?;
 
         // Every schedule a producer started ends delivered at least once, dead-lettered
         // (dead copies hold theirs), or cancelled, or is still held by a copy in Redis.
@@ -2128,6 +2129,37 @@ impl Case {
                 "schedule {id} was lost: not delivered, not dead-lettered, not cancelled, and in no set"
             );
         }
+        Ok(())
+    }
+
+    /// The stats script's one reading agrees with the model: the sizes, the pause, and what
+    /// the housekeeping acts on (the earliest lease, the attempt entries to sweep, the dead
+    /// letters a forwarder may take).
+    async fn verify_stats(&mut self) -> Step {
+        let stats = self.store.stats().await.unwrap();
+        let attempts: u64 = redis::cmd("HLEN")
+            .arg(&self.keys.attempts)
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        let m = &self.m;
+        check_eq!(
+            stats.due + stats.scheduled,
+            m.source.len() as u64,
+            "stats: scheduled and due"
+        );
+        check_eq!(stats.inflight, m.inflight.len() as u64, "stats: in flight");
+        check_eq!(stats.dead, m.dead.len() as u64, "stats: dead");
+        check_eq!(stats.paused, m.paused, "stats: paused");
+        let earliest = m.inflight.values().map(|l| l.deadline).min();
+        check_eq!(stats.earliest_lease_ms, earliest, "stats: earliest lease");
+        check_eq!(stats.attempt_entries, attempts, "stats: attempt entries");
+        let forwardable = m.dead.values().filter(|e| e.score().is_finite()).count();
+        check_eq!(
+            stats.dead_forwardable,
+            forwardable as u64,
+            "stats: dead letters a forwarder may take"
+        );
         Ok(())
     }
 

@@ -106,10 +106,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_notify: bool,
     /// Triggers of the idle bridge.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10_000)]
     pub idle_triggers: usize,
     /// How long idle Redis commands and CPU are counted.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub idle_window: Duration,
     /// Also measure bridge RSS while `--big-messages` are scheduled in the future (slow to load).
     #[arg(long)]

@@ -17,6 +17,9 @@ use super::{Bench, BridgeToml, Phase};
 
 /// How long the bridge may take to connect to Redis and the broker.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the idle bridge runs before its cost is counted: its start (first claims,
+/// subscribing, first gauges) is not idle cost.
+const IDLE_SETTLE: Duration = Duration::from_secs(5);
 /// How long a stopping bridge may take to drain.
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often completion is checked (the resolution of the measured times).
@@ -156,6 +159,21 @@ impl Bench {
         notifications: bool,
         backlog: bool,
     ) -> anyhow::Result<(BridgeProcess, Config)> {
+        let (bridge, config, _) = self
+            .start_bridge_timed(name, keys, notifications, backlog)
+            .await?;
+        Ok((bridge, config))
+    }
+
+    /// [`Self::start_bridge_to`], also returning how long the bridge took from its spawn to
+    /// ready.
+    async fn start_bridge_timed(
+        &self,
+        name: &str,
+        keys: &[String],
+        notifications: bool,
+        backlog: bool,
+    ) -> anyhow::Result<(BridgeProcess, Config, Duration)> {
         let port = free_port()?;
         let (path, config) = BridgeToml {
             args: &self.args,
@@ -168,8 +186,8 @@ impl Bench {
         .write(&self.dir, name)?;
         let log = self.dir.join(format!("{name}.log"));
         let mut bridge = BridgeProcess::spawn(&self.bridge, &path, port, &log)?;
-        bridge.wait_ready(READY_TIMEOUT).await?;
-        Ok((bridge, config))
+        let took = bridge.wait_ready(READY_TIMEOUT).await?;
+        Ok((bridge, config, took))
     }
 
     /// Waits until the consumer holds `n` distinct messages of the current phase.
@@ -474,10 +492,9 @@ impl Bench {
         let keys: Vec<String> = (0..triggers)
             .map(|i| self.new_key(&format!("idle-{i}")))
             .collect();
-        let (bridge, config) = self.start_bridge("idle", &keys, true).await?;
-        // Start-up (script loads, first claims, config checks) is not the idle cost.
-        let guard = config.triggers[0].guard_interval;
-        tokio::time::sleep(guard * 2).await;
+        let (bridge, _, startup) = self.start_bridge_timed("idle", &keys, true, false).await?;
+        // Start-up (script loads, first claims, subscribing) is not the idle cost.
+        tokio::time::sleep(IDLE_SETTLE).await;
         let mut conn = self.conn.clone();
         let counter = CommandCounter::start(&self.client).await;
         let total = |v: Option<String>| v.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
@@ -486,6 +503,7 @@ impl Bench {
         let cpu_before = bridge.cpu_seconds()?;
         tokio::time::sleep(window).await;
         let cpu = bridge.cpu_seconds()? - cpu_before;
+        let memory = bridge.memory()?;
         let total_after =
             total(redis_ops::info_field(&mut conn, "stats", "total_commands_processed").await?);
         let counts = match counter {
@@ -514,6 +532,8 @@ impl Bench {
             attribution: attribution.into(),
             cpu_seconds: cpu,
             cpu_share: cpu / secs,
+            startup_s: startup.as_secs_f64(),
+            rss_bytes: memory.rss_bytes,
         })
     }
 

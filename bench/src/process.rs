@@ -13,6 +13,8 @@ pub struct BridgeProcess {
     child: Child,
     port: u16,
     log: PathBuf,
+    /// When the process was spawned.
+    started: Instant,
 }
 
 /// Memory of the process from /proc/PID/status.
@@ -50,6 +52,7 @@ impl BridgeProcess {
             child,
             port,
             log: log.to_path_buf(),
+            started: Instant::now(),
         })
     }
 
@@ -59,14 +62,15 @@ impl BridgeProcess {
     }
 
     /// Waits until `/readyz` answers 200 (Redis and the sink connected).
-    pub async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+    /// Waits for `/readyz` to answer 200; returns how long after spawning it did.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<Duration> {
         let end = Instant::now() + timeout;
         while Instant::now() < end {
             if let Some(status) = self.child.try_wait()? {
                 bail!("the bridge exited with {status}: {}", self.log_tail());
             }
             if matches!(http_get(self.port, "/readyz").await, Some((200, _))) {
-                return Ok(());
+                return Ok(self.started.elapsed());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -85,9 +85,7 @@ impl Running {
         let forward = worker::forward_dead_letters(trigger.clone(), stop.clone(), abort.clone());
         s.workers.spawn(workers.track_future(forward));
         workers.close();
-        s.tasks
-            .spawn(worker::recover_loop(trigger.clone(), stop.clone()));
-        s.tasks.spawn(worker::stats_loop(
+        s.tasks.spawn(worker::maintain(
             trigger.clone(),
             backlog_interval,
             stop.clone(),
@@ -151,7 +149,7 @@ impl Running {
             s.endpoint.clone(),
             s.endpoint.db(),
             triggers,
-            s.metrics.clone(),
+            s.health.clone(),
             self.notify_stop.clone(),
         ));
     }

@@ -149,7 +149,7 @@ fn default_metrics_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 9464))
 }
 fn default_backlog_interval() -> Duration {
-    Duration::from_secs(5)
+    Duration::from_secs(10)
 }
 
 impl Default for MetricsConfig {
@@ -262,6 +262,11 @@ pub struct AmqpSinkConfig {
     /// Longest wait between reconnection attempts.
     #[serde(default = "default_reconnect_max", with = "humantime_serde")]
     pub reconnect_max: Duration,
+    /// Most channels the bridge opens on its connection; every worker and dead-letter
+    /// forwarder of every trigger publishes on one of them, in turn (at most 2,000: RabbitMQ's
+    /// default `channel_max` is 2,047).
+    #[serde(default = "default_channels")]
+    pub channels: usize,
     /// `[sinks.NAME.tls]`: how an `amqps://` connection verifies the broker and identifies
     /// itself. Without it, `amqps://` trusts the system's CAs and checks the URL's host name.
     #[serde(default)]
@@ -311,6 +316,9 @@ impl TlsConfig {
 
 fn default_reconnect_max() -> Duration {
     Duration::from_secs(10)
+}
+fn default_channels() -> usize {
+    32
 }
 
 impl AmqpSinkConfig {
@@ -516,9 +524,14 @@ pub struct TriggerConfig {
     /// How long a claimed member stays leased before another worker may recover it.
     #[serde(default = "default_lease", with = "humantime_serde")]
     pub lease: Duration,
-    /// Longest sleep of an idle worker: the bridge looks at the queue at least this often.
+    /// Longest sleep of an idle worker: the bridge looks at the queue at least this often
+    /// while keyspace notifications are off or their subscription is down.
     #[serde(default = "default_guard_interval", with = "humantime_serde")]
     pub guard_interval: Duration,
+    /// Longest sleep of an idle worker while keyspace notifications are subscribed to: they
+    /// wake it, and this is only the safety net (at least `guard_interval`).
+    #[serde(default = "default_notified_guard_interval", with = "humantime_serde")]
+    pub notified_guard_interval: Duration,
     /// How long to wait for the broker to confirm a batch before counting the rest as failed.
     #[serde(default = "default_publish_timeout", with = "humantime_serde")]
     pub publish_timeout: Duration,
@@ -601,6 +614,9 @@ fn default_lease() -> Duration {
 }
 fn default_guard_interval() -> Duration {
     Duration::from_secs(1)
+}
+fn default_notified_guard_interval() -> Duration {
+    Duration::from_secs(60)
 }
 fn default_publish_timeout() -> Duration {
     Duration::from_secs(10)

@@ -11,6 +11,8 @@ use crate::keys::QueueKeys;
 pub const MAX_BATCH: usize = 10_000;
 /// Most workers per trigger.
 pub const MAX_WORKERS: usize = 1024;
+/// Largest `channels` of an AMQP sink (RabbitMQ's default `channel_max` is 2,047).
+pub const MAX_CHANNELS: usize = 2000;
 /// Largest `max_message_bytes`: RabbitMQ's own ceiling for `max_message_size` (a claim
 /// holds up to `batch` such members in memory).
 pub const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
@@ -162,6 +164,15 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
                 if let Some(why) = too_long(amqp.reconnect_max, HOUR) {
                     push(format!("sinks.{name}.reconnect_max"), why);
                 }
+                if amqp.channels == 0 || amqp.channels > MAX_CHANNELS {
+                    push(
+                        format!("sinks.{name}.channels"),
+                        format!(
+                            "must be between 1 and {MAX_CHANNELS}, got {}",
+                            amqp.channels
+                        ),
+                    );
+                }
                 for (i, d) in amqp.declare.iter().enumerate() {
                     for (field, value) in [
                         ("exchange", Some(&d.exchange)),
@@ -291,6 +302,9 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
         if t.guard_interval < Duration::from_millis(10) {
             push(k("guard_interval"), "must be at least 10ms".into());
         }
+        if t.notified_guard_interval < Duration::from_millis(10) {
+            push(k("notified_guard_interval"), "must be at least 10ms".into());
+        }
         if t.publish_timeout.is_zero() {
             push(k("publish_timeout"), "must be greater than zero".into());
         }
@@ -352,6 +366,7 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
         for (field, value, max) in [
             ("lease", t.lease, DAY),
             ("guard_interval", t.guard_interval, HOUR),
+            ("notified_guard_interval", t.notified_guard_interval, HOUR),
             ("publish_timeout", t.publish_timeout, HOUR),
             ("backoff_initial", t.backoff_initial, DAY),
             ("backoff_max", t.backoff_max, DAY),

@@ -289,11 +289,11 @@ impl Forwarder {
         }
     }
 
-    /// Waits until this bridge dead-letters something, or the guard interval passes (a peer
-    /// may have, and expired leases are taken again).
+    /// Waits until this bridge dead-letters something, the backlog gauges see letters to
+    /// forward (a peer's, or ones whose lease expired), or the guard interval passes.
     async fn idle(&self) {
         tokio::select! {
-            _ = tokio::time::sleep(jitter_down(self.t.config.guard_interval)) => {}
+            _ = tokio::time::sleep(jitter_down(self.t.guard())) => {}
             _ = self.t.dead_lettered.notified() => {}
             _ = self.stop.cancelled() => {}
         }

@@ -28,7 +28,7 @@ mod settlement;
 use batch::AdaptiveBatch;
 use deliver::Verdict;
 pub use forward::forward_dead_letters;
-pub use maintenance::{recover_loop, stats_loop};
+pub use maintenance::maintain;
 
 /// Everything the workers of one trigger share.
 pub struct Trigger {
@@ -49,8 +49,11 @@ pub struct Trigger {
     /// A claim left due members behind because earlier copies of them were in flight: the
     /// next settled batch may have freed them, so it wakes the workers.
     held_back: std::sync::atomic::AtomicBool,
-    /// Woken when this bridge dead-lettered a message: the dead-letter forwarder looks.
+    /// Woken when this bridge dead-lettered a message, or the backlog gauges saw dead
+    /// letters to forward: the dead-letter forwarder looks.
     dead_lettered: Notify,
+    /// Woken when a worker claimed members: the housekeeping watches their leases.
+    claimed: Notify,
 }
 
 impl Trigger {
@@ -95,6 +98,7 @@ impl Trigger {
             next_due: std::sync::Mutex::new(None),
             held_back: std::sync::atomic::AtomicBool::new(false),
             dead_lettered: Notify::new(),
+            claimed: Notify::new(),
         })
     }
 
@@ -140,6 +144,17 @@ impl Trigger {
         drop(next);
         if earlier {
             self.head_changed.notify_one();
+        }
+    }
+
+    /// Longest idle sleep: `notified_guard_interval` while keyspace notifications reach the
+    /// bridge (they are the wake-up; the guard is a safety net), else `guard_interval`.
+    fn guard(&self) -> Duration {
+        let c = &self.config;
+        if self.health.notifications_live() {
+            c.notified_guard_interval.max(c.guard_interval)
+        } else {
+            c.guard_interval
         }
     }
 
@@ -263,6 +278,11 @@ impl Worker {
     /// The lifecycle, one batch at a time: publisher -> claim -> deliver (in its own task,
     /// which publishes and settles) -> claim again while it confirms.
     async fn run(mut self) {
+        if self.id > 0 {
+            // The first worker's claim wakes the others when it finds more than it takes:
+            // an idle trigger's start costs one claim, not one per worker.
+            self.idle().await;
+        }
         while !self.stop.is_cancelled() {
             self.reap().await;
             let Some(publisher) = self.publisher().await else {
@@ -357,6 +377,9 @@ impl Worker {
             return None;
         }
         self.t.metrics.claimed(batch.items.len(), took);
+        if !batch.items.is_empty() {
+            self.t.claimed.notify_one();
+        }
         self.batch.adapt(batch.items.len(), took);
         self.t.note_head(&batch, claimed_at);
         if batch.skipped > 0 {
@@ -432,8 +455,8 @@ impl Worker {
             _ = &mut backlog => return,
             _ = self.stop.cancelled() => return,
         };
-        let guard = Instant::now() + jitter_down(t.config.guard_interval);
         if t.metrics.is_paused() {
+            let guard = Instant::now() + jitter_down(t.config.guard_interval);
             // Producers keep writing to a paused queue: their notifications would only
             // wake a claim that takes nothing. A resume is seen within the guard interval.
             tokio::select! {
@@ -442,6 +465,7 @@ impl Worker {
             }
             return;
         }
+        let guard = Instant::now() + jitter_down(t.guard());
         let wake_at = t.next_due().map_or(guard, |due| due.min(guard));
         tokio::select! {
             _ = tokio::time::sleep_until(wake_at) => {}

@@ -1,10 +1,12 @@
 //! RabbitMQ sink: one connection at a time to a node or to any node of a cluster, its topology
-//! declared on connect; persistent, mandatory publishes on confirm-mode channels.
+//! declared on connect; persistent, mandatory publishes on a bounded set of shared
+//! confirm-mode channels.
 
 mod nodes;
 mod publisher;
 mod topology;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -13,7 +15,7 @@ use lapin::options::{ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::tcp::{HandshakeError, RustlsConnector, TcpStream};
 use lapin::types::FieldTable;
 use lapin::uri::{AMQPScheme, AMQPUri};
-use lapin::{Connection, ConnectionProperties, ConnectionStatus, ExchangeKind};
+use lapin::{Channel, Connection, ConnectionProperties, ConnectionStatus, ExchangeKind};
 use tokio_util::sync::CancellationToken;
 
 use super::PublishError;
@@ -47,7 +49,7 @@ impl From<ConnectError> for PublishError {
     }
 }
 
-/// A RabbitMQ connection shared by the workers; each worker publishes on its own channel.
+/// A RabbitMQ connection shared by the workers, who publish on at most `channels` channels.
 pub struct AmqpSink {
     name: String,
     nodes: Nodes,
@@ -61,6 +63,25 @@ pub struct AmqpSink {
     refused: OnceLock<TopologyRefused>,
     /// How `amqps://` addresses verify the broker and identify the bridge.
     tls: Tls,
+    /// Most channels in `pool`.
+    channels: usize,
+    /// The channels publishers share.
+    pool: tokio::sync::Mutex<Pool>,
+}
+
+/// Confirm-mode channels on one connection, handed out in turn: however many triggers and
+/// workers there are, the bridge holds at most the sink's `channels` (RabbitMQ refuses
+/// more than its `channel_max` on one connection).
+#[derive(Default)]
+struct Pool {
+    /// The connection the channels are on; another one empties the pool.
+    conn: Option<Arc<Connection>>,
+    channels: Vec<Channel>,
+    /// Which channel the next publisher gets, once the pool is full.
+    next: usize,
+    /// Exchanges seen to exist on this connection. Forgotten when a channel closes (the
+    /// broker closes it when one is deleted under a publish), so they are checked again.
+    exchanges: HashSet<String>,
 }
 
 impl AmqpSink {
@@ -86,6 +107,8 @@ impl AmqpSink {
             up: AtomicBool::new(false),
             status: std::sync::Mutex::new(None),
             refused: OnceLock::new(),
+            channels: config.channels,
+            pool: tokio::sync::Mutex::new(Pool::default()),
         })
     }
 
@@ -315,43 +338,26 @@ impl AmqpSink {
         }
     }
 
-    /// Opens a confirm-mode channel for one worker, after checking (passively) that the
-    /// exchange it will publish to exists: a missing exchange is an operator's fix, so the
-    /// worker does not claim (messages wait in Redis) rather than fail every message.
+    /// A publisher for one worker: a shared confirm-mode channel, after checking (passively)
+    /// that the exchange it will publish to exists: a missing exchange is an operator's fix,
+    /// so the worker does not claim (messages wait in Redis) rather than fail every message.
     pub async fn publisher(&self, route: &AmqpRoute) -> Result<AmqpPublisher, PublishError> {
-        let exchange = route.exchange.as_str();
         let conn = self.connection().await?;
         if conn.status().blocked() {
             return Err(PublishError::Blocked);
         }
-        let open = async {
-            if !exchange.is_empty() {
-                let probe = conn.create_channel().await?;
-                let passive = ExchangeDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                };
-                let kind = ExchangeKind::Direct;
-                match probe
-                    .exchange_declare(exchange, kind, passive, FieldTable::default())
-                    .await
-                {
-                    Ok(()) => {
-                        let _ = probe.close(200, "checked").await;
-                    }
-                    Err(lapin::Error::ProtocolError(e)) if e.get_id() == 404 => {
-                        return Ok(Err(PublishError::NoExchange(exchange.to_string())));
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            let channel = conn.create_channel().await?;
-            channel
-                .confirm_select(ConfirmSelectOptions::default())
-                .await?;
-            Ok::<_, lapin::Error>(Ok(channel))
-        };
-        let err = match tokio::time::timeout(CONNECT_TIMEOUT, open).await {
+        let mut pool = self.pool.lock().await;
+        if !pool.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
+            *pool = Pool {
+                conn: Some(conn.clone()),
+                ..Pool::default()
+            };
+        }
+        let open = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            self.checkout(&mut pool, &conn, &route.exchange),
+        );
+        let err = match open.await {
             Ok(Ok(Ok(channel))) => {
                 return Ok(AmqpPublisher {
                     channel,
@@ -363,6 +369,8 @@ impl AmqpSink {
             Ok(Err(e)) => PublishError::Connection(e.to_string()),
             Err(_) => PublishError::Connection("opening a channel timed out".into()),
         };
+        *pool = Pool::default();
+        drop(pool);
         // A connection that cannot open a channel is as good as dead: drop it so the next
         // attempt reconnects, and report the sink down meanwhile.
         let mut guard = self.conn.lock().await;
@@ -371,6 +379,53 @@ impl AmqpSink {
             self.up.store(false, Ordering::Relaxed);
         }
         Err(err)
+    }
+
+    /// Checks `exchange` unless it was seen on this connection, then gives a new channel
+    /// while the pool has room, or else the next one in turn.
+    async fn checkout(
+        &self,
+        pool: &mut Pool,
+        conn: &Connection,
+        exchange: &str,
+    ) -> Result<Result<Channel, PublishError>, lapin::Error> {
+        let open = pool.channels.len();
+        pool.channels.retain(|c| c.status().connected());
+        if pool.channels.len() < open {
+            pool.exchanges.clear();
+        }
+        if !exchange.is_empty() && !pool.exchanges.contains(exchange) {
+            let probe = conn.create_channel().await?;
+            let passive = ExchangeDeclareOptions {
+                passive: true,
+                ..Default::default()
+            };
+            let kind = ExchangeKind::Direct;
+            match probe
+                .exchange_declare(exchange, kind, passive, FieldTable::default())
+                .await
+            {
+                Ok(()) => {
+                    let _ = probe.close(200, "checked").await;
+                    pool.exchanges.insert(exchange.to_string());
+                }
+                Err(lapin::Error::ProtocolError(e)) if e.get_id() == 404 => {
+                    return Ok(Err(PublishError::NoExchange(exchange.to_string())));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if pool.channels.len() < self.channels {
+            let channel = conn.create_channel().await?;
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await?;
+            pool.channels.push(channel.clone());
+            return Ok(Ok(channel));
+        }
+        let channel = pool.channels[pool.next % pool.channels.len()].clone();
+        pool.next = pool.next.wrapping_add(1);
+        Ok(Ok(channel))
     }
 }
 

@@ -116,6 +116,7 @@ mod tests {
             password_file,
             declare: Vec::new(),
             reconnect_max: std::time::Duration::from_secs(1),
+            channels: 4,
             tls: None,
         }
     }

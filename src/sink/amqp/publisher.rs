@@ -1,4 +1,4 @@
-//! A worker's RabbitMQ publisher: a confirm-mode channel, persistent mandatory publishes, and
+//! A worker's RabbitMQ publisher: a shared confirm-mode channel, persistent mandatory publishes, and
 //! what each confirmation proves.
 
 use std::sync::Arc;
@@ -17,7 +17,8 @@ use crate::config::{AmqpRoute, AmqpRouting};
 use crate::sink::{await_confirms, Confirmed, OutMessage, Outcome, PublishError};
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_TRIGGER};
 
-/// A confirm-mode channel of one worker (clones share it: its batches in flight).
+/// A confirm-mode channel from the sink's pool, bound to one route (workers may share a
+/// channel; clones share it too: a worker's batches in flight).
 #[derive(Clone)]
 pub struct AmqpPublisher {
     pub(super) channel: Channel,
