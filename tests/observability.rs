@@ -507,4 +507,17 @@ async fn known_counters_are_exported_at_zero_from_start_up() {
             "{name} missing at start-up"
         );
     }
+    // Histograms of deliveries appear with the first one: an idle trigger holds no buckets.
+    for name in [
+        "delay_bridge_lateness_seconds_bucket",
+        "delay_bridge_publish_duration_seconds_bucket",
+        "delay_bridge_claim_batch_size_bucket",
+    ] {
+        assert!(
+            !samples
+                .iter()
+                .any(|s| s.name == name && s.has(&[("trigger", "zero")])),
+            "{name} exported before any delivery"
+        );
+    }
 }

@@ -43,11 +43,15 @@ struct Entry {
     workers: TaskTracker,
 }
 
-/// The running triggers by name, and the notification listener that wakes them.
+/// The running triggers by name, the notification listener that wakes them and the
+/// housekeeping that reads their sizes.
 pub(super) struct Running {
     shared: Shared,
     entries: BTreeMap<String, Entry>,
     notify_stop: CancellationToken,
+    housekeeping_stop: CancellationToken,
+    /// `[metrics] backlog_interval` of the configuration last applied.
+    backlog_interval: Duration,
 }
 
 impl Running {
@@ -56,11 +60,14 @@ impl Running {
             shared,
             entries: BTreeMap::new(),
             notify_stop: CancellationToken::new(),
+            housekeeping_stop: CancellationToken::new(),
+            backlog_interval: Duration::from_secs(10),
         }
     }
 
-    /// Starts `tc`'s workers, lease recovery and backlog gauges.
+    /// Starts `tc`'s workers; [`Self::publish`] adds it to the housekeeping.
     pub fn start(&mut self, tc: &TriggerConfig, backlog_interval: Duration) -> Result<(), String> {
+        self.backlog_interval = backlog_interval;
         let s = &self.shared;
         let sink = s.sinks.get(&tc.sink).ok_or_else(|| {
             format!(
@@ -82,14 +89,12 @@ impl Running {
             let run = worker::run(trigger.clone(), w, stop.clone(), abort.clone());
             s.workers.spawn(workers.track_future(run));
         }
-        let forward = worker::forward_dead_letters(trigger.clone(), stop.clone(), abort.clone());
-        s.workers.spawn(workers.track_future(forward));
+        if tc.dead_letter.is_some() {
+            let forward =
+                worker::forward_dead_letters(trigger.clone(), stop.clone(), abort.clone());
+            s.workers.spawn(workers.track_future(forward));
+        }
         workers.close();
-        s.tasks.spawn(worker::maintain(
-            trigger.clone(),
-            backlog_interval,
-            stop.clone(),
-        ));
         self.entries.insert(
             tc.name.clone(),
             Entry {
@@ -123,9 +128,17 @@ impl Running {
         });
     }
 
-    /// (Re)starts the keyspace-notification listener for the triggers now running, and
-    /// shows them to the admin API.
+    /// (Re)starts the housekeeping and the keyspace-notification listener for the triggers
+    /// now running, and shows them to the admin API.
     pub fn publish(&mut self) {
+        self.housekeeping_stop.cancel();
+        self.housekeeping_stop = self.shared.stop.child_token();
+        let triggers = self.entries.values().map(|e| e.trigger.clone()).collect();
+        self.shared.tasks.spawn(worker::maintain(
+            triggers,
+            self.backlog_interval,
+            self.housekeeping_stop.clone(),
+        ));
         let admin: BTreeMap<String, AdminTrigger> = self
             .entries
             .values()

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge};
+use std::sync::OnceLock;
+
+use prometheus::{Gauge, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge};
 
 use super::Metrics;
 use crate::store::{FailOutcome, QueueStats, Settled, Settlement};
@@ -21,13 +23,14 @@ const REDIS_ERROR_KINDS: [&str; 6] = [
 #[derive(Clone)]
 pub struct TriggerMetrics {
     name: String,
+    sink: String,
     forwarded: IntCounter,
     put_back: IntCounter,
     redelivered: IntCounter,
-    lateness: Histogram,
-    publish_duration: Histogram,
+    lateness: Lazy,
+    publish_duration: Lazy,
     claim_duration: Histogram,
-    claim_batch_size: Histogram,
+    claim_batch_size: Lazy,
     empty_claims: IntCounter,
     rate_limited_claims: IntCounter,
     notify_wakeups: IntCounter,
@@ -40,6 +43,28 @@ pub struct TriggerMetrics {
     backlog: [IntGauge; 4],
     oldest_due_age: Gauge,
     paused: IntGauge,
+}
+
+/// A histogram series made at its first observation: a trigger that never delivers keeps
+/// no buckets (thousands of idle triggers would otherwise hold and export them all).
+#[derive(Clone)]
+struct Lazy {
+    vec: HistogramVec,
+    series: OnceLock<Histogram>,
+}
+
+impl Lazy {
+    fn new(vec: &HistogramVec) -> Self {
+        Self {
+            vec: vec.clone(),
+            series: OnceLock::new(),
+        }
+    }
+
+    fn get(&self, labels: &[&str]) -> &Histogram {
+        self.series
+            .get_or_init(|| self.vec.with_label_values(labels))
+    }
 }
 
 impl TriggerMetrics {
@@ -57,13 +82,14 @@ impl TriggerMetrics {
         }
         Self {
             name: name.to_string(),
+            sink: sink.to_string(),
             forwarded: m.forwarded.with_label_values(&[name, sink]),
             put_back: m.put_back.with_label_values(&one),
             redelivered: m.redelivered.with_label_values(&one),
-            lateness: m.lateness.with_label_values(&one),
-            publish_duration: m.publish_duration.with_label_values(&[name, sink]),
+            lateness: Lazy::new(&m.lateness),
+            publish_duration: Lazy::new(&m.publish_duration),
             claim_duration: m.claim_duration.with_label_values(&one),
-            claim_batch_size: m.claim_batch_size.with_label_values(&one),
+            claim_batch_size: Lazy::new(&m.claim_batch_size),
             empty_claims: m.empty_claims.with_label_values(&one),
             rate_limited_claims: m.rate_limited_claims.with_label_values(&one),
             notify_wakeups: m.notify_wakeups.with_label_values(&one),
@@ -119,21 +145,24 @@ impl TriggerMetrics {
         if n == 0 {
             self.empty_claims.inc();
         } else {
-            self.claim_batch_size.observe(n as f64);
+            self.claim_batch_size.get(&[&self.name]).observe(n as f64);
         }
     }
 
     /// A batch took `took` from its first publish to its last confirmation.
     pub fn published(&self, took: Duration) {
-        self.publish_duration.observe(took.as_secs_f64());
+        self.publish_duration
+            .get(&[&self.name, &self.sink])
+            .observe(took.as_secs_f64());
     }
 
     /// The broker confirmed messages due at `due_ms`, at `confirmed_ms` (both Redis clock).
     pub fn confirmed(&self, due_ms: &[i64], confirmed_ms: i64) {
         self.forwarded.inc_by(due_ms.len() as u64);
+        let lateness = self.lateness.get(&[&self.name]);
         for due in due_ms {
             let late = confirmed_ms.saturating_sub(*due).clamp(0, 86_400_000);
-            self.lateness.observe(late as f64 / 1000.0);
+            lateness.observe(late as f64 / 1000.0);
         }
     }
 

@@ -1,8 +1,11 @@
-//! Per-trigger housekeeping: the backlog gauges, and recovering expired leases when there are some.
+//! Housekeeping of every trigger of a bridge: the backlog gauges, and recovering expired leases
+//! when there are some.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -10,47 +13,79 @@ use super::Trigger;
 use crate::backoff::jitter_down;
 use crate::store::QueueStats;
 
-/// Reads one trigger's sizes every `interval` until `stop`, for the gauges and the pause, and
-/// recovers the expired leases the reading shows (any bridge instance may do this). While
-/// members are in flight, or this bridge claims, it reads as often as leases need: a quarter
-/// of the lease, within 100 ms to 5 s. An idle trigger costs one read per `interval`.
-pub async fn maintain(t: Arc<Trigger>, interval: Duration, stop: CancellationToken) {
-    let busy = (t.config.lease / 4)
-        .clamp(Duration::from_millis(100), Duration::from_secs(5))
-        .min(interval);
-    let mut cursor = String::from("0");
+/// How often the housekeeping looks for triggers whose reading is due.
+const ROUND: Duration = Duration::from_millis(100);
+
+/// One trigger's place in the housekeeping.
+struct Kept {
+    t: Arc<Trigger>,
+    /// When its sizes are read next.
+    next: Instant,
+    /// Its lease recovery's interval while members are in flight.
+    busy: Duration,
+    /// Where the sweep of stale attempt entries goes on.
+    cursor: String,
+}
+
+/// Reads each trigger's sizes every `interval` until `stop`, for the gauges and the pause, and
+/// recovers the expired leases a reading shows (any bridge instance may do this). While a
+/// trigger has members in flight, or this bridge claimed for it, it is read as often as
+/// leases need: a quarter of the lease, within 100 ms to 5 s. One task serves every trigger,
+/// and the readings due together go out together: an idle trigger costs one reading per
+/// `interval`, not a task and its wake-ups.
+pub async fn maintain(triggers: Vec<Arc<Trigger>>, interval: Duration, stop: CancellationToken) {
+    let now = Instant::now();
+    let mut kept: Vec<Kept> = triggers
+        .into_iter()
+        .map(|t| Kept {
+            busy: (t.config.lease / 4)
+                .clamp(Duration::from_millis(100), Duration::from_secs(5))
+                .min(interval),
+            t,
+            next: now,
+            cursor: String::from("0"),
+        })
+        .collect();
     loop {
-        let leased = match t.store.stats().await {
-            Ok(s) => {
-                t.health.redis_answered();
-                t.metrics.backlog(&s);
-                t.note_paused(s.paused);
-                if s.dead_forwardable > 0 && t.config.dead_letter.is_some() {
-                    t.dead_lettered.notify_one();
-                }
-                recover(&t, &s, &mut cursor).await;
-                s.inflight > 0
-            }
-            Err(e) => {
-                if t.redis_error(&e) {
-                    tracing::debug!(trigger = %t.name(), error = %e, "reading the backlog sizes failed");
-                }
-                true
-            }
-        };
-        let wait = if leased { busy } else { interval };
-        let mut deadline = Instant::now() + jitter_down(wait);
-        if !leased {
-            // A claim by this bridge makes leases: look again within `busy` of it.
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => continue,
-                _ = t.claimed.notified() => deadline = deadline.min(Instant::now() + busy),
-                _ = stop.cancelled() => return,
+        let now = Instant::now();
+        for k in &mut kept {
+            if k.t.claimed.swap(false, Ordering::Relaxed) {
+                // A claim by this bridge makes leases: look again within `busy` of it.
+                k.next = k.next.min(now + k.busy);
             }
         }
+        let due = kept.iter_mut().filter(|k| k.next <= now).map(|k| async {
+            let leased = read(&k.t, &mut k.cursor).await;
+            let wait = if leased { k.busy } else { interval };
+            k.next = Instant::now() + jitter_down(wait);
+        });
+        join_all(due).await;
         tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => {}
+            _ = tokio::time::sleep(ROUND) => {}
             _ = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Reads one trigger's sizes and acts on them; true while it has members in flight (or the
+/// reading failed).
+async fn read(t: &Trigger, cursor: &mut String) -> bool {
+    match t.store.stats().await {
+        Ok(s) => {
+            t.health.redis_answered();
+            t.metrics.backlog(&s);
+            t.note_paused(s.paused);
+            if s.dead_forwardable > 0 && t.config.dead_letter.is_some() {
+                t.dead_lettered.notify_one();
+            }
+            recover(t, &s, cursor).await;
+            s.inflight > 0
+        }
+        Err(e) => {
+            if t.redis_error(&e) {
+                tracing::debug!(trigger = %t.name(), error = %e, "reading the backlog sizes failed");
+            }
+            true
         }
     }
 }

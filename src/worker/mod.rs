@@ -52,8 +52,8 @@ pub struct Trigger {
     /// Woken when this bridge dead-lettered a message, or the backlog gauges saw dead
     /// letters to forward: the dead-letter forwarder looks.
     dead_lettered: Notify,
-    /// Woken when a worker claimed members: the housekeeping watches their leases.
-    claimed: Notify,
+    /// Set when a worker claimed members: the housekeeping watches their leases.
+    claimed: std::sync::atomic::AtomicBool,
 }
 
 impl Trigger {
@@ -98,7 +98,7 @@ impl Trigger {
             next_due: std::sync::Mutex::new(None),
             held_back: std::sync::atomic::AtomicBool::new(false),
             dead_lettered: Notify::new(),
-            claimed: Notify::new(),
+            claimed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -261,6 +261,16 @@ impl Publishing {
     }
 }
 
+/// What a claim came to.
+enum Claimed {
+    /// Members to deliver, claimed at this instant.
+    Batch(ClaimBatch, Instant),
+    /// Nothing to take (none due, or paused): wait idle.
+    Nothing,
+    /// A failed claim's backoff, or the rate limit's wait.
+    Wait(Duration),
+}
+
 /// Batches one worker keeps publishing or confirming at once: it claims the next batch
 /// while the broker confirms the previous ones.
 pub const MAX_IN_FLIGHT: usize = 4;
@@ -285,13 +295,23 @@ impl Worker {
         }
         while !self.stop.is_cancelled() {
             self.reap().await;
-            let Some(publisher) = self.publisher().await else {
+            // The larger steps are boxed: a task is as large as its largest state, and an
+            // idle trigger's workers should hold only what waiting needs.
+            let Some(publisher) = Box::pin(self.publisher()).await else {
                 continue;
             };
-            let Some((batch, claimed_at)) = self.claim().await else {
-                continue;
+            let (batch, claimed_at) = match Box::pin(self.claim()).await {
+                Claimed::Batch(batch, at) => (batch, at),
+                Claimed::Nothing => {
+                    self.idle().await;
+                    continue;
+                }
+                Claimed::Wait(wait) => {
+                    self.pause(wait).await;
+                    continue;
+                }
             };
-            self.dispatch(publisher, batch, claimed_at).await;
+            Box::pin(self.dispatch(publisher, batch, claimed_at)).await;
         }
         // Stopping: let the batches in flight be confirmed (or aborted) and settled.
         while let Some(done) = self.in_flight.join_next().await {
@@ -335,9 +355,9 @@ impl Worker {
         None
     }
 
-    /// Claims the next batch; `None` when there was nothing due (after an idle wait) or the
-    /// claim failed (after a backoff).
-    async fn claim(&mut self) -> Option<(ClaimBatch, Instant)> {
+    /// Claims the next batch, or says how long to wait: until the next head when there was
+    /// nothing due or the trigger is paused, for a backoff when the claim failed.
+    async fn claim(&mut self) -> Claimed {
         let asked = self.batch.size;
         let started = Instant::now();
         let batch = match self.t.store.claim(asked, self.t.config.lease).await {
@@ -355,9 +375,7 @@ impl Worker {
                         tracing::warn!(error = %e, kind = e.kind(), failures, unlogged, "claim failed, backing off");
                     }
                 }
-                self.pause(ERROR_BACKOFF.delay(self.redis_failures.count()))
-                    .await;
-                return None;
+                return Claimed::Wait(ERROR_BACKOFF.delay(self.redis_failures.count()));
             }
         };
         if let Some(failures) = self.redis_failures.recovered() {
@@ -370,15 +388,16 @@ impl Worker {
         if batch.paused || batch.rate_wait.is_some() {
             // Held by an operator or the rate limit: nothing was looked at.
             self.t.metrics.held(took, batch.rate_wait.is_some());
-            match batch.rate_wait {
-                Some(wait) => self.pause(wait.max(RATE_TICK)).await,
-                None => self.idle().await,
-            }
-            return None;
+            return match batch.rate_wait {
+                Some(wait) => Claimed::Wait(wait.max(RATE_TICK)),
+                None => Claimed::Nothing,
+            };
         }
         self.t.metrics.claimed(batch.items.len(), took);
         if !batch.items.is_empty() {
-            self.t.claimed.notify_one();
+            self.t
+                .claimed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         self.batch.adapt(batch.items.len(), took);
         self.t.note_head(&batch, claimed_at);
@@ -388,15 +407,14 @@ impl Worker {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         if batch.items.is_empty() {
-            self.idle().await;
-            return None;
+            return Claimed::Nothing;
         }
         let more_due = batch.items.len() >= asked
             || batch.next_head_ms.is_some_and(|h| h <= batch.now_ms as f64);
         if more_due {
             self.t.backlog.notify_waiters();
         }
-        Some((batch, claimed_at))
+        Claimed::Batch(batch, claimed_at)
     }
 
     /// Delivers the batch in its own task, keeping at most [`MAX_IN_FLIGHT`] at once.
