@@ -92,7 +92,8 @@ async fn pause_holds_every_replica_across_a_restart_and_resume_delivers() {
 
     let said = control("resume", &config);
     assert!(said.contains("resumed trigger `paused`"), "{said}");
-    a.expect_arrivals(150, Duration::from_secs(20), || capture.count())
+    // A resume wakes the idle workers: they do not wait out their 60 s notified guard.
+    a.expect_arrivals(150, Duration::from_secs(15), || capture.count())
         .await;
     let seen = capture.tally();
     assert!(

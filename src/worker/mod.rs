@@ -162,9 +162,8 @@ impl Trigger {
         *self.next_due.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts a failed Redis call; a connection problem also marks Redis down for `/readyz`.
     /// Mirrors an operator's pause, seen by a claim or a stats call, in the gauge and
-    /// `/readyz`; the first to see a change logs it.
+    /// `/readyz`; the first to see a change logs it, and a resume wakes the workers.
     fn note_paused(&self, paused: bool) {
         self.metrics.paused(paused);
         if self.health.set_paused(self.name(), paused) {
@@ -172,6 +171,9 @@ impl Trigger {
                 tracing::warn!(trigger = %self.name(), "paused by an operator: nothing is claimed until `delay-bridge resume`");
             } else {
                 tracing::info!(trigger = %self.name(), "resumed: claiming again");
+                // A resume is no keyspace event: an idle worker that last saw the pause
+                // must not sleep its whole guard before it looks.
+                self.wake_all();
             }
         }
     }
