@@ -138,6 +138,7 @@ pub async fn listen(
         // A write may have gone unnoticed while unsubscribed: every trigger looks again.
         for list in by_channel.values() {
             for t in list {
+                t.touched();
                 t.wake();
             }
         }
@@ -148,12 +149,14 @@ pub async fn listen(
                     let Some(msg) = msg else {
                         return Err(redis::RedisError::from((redis::ErrorKind::IoError, "subscription closed")));
                     };
-                    let event = msg.get_payload_bytes();
-                    if !matches!(event, b"zadd" | b"zincr" | b"zunionstore" | b"zinterstore" | b"zdiffstore" | b"zrangestore" | b"rename_to" | b"restore") {
+                    let Some(list) = by_channel.get(msg.get_channel_name().as_bytes()) else {
                         continue;
-                    }
-                    if let Some(list) = by_channel.get(msg.get_channel_name().as_bytes()) {
-                        for t in list {
+                    };
+                    // Any write changes the sizes; only an addition can move the head earlier.
+                    let added = matches!(msg.get_payload_bytes(), b"zadd" | b"zincr" | b"zunionstore" | b"zinterstore" | b"zdiffstore" | b"zrangestore" | b"rename_to" | b"restore");
+                    for t in list {
+                        t.touched();
+                        if added {
                             t.wake();
                         }
                     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::proxy::Proxy;
 use common::*;
+use delay_bridge::keys::QueueKeys;
 
 const ALLOWED_LABELS: [&str; 7] = [
     "trigger", "sink", "reason", "state", "kind", "version", "le",
@@ -520,4 +521,75 @@ async fn known_counters_are_exported_at_zero_from_start_up() {
             "{name} exported before any delivery"
         );
     }
+}
+
+/// While notifications are subscribed, a queue read empty is read again only once written
+/// to: its gauges still follow a producer's write at once, and an operator's pause (no
+/// write to the queue) within a few intervals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_queue_is_read_again_when_written_to_or_paused() {
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("quiet").await;
+    let key = format!("{}:{{quiet}}", unique("delay"));
+    let keys = QueueKeys::derive(&key).unwrap();
+    let port = free_port();
+    let config = base_config(port) + &amqp_trigger("quiet", &key, &capture, "");
+    let bridge = Bridge::start(&config, port)
+        .ready(Duration::from_secs(15))
+        .await;
+    let (subscribed, body) = bridge
+        .wait_scrape(Duration::from_secs(5), |b| {
+            metric_value(b, "delay_bridge_keyspace_notifications_enabled", &[]) == 1.0
+        })
+        .await;
+    assert!(subscribed, "{body}");
+    // Read empty a few times: the housekeeping now skips its readings.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let gauge = |state: &'static str| {
+        move |b: &str| {
+            metric_value(
+                b,
+                "delay_bridge_backlog_messages",
+                &[("trigger", "quiet"), ("state", state)],
+            )
+        }
+    };
+    let later = redis_now(&mut r).await + 3_600_000;
+    let _: () = redis::cmd("ZADD")
+        .arg(&key)
+        .arg(later)
+        .arg("in an hour")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let (seen, body) = bridge
+        .wait_scrape(Duration::from_secs(5), |b| gauge("scheduled")(b) == 1.0)
+        .await;
+    assert!(seen, "a write to an empty queue is read:\n{body}");
+    let _: () = redis::cmd("ZREM")
+        .arg(&key)
+        .arg("in an hour")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let (seen, body) = bridge
+        .wait_scrape(Duration::from_secs(5), |b| gauge("scheduled")(b) == 0.0)
+        .await;
+    assert!(seen, "a removal is read too:\n{body}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _: () = redis::cmd("HSET")
+        .arg(&keys.control)
+        .arg("paused")
+        .arg(1)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let (seen, body) = bridge
+        .wait_scrape(Duration::from_secs(10), |b| {
+            metric_value(b, "delay_bridge_trigger_paused", &[("trigger", "quiet")]) == 1.0
+        })
+        .await;
+    assert!(seen, "a pause of an empty queue is read:\n{body}");
+    bridge.assert_no_panic();
+    cleanup_keys(&mut r, &key).await;
 }

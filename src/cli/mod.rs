@@ -507,7 +507,7 @@ fn check(path: &std::path::Path) -> i32 {
             .map_or_else(String::new, ToString::to_string);
         say!(
             "trigger {}: key={} inflight={} dead={}{payload} -> sink {} {dest} workers={} batch={} lease={} guard_interval={} \
-             publish_timeout={} max_attempts={} backoff={}..{} max_message_bytes={}",
+             notified_guard_interval={} publish_timeout={} max_attempts={} backoff={}..{} max_message_bytes={}",
             t.name,
             keys.source,
             keys.inflight,
@@ -517,6 +517,7 @@ fn check(path: &std::path::Path) -> i32 {
             t.batch,
             humantime::format_duration(t.lease),
             humantime::format_duration(t.guard_interval),
+            humantime::format_duration(t.notified_guard_interval.max(t.guard_interval)),
             humantime::format_duration(t.publish_timeout),
             t.max_attempts,
             humantime::format_duration(t.backoff_initial),

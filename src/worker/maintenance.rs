@@ -16,6 +16,10 @@ use crate::store::QueueStats;
 /// How often the housekeeping looks for triggers whose reading is due.
 const ROUND: Duration = Duration::from_millis(100);
 
+/// A queue last read empty, and not written to since, is read again after this many
+/// `backlog_interval`s (only an operator's pause can change it unseen).
+const QUIET_READS: u32 = 6;
+
 /// One trigger's place in the housekeeping.
 struct Kept {
     t: Arc<Trigger>,
@@ -25,6 +29,9 @@ struct Kept {
     busy: Duration,
     /// Where the sweep of stale attempt entries goes on.
     cursor: String,
+    /// When it was last read and found empty (nothing scheduled, in flight or dead, no
+    /// attempt entries, not paused); `None` otherwise.
+    empty_since: Option<Instant>,
 }
 
 /// Reads each trigger's sizes every `interval` until `stop`, for the gauges and the pause, and
@@ -32,7 +39,8 @@ struct Kept {
 /// trigger has members in flight, or this bridge claimed for it, it is read as often as
 /// leases need: a quarter of the lease, within 100 ms to 5 s. One task serves every trigger,
 /// and the readings due together go out together: an idle trigger costs one reading per
-/// `interval`, not a task and its wake-ups.
+/// `interval`, not a task and its wake-ups. While keyspace notifications are subscribed, a
+/// queue read empty is read again only once written to, or after [`QUIET_READS`] intervals.
 pub async fn maintain(triggers: Vec<Arc<Trigger>>, interval: Duration, stop: CancellationToken) {
     let now = Instant::now();
     let mut kept: Vec<Kept> = triggers
@@ -44,6 +52,7 @@ pub async fn maintain(triggers: Vec<Arc<Trigger>>, interval: Duration, stop: Can
             t,
             next: now,
             cursor: String::from("0"),
+            empty_since: None,
         })
         .collect();
     loop {
@@ -55,7 +64,17 @@ pub async fn maintain(triggers: Vec<Arc<Trigger>>, interval: Duration, stop: Can
             }
         }
         let due = kept.iter_mut().filter(|k| k.next <= now).map(|k| async {
-            let leased = read(&k.t, &mut k.cursor).await;
+            let written = k.t.written.swap(false, Ordering::Relaxed);
+            let quiet = k.t.health.notifications_live()
+                && !written
+                && k.empty_since
+                    .is_some_and(|since| now < since + interval * QUIET_READS);
+            if quiet {
+                k.next = now + jitter_down(interval);
+                return;
+            }
+            let (leased, empty) = read(&k.t, &mut k.cursor).await;
+            k.empty_since = empty.then_some(now);
             let wait = if leased { k.busy } else { interval };
             k.next = Instant::now() + jitter_down(wait);
         });
@@ -67,9 +86,9 @@ pub async fn maintain(triggers: Vec<Arc<Trigger>>, interval: Duration, stop: Can
     }
 }
 
-/// Reads one trigger's sizes and acts on them; true while it has members in flight (or the
-/// reading failed).
-async fn read(t: &Trigger, cursor: &mut String) -> bool {
+/// Reads one trigger's sizes and acts on them. Says whether it has members in flight (or the
+/// reading failed), and whether the queue is empty.
+async fn read(t: &Trigger, cursor: &mut String) -> (bool, bool) {
     match t.store.stats().await {
         Ok(s) => {
             t.health.redis_answered();
@@ -79,13 +98,15 @@ async fn read(t: &Trigger, cursor: &mut String) -> bool {
                 t.dead_lettered.notify_one();
             }
             recover(t, &s, cursor).await;
-            s.inflight > 0
+            let empty =
+                s.due + s.scheduled + s.inflight + s.dead + s.attempt_entries == 0 && !s.paused;
+            (s.inflight > 0, empty)
         }
         Err(e) => {
             if t.redis_error(&e) {
                 tracing::debug!(trigger = %t.name(), error = %e, "reading the backlog sizes failed");
             }
-            true
+            (true, false)
         }
     }
 }

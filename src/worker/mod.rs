@@ -54,6 +54,9 @@ pub struct Trigger {
     dead_lettered: Notify,
     /// Set when a worker claimed members: the housekeeping watches their leases.
     claimed: std::sync::atomic::AtomicBool,
+    /// Set when a keyspace notification said the queue was written to: the housekeeping
+    /// reads again the sizes of a queue it last saw empty.
+    written: std::sync::atomic::AtomicBool,
 }
 
 impl Trigger {
@@ -99,6 +102,7 @@ impl Trigger {
             held_back: std::sync::atomic::AtomicBool::new(false),
             dead_lettered: Notify::new(),
             claimed: std::sync::atomic::AtomicBool::new(false),
+            written: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -120,6 +124,13 @@ impl Trigger {
     /// The head may have moved earlier (a producer wrote): the idle worker looks again.
     pub fn wake(&self) {
         self.head_changed.notify_one();
+    }
+
+    /// A keyspace notification said the queue was written to (any write, or one that may
+    /// have been missed while unsubscribed).
+    pub fn touched(&self) {
+        self.written
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Wakes every idle worker: there may be more due than one worker takes.
