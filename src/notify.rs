@@ -79,6 +79,14 @@ pub async fn ensure_enabled(conn: &mut Conn, enable: bool) -> bool {
     }
 }
 
+/// Wakes every trigger and has its sizes read again: writes may have gone unnoticed.
+fn look_again(by_channel: &HashMap<Vec<u8>, Vec<Arc<Trigger>>>) {
+    for t in by_channel.values().flatten() {
+        t.touched();
+        t.wake();
+    }
+}
+
 /// Channels asked for in one SUBSCRIBE: thousands of triggers subscribe in a few round trips.
 const SUBSCRIBE_CHUNK: usize = 1000;
 
@@ -109,12 +117,8 @@ pub async fn listen(
                 }
             }
         }
-        // Messages scheduled while unsubscribed are caught by the next claim or guard tick.
-        for list in by_channel.values() {
-            for t in list {
-                t.wake();
-            }
-        }
+        // Unsubscribed, idle workers go back to their short guard.
+        look_again(&by_channel);
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(100 * u64::from(failures.count().min(50)))) => {}
             _ = stop.cancelled() => return,
@@ -136,12 +140,7 @@ pub async fn listen(
         failures.recovered();
         health.set_notifications(true);
         // A write may have gone unnoticed while unsubscribed: every trigger looks again.
-        for list in by_channel.values() {
-            for t in list {
-                t.touched();
-                t.wake();
-            }
-        }
+        look_again(by_channel);
         let mut messages = pubsub.on_message();
         loop {
             tokio::select! {

@@ -565,6 +565,17 @@ struct Bodies {
 }
 
 impl Model {
+    /// The dead letters with their `K:dead` scores, in Redis's order.
+    fn dead_by_score(&self) -> Vec<(Vec<u8>, f64)> {
+        let mut dead: Vec<(Vec<u8>, f64)> = self
+            .dead
+            .iter()
+            .map(|(m, e)| (m.clone(), e.score()))
+            .collect();
+        dead.sort_by(by_score);
+        dead
+    }
+
     /// Moves a copy that left its lease back to the source set, unless the producer
     /// scheduled the member again meanwhile: then that schedule stays and the two merge.
     /// Returns whether it merged.
@@ -1578,14 +1589,12 @@ impl Case {
         let n = self.store.requeue_dead(&named, limit).await.unwrap();
         let t1 = self.now().await;
         let targets: Vec<Vec<u8>> = if named.is_empty() {
-            let mut dead: Vec<(Vec<u8>, f64)> = self
-                .m
-                .dead
-                .iter()
-                .map(|(m, e)| (m.clone(), e.score()))
-                .collect();
-            dead.sort_by(by_score);
-            dead.into_iter().take(limit).map(|(m, _)| m).collect()
+            self.m
+                .dead_by_score()
+                .into_iter()
+                .take(limit)
+                .map(|(m, _)| m)
+                .collect()
         } else {
             named
         };
@@ -1675,13 +1684,7 @@ impl Case {
             bump(&self.tally.forward_claims_paused, 1);
             return Ok(());
         }
-        let mut dead: Vec<(Vec<u8>, f64)> = self
-            .m
-            .dead
-            .iter()
-            .map(|(m, e)| (m.clone(), e.score()))
-            .collect();
-        dead.sort_by(by_score);
+        let dead = self.m.dead_by_score();
         let mut picked: Vec<Vec<u8>> = Vec::new();
         let (mut passed_leased, mut passed_refused) = (false, false);
         for (m, _) in &dead {

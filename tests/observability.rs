@@ -555,13 +555,7 @@ async fn an_empty_queue_is_read_again_when_written_to_or_paused() {
         }
     };
     let later = redis_now(&mut r).await + 3_600_000;
-    let _: () = redis::cmd("ZADD")
-        .arg(&key)
-        .arg(later)
-        .arg("in an hour")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    zadd(&mut r, &key, later, "in an hour").await;
     let (seen, body) = bridge
         .wait_scrape(Duration::from_secs(5), |b| gauge("scheduled")(b) == 1.0)
         .await;

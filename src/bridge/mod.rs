@@ -229,14 +229,14 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         admin: admin_triggers,
     });
     for tc in &config.triggers {
-        if let Err(e) = running.start(tc, config.metrics.backlog_interval) {
+        if let Err(e) = running.start(tc) {
             stop.cancel();
             sink_stop.cancel();
             http_stop.cancel();
             anyhow::bail!(e);
         }
     }
-    running.publish();
+    running.publish(config.metrics.backlog_interval);
     tracing::info!(
         triggers = config.triggers.len(),
         workers = running.worker_count(),

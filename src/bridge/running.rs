@@ -50,8 +50,6 @@ pub(super) struct Running {
     entries: BTreeMap<String, Entry>,
     notify_stop: CancellationToken,
     housekeeping_stop: CancellationToken,
-    /// `[metrics] backlog_interval` of the configuration last applied.
-    backlog_interval: Duration,
 }
 
 impl Running {
@@ -61,13 +59,11 @@ impl Running {
             entries: BTreeMap::new(),
             notify_stop: CancellationToken::new(),
             housekeeping_stop: CancellationToken::new(),
-            backlog_interval: Duration::from_secs(10),
         }
     }
 
     /// Starts `tc`'s workers; [`Self::publish`] adds it to the housekeeping.
-    pub fn start(&mut self, tc: &TriggerConfig, backlog_interval: Duration) -> Result<(), String> {
-        self.backlog_interval = backlog_interval;
+    pub fn start(&mut self, tc: &TriggerConfig) -> Result<(), String> {
         let s = &self.shared;
         let sink = s.sinks.get(&tc.sink).ok_or_else(|| {
             format!(
@@ -128,15 +124,16 @@ impl Running {
         });
     }
 
-    /// (Re)starts the housekeeping and the keyspace-notification listener for the triggers
-    /// now running, and shows them to the admin API.
-    pub fn publish(&mut self) {
+    /// (Re)starts the housekeeping (reading sizes every `backlog_interval`) and the
+    /// keyspace-notification listener for the triggers now running, and shows them to the
+    /// admin API.
+    pub fn publish(&mut self, backlog_interval: Duration) {
         self.housekeeping_stop.cancel();
         self.housekeeping_stop = self.shared.stop.child_token();
         let triggers = self.entries.values().map(|e| e.trigger.clone()).collect();
         self.shared.tasks.spawn(worker::maintain(
             triggers,
-            self.backlog_interval,
+            backlog_interval,
             self.housekeeping_stop.clone(),
         ));
         let admin: BTreeMap<String, AdminTrigger> = self
@@ -211,7 +208,7 @@ impl Running {
                 }
                 Some(tc) if section(*tc) != section(&self.entries[&name].config) => {
                     self.stop(&name, new.shutdown.timeout);
-                    self.start(tc, new.metrics.backlog_interval)?;
+                    self.start(tc)?;
                     replaced.push(name);
                 }
                 Some(_) => {}
@@ -219,11 +216,11 @@ impl Running {
         }
         for tc in &new.triggers {
             if !self.entries.contains_key(&tc.name) {
-                self.start(tc, new.metrics.backlog_interval)?;
+                self.start(tc)?;
                 added.push(tc.name.clone());
             }
         }
-        self.publish();
+        self.publish(new.metrics.backlog_interval);
         Ok(format!(
             "added {added:?}, removed {removed:?}, replaced {replaced:?}"
         ))

@@ -517,7 +517,7 @@ fn check(path: &std::path::Path) -> i32 {
             t.batch,
             humantime::format_duration(t.lease),
             humantime::format_duration(t.guard_interval),
-            humantime::format_duration(t.notified_guard_interval.max(t.guard_interval)),
+            humantime::format_duration(t.notified_guard()),
             humantime::format_duration(t.publish_timeout),
             t.max_attempts,
             humantime::format_duration(t.backoff_initial),

@@ -595,6 +595,12 @@ pub fn parse_rate(text: &str) -> Result<f64, String> {
 }
 
 impl TriggerConfig {
+    /// The idle sleep while keyspace notifications are subscribed: never below
+    /// `guard_interval`.
+    pub fn notified_guard(&self) -> Duration {
+        self.notified_guard_interval.max(self.guard_interval)
+    }
+
     /// The rate limit as (messages per second, burst), once validated.
     pub fn rate(&self) -> Option<(f64, u32)> {
         let per_second = parse_rate(self.rate_limit.as_deref()?).ok()?;

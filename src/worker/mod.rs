@@ -161,11 +161,10 @@ impl Trigger {
     /// Longest idle sleep: `notified_guard_interval` while keyspace notifications reach the
     /// bridge (they are the wake-up; the guard is a safety net), else `guard_interval`.
     fn guard(&self) -> Duration {
-        let c = &self.config;
         if self.health.notifications_live() {
-            c.notified_guard_interval.max(c.guard_interval)
+            self.config.notified_guard()
         } else {
-            c.guard_interval
+            self.config.guard_interval
         }
     }
 
