@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::redis_conn::{Conn, Endpoint};
+
+mod cluster;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -34,47 +36,99 @@ pub fn with_needed_flags(flags: &str) -> String {
     out
 }
 
-/// Checks `notify-keyspace-events`, enabling it when allowed; returns whether notifications will arrive.
-pub async fn ensure_enabled(conn: &mut Conn, enable: bool) -> bool {
-    let current: Result<(String, String), _> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("notify-keyspace-events")
-        .query_async(conn)
-        .await;
-    let flags = match current {
-        Ok((_, flags)) => flags,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read notify-keyspace-events; idle workers will rely on guard_interval");
-            return false;
+/// One setting of every server (every node of a cluster, replicas included): each node's
+/// address and the value or why it could not be read.
+pub async fn config_get(conn: &Conn, name: &str) -> Vec<(String, Result<String, String>)> {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg(name);
+    match conn.each_node(cmd).await {
+        Ok(replies) => replies
+            .into_iter()
+            .map(|(node, reply)| {
+                let value = reply
+                    .map_err(|e| e.to_string())
+                    .and_then(|v| {
+                        redis::from_redis_value::<(String, String)>(v).map_err(|e| e.to_string())
+                    })
+                    .map(|(_, value)| value);
+                (node, value)
+            })
+            .collect(),
+        Err(e) => vec![(conn.endpoint().to_string(), Err(e.to_string()))],
+    }
+}
+
+/// Checks `notify-keyspace-events` on every server, enabling it where allowed; returns whether
+/// notifications will arrive from all of them.
+pub async fn ensure_enabled(conn: &Conn, enable: bool) -> bool {
+    let mut all = true;
+    for (node, flags) in config_get(conn, "notify-keyspace-events").await {
+        let flags = match flags {
+            Ok(flags) => flags,
+            Err(e) => {
+                tracing::warn!(%node, error = %e, "cannot read notify-keyspace-events; idle workers will rely on guard_interval");
+                all = false;
+                continue;
+            }
+        };
+        if flags_suffice(&flags) {
+            continue;
         }
+        if !enable {
+            tracing::warn!(
+                %node,
+                current = %flags,
+                "Redis keyspace notifications for sorted sets are off (notify-keyspace-events lacks Kz): \
+                 messages added earlier than the queue head may wait up to guard_interval; \
+                 set [redis] enable_keyspace_events = true or run CONFIG SET notify-keyspace-events Kz"
+            );
+            all = false;
+            continue;
+        }
+        all &= enable_on(conn, &node, &with_needed_flags(&flags)).await;
+    }
+    all
+}
+
+/// Sets `notify-keyspace-events` to `wanted` on `node` (or on the one server).
+async fn enable_on(conn: &Conn, node: &str, wanted: &str) -> bool {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("SET").arg("notify-keyspace-events").arg(wanted);
+    let set = match conn.set_on(node, cmd).await {
+        Ok(redis::Value::Okay) => Ok(()),
+        Ok(other) => Err(format!("unexpected reply {other:?}")),
+        Err(e) => Err(e.to_string()),
     };
-    if flags_suffice(&flags) {
-        return true;
-    }
-    if !enable {
-        tracing::warn!(
-            current = %flags,
-            "Redis keyspace notifications for sorted sets are off (notify-keyspace-events lacks Kz): \
-             messages added earlier than the queue head may wait up to guard_interval; \
-             set [redis] enable_keyspace_events = true or run CONFIG SET notify-keyspace-events Kz"
-        );
-        return false;
-    }
-    let wanted = with_needed_flags(&flags);
-    let set: Result<(), _> = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("notify-keyspace-events")
-        .arg(&wanted)
-        .query_async(conn)
-        .await;
     match set {
         Ok(()) => {
-            tracing::info!(flags = %wanted, "enabled Redis keyspace notifications");
+            tracing::info!(%node, flags = %wanted, "enabled Redis keyspace notifications");
             true
         }
         Err(e) => {
-            tracing::warn!(error = %e, "could not enable keyspace notifications; idle workers will rely on guard_interval");
+            tracing::warn!(%node, error = %e, "could not enable keyspace notifications; idle workers will rely on guard_interval");
             false
+        }
+    }
+}
+
+/// A keyspace event of `list`'s key: any write changes the sizes; only an addition can move
+/// the head earlier.
+fn written(list: &[Arc<Trigger>], event: &[u8]) {
+    let added = matches!(
+        event,
+        b"zadd"
+            | b"zincr"
+            | b"zunionstore"
+            | b"zinterstore"
+            | b"zdiffstore"
+            | b"zrangestore"
+            | b"rename_to"
+            | b"restore"
+    );
+    for t in list {
+        t.touched();
+        if added {
+            t.wake();
         }
     }
 }
@@ -93,17 +147,24 @@ const SUBSCRIBE_CHUNK: usize = 1000;
 /// Subscribes to the keyspace channel of every trigger key and wakes the trigger's idle worker
 /// on each sorted-set write. Resubscribes after connection loss. While subscribed, `health`
 /// says so: idle workers then sleep up to their `notified_guard_interval`.
+/// On a cluster, each key's channel is subscribed on the master that owns the key's slot (only
+/// it publishes the key's events), and the subscriptions follow failovers; after any of them
+/// every trigger looks again, and with `enable` every node gets `Kz` again.
 pub async fn listen(
-    endpoint: Arc<Endpoint>,
-    db: i64,
+    conn: Conn,
+    enable: bool,
     triggers: Vec<Arc<Trigger>>,
     health: Health,
     stop: CancellationToken,
 ) {
+    let endpoint = conn.endpoint().clone();
     let mut by_channel: HashMap<Vec<u8>, Vec<Arc<Trigger>>> = HashMap::new();
     for t in triggers {
-        let channel = format!("__keyspace@{db}__:{}", t.source_key()).into_bytes();
+        let channel = format!("__keyspace@{}__:{}", endpoint.db(), t.source_key()).into_bytes();
         by_channel.entry(channel).or_default().push(t);
+    }
+    if endpoint.is_cluster() {
+        return cluster::listen(conn, enable, by_channel, health, stop).await;
     }
     let mut failures = Repeated::default();
     while !stop.is_cancelled() {
@@ -146,19 +207,12 @@ pub async fn listen(
             tokio::select! {
                 msg = messages.next() => {
                     let Some(msg) = msg else {
-                        return Err(redis::RedisError::from((redis::ErrorKind::IoError, "subscription closed")));
+                        return Err(redis::RedisError::from((redis::ErrorKind::Io, "subscription closed")));
                     };
                     let Some(list) = by_channel.get(msg.get_channel_name().as_bytes()) else {
                         continue;
                     };
-                    // Any write changes the sizes; only an addition can move the head earlier.
-                    let added = matches!(msg.get_payload_bytes(), b"zadd" | b"zincr" | b"zunionstore" | b"zinterstore" | b"zdiffstore" | b"zrangestore" | b"rename_to" | b"restore");
-                    for t in list {
-                        t.touched();
-                        if added {
-                            t.wake();
-                        }
-                    }
+                    written(list, msg.get_payload_bytes());
                 }
                 _ = stop.cancelled() => return Ok(()),
             }

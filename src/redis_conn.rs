@@ -1,4 +1,9 @@
-//! Connections to Redis over TCP, TLS or a Unix socket, and a shared handle that reconnects after a break.
+//! Connections to Redis over TCP, TLS or a Unix socket, or to a Redis Cluster, and a shared
+//! handle that reconnects after a break.
+
+mod cluster;
+
+pub use cluster::{slot, Topology};
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,13 +14,13 @@ use anyhow::Context;
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use redis::{
     AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, IntoConnectionInfo, Pipeline,
-    RedisConnectionInfo, RedisError, RedisFuture, RedisResult, Value,
+    RedisConnectionInfo, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::AbortHandle;
 
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, RedisMode};
 use crate::tls::Tls;
 
 /// TCP keepalive: a peer that vanished without a reset is noticed in about a minute.
@@ -31,6 +36,8 @@ pub struct Endpoint {
     info: RedisConnectionInfo,
     connect_timeout: Duration,
     response_timeout: Duration,
+    /// Cluster mode: the cluster (`addr` and `info` are then unused).
+    cluster: Option<cluster::Cluster>,
 }
 
 enum Addr {
@@ -44,7 +51,7 @@ impl std::fmt::Debug for Endpoint {
         // The credentials stay out: only where it is.
         f.debug_struct("Endpoint")
             .field("addr", &self.to_string())
-            .field("db", &self.info.db)
+            .field("db", &self.db())
             .finish_non_exhaustive()
     }
 }
@@ -58,6 +65,9 @@ impl std::fmt::Display for Endpoint {
                 host.to_string()
             }
         };
+        if let Some(cluster) = &self.cluster {
+            return write!(f, "Redis Cluster via {}", cluster.shown().join(", "));
+        }
         match &self.addr {
             Addr::Tcp { host, port } => write!(f, "redis://{}:{port}", bracketed(host)),
             Addr::Tls { host, port, tls } => {
@@ -75,16 +85,26 @@ impl std::fmt::Display for Endpoint {
 impl Endpoint {
     /// From `[redis]`: the URL, the password file and `[redis.tls]` (files read now).
     pub fn new(config: &RedisConfig) -> anyhow::Result<Self> {
+        if config.mode == RedisMode::Cluster {
+            return Ok(Self {
+                addr: Addr::Unix(PathBuf::new()),
+                info: RedisConnectionInfo::default(),
+                connect_timeout: config.connect_timeout,
+                response_timeout: config.response_timeout,
+                cluster: Some(cluster::Cluster::new(config)?),
+            });
+        }
         // TLS is ours: the URL is parsed as plain and the scheme says whether to wrap it.
         let (tls, plain) = match config.url.strip_prefix("rediss://") {
             Some(rest) => (true, format!("redis://{rest}")),
             None => (false, config.url.clone()),
         };
-        let mut info = plain.as_str().into_connection_info().context("redis.url")?;
+        let info = plain.as_str().into_connection_info().context("redis.url")?;
+        let mut redis = info.redis_settings().clone();
         if let Some(file) = &config.password_file {
-            info.redis.password = Some(crate::secret::read_file(file)?);
+            redis = redis.set_password(crate::secret::read_file(file)?);
         }
-        let addr = match info.addr {
+        let addr = match info.addr().clone() {
             ConnectionAddr::Tcp(host, port) if tls => {
                 let tls = match &config.tls {
                     Some(settings) => settings.client().map_err(|problems| {
@@ -101,12 +121,14 @@ impl Endpoint {
             ConnectionAddr::Tcp(host, port) => Addr::Tcp { host, port },
             ConnectionAddr::TcpTls { .. } => anyhow::bail!("redis.url: unexpected TLS address"),
             ConnectionAddr::Unix(path) => Addr::Unix(path),
+            other => anyhow::bail!("redis.url: unsupported address {other}"),
         };
         Ok(Self {
             addr,
-            info: info.redis,
+            info: redis,
             connect_timeout: config.connect_timeout,
             response_timeout: config.response_timeout,
+            cluster: None,
         })
     }
 
@@ -118,9 +140,18 @@ impl Endpoint {
         })
     }
 
-    /// The database number commands run in.
+    /// The database number commands run in (0 on a cluster).
     pub fn db(&self) -> i64 {
-        self.info.db
+        if self.cluster.is_some() {
+            0
+        } else {
+            self.info.db()
+        }
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
     }
 
     /// Opens a byte stream within the connect timeout, TLS handshake included.
@@ -218,13 +249,13 @@ impl Endpoint {
 
     /// An I/O error that names this endpoint and says what failed.
     fn failed(&self, what: &'static str, e: impl std::fmt::Display) -> RedisError {
-        RedisError::from((ErrorKind::IoError, what, format!("{self}: {e}")))
+        RedisError::from((ErrorKind::Io, what, format!("{self}: {e}")))
     }
 
     /// A multiplexed connection and the handle of its driver task.
     async fn multiplexed(&self) -> RedisResult<(MultiplexedConnection, AbortHandle)> {
         let stream = self.stream().await?;
-        let config = AsyncConnectionConfig::new().set_response_timeout(self.response_timeout);
+        let config = AsyncConnectionConfig::new().set_response_timeout(Some(self.response_timeout));
         let (conn, driver) =
             MultiplexedConnection::new_with_config(&self.info, stream, config).await?;
         let driver = tokio::spawn(driver).abort_handle();
@@ -234,9 +265,18 @@ impl Endpoint {
     /// Connects now (so that start-up sees what is wrong) and returns a handle that
     /// reconnects on the first command after the connection broke.
     pub async fn connect(self: &Arc<Self>) -> RedisResult<Conn> {
+        if let Some(cluster) = &self.cluster {
+            return Ok(Conn {
+                link: Link::Cluster {
+                    endpoint: self.clone(),
+                    conn: cluster.connect().await?,
+                },
+                db: 0,
+            });
+        }
         let (first, driver) = self.multiplexed().await?;
         Ok(Conn {
-            shared: Arc::new(Shared {
+            link: Link::Single(Arc::new(Shared {
                 endpoint: self.clone(),
                 current: Mutex::new(Some(Current {
                     generation: 0,
@@ -247,7 +287,7 @@ impl Endpoint {
                 generations: AtomicU64::new(0),
                 attempts: AtomicU64::new(0),
                 last_failure: Mutex::new(None),
-            }),
+            })),
             db: self.db(),
         })
     }
@@ -260,15 +300,36 @@ impl Endpoint {
             Err(_) => Err(self.io(std::io::ErrorKind::TimedOut.into())),
         }
     }
+
+    /// Cluster mode: a subscriber connection to the node at `addr` (`host:port`, as
+    /// [`Topology`] names it). An error for a standalone server.
+    pub async fn node_pubsub(&self, addr: &str) -> RedisResult<PubSub> {
+        match &self.cluster {
+            Some(cluster) => cluster.node_pubsub(addr).await,
+            None => Err(RedisError::from((ErrorKind::Client, "not a cluster"))),
+        }
+    }
 }
 
 /// A shared connection to Redis: cheap to clone, multiplexed, and replaced on the next
 /// command after an I/O error or a timeout. Commands that fail are not retried here: the
-/// callers own retries and backoff.
+/// callers own retries and backoff. A script Redis does not have cached (`NOSCRIPT`: a
+/// restart, a failover) is sent again in full (`EVAL`) to the same key's node.
 #[derive(Clone)]
 pub struct Conn {
-    shared: Arc<Shared>,
+    link: Link,
     db: i64,
+}
+
+#[derive(Clone)]
+enum Link {
+    /// One server, through a connection replaced after a break.
+    Single(Arc<Shared>),
+    /// A cluster, through the cluster client, which follows the topology itself.
+    Cluster {
+        endpoint: Arc<Endpoint>,
+        conn: redis::cluster_async::ClusterConnection,
+    },
 }
 
 struct Current {
@@ -300,12 +361,111 @@ impl Conn {
 
     /// Where this connection goes.
     pub fn endpoint(&self) -> &Arc<Endpoint> {
-        &self.shared.endpoint
+        match &self.link {
+            Link::Single(shared) => &shared.endpoint,
+            Link::Cluster { endpoint, .. } => endpoint,
+        }
     }
 
+    /// Cluster mode: which master serves which slots now; `None` for a standalone server.
+    pub async fn topology(&self) -> Option<RedisResult<Topology>> {
+        match &self.link {
+            Link::Single(_) => None,
+            Link::Cluster { endpoint, conn } => {
+                Some(within(endpoint, Topology::read(&mut conn.clone())).await)
+            }
+        }
+    }
+
+    /// Sends `cmd` to every server: the one server, or every node of a cluster, replicas
+    /// included, each on a connection of its own. Each server's address and its reply.
+    pub async fn each_node(&self, cmd: Cmd) -> RedisResult<Vec<(String, RedisResult<Value>)>> {
+        let Some(topology) = self.topology().await else {
+            let mut conn = self.clone();
+            let reply = conn.req_packed_command(&cmd).await;
+            return Ok(vec![(self.endpoint().to_string(), reply)]);
+        };
+        let topology = topology?;
+        let cluster = self
+            .endpoint()
+            .cluster
+            .as_ref()
+            .expect("a cluster's connection");
+        let replies = futures_util::future::join_all(
+            topology
+                .nodes()
+                .iter()
+                .map(|node| cluster.on_node(node, &cmd)),
+        )
+        .await;
+        Ok(topology.nodes().iter().cloned().zip(replies).collect())
+    }
+
+    /// Sends `cmd` to `node`, an address [`Conn::each_node`] gave (to the one server when
+    /// standalone).
+    pub async fn set_on(&self, node: &str, cmd: Cmd) -> RedisResult<Value> {
+        match &self.endpoint().cluster {
+            None => self.send(&cmd).await,
+            Some(cluster) => cluster.on_node(node, &cmd).await,
+        }
+    }
+
+    /// Sends `cmd` as it is.
+    async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
+        match &self.link {
+            Link::Single(shared) => {
+                shared
+                    .request(move |mut conn: MultiplexedConnection| async move {
+                        conn.req_packed_command(cmd).await
+                    })
+                    .await
+            }
+            Link::Cluster { endpoint, conn } => {
+                let mut conn = conn.clone();
+                within(endpoint, conn.req_packed_command(cmd)).await
+            }
+        }
+    }
+}
+
+/// `EVAL` with the script's text for an `EVALSHA` of one of the bridge's scripts.
+fn eval_instead(cmd: &Cmd) -> Option<Cmd> {
+    let mut args = cmd.args_iter();
+    match args.next()? {
+        redis::Arg::Simple(name) if name.eq_ignore_ascii_case(b"EVALSHA") => {}
+        _ => return None,
+    }
+    let redis::Arg::Simple(sha) = args.next()? else {
+        return None;
+    };
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(crate::store::script_text(std::str::from_utf8(sha).ok()?)?);
+    for arg in args {
+        if let redis::Arg::Simple(bytes) = arg {
+            eval.arg(bytes);
+        }
+    }
+    Some(eval)
+}
+
+/// `reply` within `endpoint`'s response timeout (waiting to send included).
+async fn within<T>(
+    endpoint: &Endpoint,
+    reply: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    let timeout = endpoint.response_timeout;
+    match tokio::time::timeout(timeout, reply).await {
+        Ok(reply) => reply,
+        Err(_) => Err(endpoint.io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no reply within {timeout:?}"),
+        ))),
+    }
+}
+
+impl Shared {
     fn current(&self) -> Option<(u64, MultiplexedConnection)> {
-        self.shared
-            .current
+        self.current
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
@@ -316,15 +476,14 @@ impl Conn {
         if let Some(c) = self.current() {
             return Ok(c);
         }
-        let failed_before = self.shared.attempts.load(Ordering::Acquire);
-        let _one = self.shared.connecting.lock().await;
+        let failed_before = self.attempts.load(Ordering::Acquire);
+        let _one = self.connecting.lock().await;
         if let Some(c) = self.current() {
             return Ok(c);
         }
-        if self.shared.attempts.load(Ordering::Acquire) != failed_before {
+        if self.attempts.load(Ordering::Acquire) != failed_before {
             // An attempt failed while this caller waited: its answer is this caller's too.
             let last = self
-                .shared
                 .last_failure
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -333,14 +492,10 @@ impl Conn {
                 return Err(RedisError::from((kind, "cannot connect", message)));
             }
         }
-        match self.shared.endpoint.multiplexed().await {
+        match self.endpoint.multiplexed().await {
             Ok((conn, driver)) => {
-                let generation = self.shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
-                *self
-                    .shared
-                    .current
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner()) = Some(Current {
+                let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+                *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(Current {
                     generation,
                     conn: conn.clone(),
                     driver,
@@ -348,12 +503,9 @@ impl Conn {
                 Ok((generation, conn))
             }
             Err(e) => {
-                *self
-                    .shared
-                    .last_failure
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner()) = Some((e.kind(), e.to_string()));
-                self.shared.attempts.fetch_add(1, Ordering::Release);
+                *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((e.kind(), e.to_string()));
+                self.attempts.fetch_add(1, Ordering::Release);
                 Err(e)
             }
         }
@@ -365,15 +517,14 @@ impl Conn {
     fn broke(&self, generation: u64, e: &RedisError) {
         let broken = e.is_unrecoverable_error()
             || e.is_timeout()
-            || matches!(e.kind(), ErrorKind::ReadOnly | ErrorKind::MasterDown);
+            || matches!(
+                e.kind(),
+                ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+            );
         if !broken {
             return;
         }
-        let mut current = self
-            .shared
-            .current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if current.as_ref().is_some_and(|c| c.generation == generation) {
             if let Some(old) = current.take() {
                 old.driver.abort();
@@ -388,14 +539,7 @@ impl Conn {
         F: std::future::Future<Output = RedisResult<T>>,
     {
         let (generation, conn) = self.get().await?;
-        let timeout = self.shared.endpoint.response_timeout;
-        let reply = match tokio::time::timeout(timeout, send(conn)).await {
-            Ok(reply) => reply,
-            Err(_) => Err(self.shared.endpoint.io(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no reply within {timeout:?}"),
-            ))),
-        };
+        let reply = within(&self.endpoint, send(conn)).await;
         if let Err(e) = &reply {
             self.broke(generation, e);
         }
@@ -405,11 +549,17 @@ impl Conn {
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(
-            self.request(move |mut conn: MultiplexedConnection| async move {
-                conn.req_packed_command(cmd).await
-            }),
-        )
+        Box::pin(async move {
+            match self.send(cmd).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    match eval_instead(cmd) {
+                        Some(eval) => self.send(&eval).await,
+                        None => Err(e),
+                    }
+                }
+                reply => reply,
+            }
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -418,11 +568,21 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(
-            self.request(move |mut conn: MultiplexedConnection| async move {
-                conn.req_packed_commands(cmd, offset, count).await
-            }),
-        )
+        Box::pin(async move {
+            match &self.link {
+                Link::Single(shared) => {
+                    shared
+                        .request(move |mut conn: MultiplexedConnection| async move {
+                            conn.req_packed_commands(cmd, offset, count).await
+                        })
+                        .await
+                }
+                Link::Cluster { endpoint, conn } => {
+                    let mut conn = conn.clone();
+                    within(endpoint, conn.req_packed_commands(cmd, offset, count)).await
+                }
+            }
+        })
     }
 
     fn get_db(&self) -> i64 {

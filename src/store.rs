@@ -35,12 +35,16 @@ impl StoreError {
                 "connection"
             }
             StoreError::Redis(e)
-                if e.kind() == redis::ErrorKind::TypeError
+                if e.kind() == redis::ErrorKind::UnexpectedReturnType
                     || e.to_string().contains("WRONGTYPE") =>
             {
                 "wrong_type"
             }
-            StoreError::Redis(e) if e.kind() == redis::ErrorKind::ResponseError => "script",
+            StoreError::Redis(e)
+                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) =>
+            {
+                "script"
+            }
             StoreError::Redis(_) => "other",
             StoreError::Reply(_) => "reply",
         }
@@ -308,17 +312,49 @@ fn script(body: &str) -> Script {
     Script::new(&format!("{PRELUDE}\n{body}"))
 }
 
+/// The text of one of the bridge's scripts by its SHA1, for sending it in full to a server
+/// that does not have it cached.
+pub fn script_text(sha: &str) -> Option<&'static str> {
+    static TEXTS: std::sync::LazyLock<std::collections::HashMap<String, String>> =
+        std::sync::LazyLock::new(|| {
+            let mut texts: Vec<String> = SOURCES
+                .iter()
+                .map(|body| format!("{PRELUDE}\n{body}"))
+                .collect();
+            texts.push(CANCEL.to_string());
+            texts
+                .into_iter()
+                .map(|text| (Script::new(&text).get_hash().to_string(), text))
+                .collect()
+        });
+    TEXTS.get(sha).map(String::as_str)
+}
+
+/// The bodies of the scripts that start with [`PRELUDE`].
+const SOURCES: [&str; 10] = [
+    include_str!("scripts/claim.lua"),
+    include_str!("scripts/settle.lua"),
+    include_str!("scripts/recover.lua"),
+    include_str!("scripts/requeue.lua"),
+    include_str!("scripts/stats.lua"),
+    include_str!("scripts/browse.lua"),
+    include_str!("scripts/reschedule.lua"),
+    include_str!("scripts/purge.lua"),
+    include_str!("scripts/dead_claim.lua"),
+    include_str!("scripts/dead_settle.lua"),
+];
+
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
-    claim: script(include_str!("scripts/claim.lua")),
-    settle: script(include_str!("scripts/settle.lua")),
-    recover: script(include_str!("scripts/recover.lua")),
-    requeue: script(include_str!("scripts/requeue.lua")),
-    stats: script(include_str!("scripts/stats.lua")),
-    browse: script(include_str!("scripts/browse.lua")),
-    reschedule: script(include_str!("scripts/reschedule.lua")),
-    purge: script(include_str!("scripts/purge.lua")),
-    dead_claim: script(include_str!("scripts/dead_claim.lua")),
-    dead_settle: script(include_str!("scripts/dead_settle.lua")),
+    claim: script(SOURCES[0]),
+    settle: script(SOURCES[1]),
+    recover: script(SOURCES[2]),
+    requeue: script(SOURCES[3]),
+    stats: script(SOURCES[4]),
+    browse: script(SOURCES[5]),
+    reschedule: script(SOURCES[6]),
+    purge: script(SOURCES[7]),
+    dead_claim: script(SOURCES[8]),
+    dead_settle: script(SOURCES[9]),
     // The producers' own script: standalone, so that it reads the same wherever it is used.
     cancel: Script::new(CANCEL),
 });
@@ -329,8 +365,8 @@ pub const CANCEL: &str = include_str!("scripts/cancel.lua");
 
 /// A queue's keys plus a shared, auto-reconnecting Redis connection.
 ///
-/// Scripts are sent by SHA (`EVALSHA`) and loaded again when Redis answers `NOSCRIPT`,
-/// e.g. after a restart.
+/// Scripts are sent by SHA (`EVALSHA`) and in full (`EVAL`, by the connection) when Redis
+/// answers `NOSCRIPT`, e.g. after a restart or a failover.
 #[derive(Clone)]
 pub struct Store {
     conn: Conn,

@@ -280,11 +280,11 @@ impl Bench {
         let run_id = format!("{:08x}", rand::random::<u32>());
         let client = redis::Client::open(args.redis_url.as_str()).context("--redis-url")?;
         // The idle phase tells the bridge's Redis connections apart by this remote port.
-        let redis_port = match &client.get_connection_info().addr {
+        let redis_port = match client.get_connection_info().addr() {
             redis::ConnectionAddr::Tcp(_, port) | redis::ConnectionAddr::TcpTls { port, .. } => {
                 *port
             }
-            redis::ConnectionAddr::Unix(_) => 0,
+            _ => 0,
         };
         let mut conn = client
             .get_multiplexed_async_connection()

@@ -67,9 +67,8 @@ pub async fn unlink_queue(conn: &mut MultiplexedConnection, key: &str) -> redis:
 
 /// Members in the source and in-flight sets of a queue.
 pub async fn queue_len(conn: &mut MultiplexedConnection, key: &str) -> redis::RedisResult<u64> {
-    let k = QueueKeys::derive(key).map_err(|e| {
-        redis::RedisError::from((redis::ErrorKind::ClientError, "key", e.to_string()))
-    })?;
+    let k = QueueKeys::derive(key)
+        .map_err(|e| redis::RedisError::from((redis::ErrorKind::Client, "key", e.to_string())))?;
     let (a, b): (u64, u64) = redis::pipe()
         .zcard(&k.source)
         .zcard(&k.inflight)
@@ -161,8 +160,8 @@ pub struct CommandCounter {
 impl CommandCounter {
     /// Starts monitoring; fails when `MONITOR` is not allowed.
     pub async fn start(client: &redis::Client) -> redis::RedisResult<Self> {
-        let mut monitor = client.get_async_monitor().await?;
-        monitor.monitor().await?;
+        // The client sends MONITOR before handing the connection over.
+        let monitor = client.get_async_monitor().await?;
         let counts = Arc::new(std::sync::Mutex::new(HashMap::new()));
         let stop = CancellationToken::new();
         let (c, s) = (counts.clone(), stop.clone());

@@ -12,14 +12,13 @@ use crate::admin::{AdminTrigger, AdminTriggers};
 use crate::config::{Config, TriggerConfig};
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::redis_conn::{Conn, Endpoint};
+use crate::redis_conn::Conn;
 use crate::sink::Sink;
 use crate::worker::{self, Trigger};
 
 /// What every trigger of the bridge shares.
 pub(super) struct Shared {
     pub conn: Conn,
-    pub endpoint: Arc<Endpoint>,
     pub sinks: BTreeMap<String, Arc<Sink>>,
     pub metrics: Metrics,
     pub health: Health,
@@ -31,6 +30,8 @@ pub(super) struct Shared {
     pub stop: CancellationToken,
     pub abort: CancellationToken,
     pub notifications: bool,
+    /// `[redis] enable_keyspace_events`: a cluster's nodes get `Kz` again after a topology change.
+    pub enable_keyspace_events: bool,
     /// The triggers the admin API sees.
     pub admin: AdminTriggers,
 }
@@ -156,8 +157,8 @@ impl Running {
         let triggers = self.entries.values().map(|e| e.trigger.clone()).collect();
         let s = &self.shared;
         s.tasks.spawn(crate::notify::listen(
-            s.endpoint.clone(),
-            s.endpoint.db(),
+            s.conn.clone(),
+            s.enable_keyspace_events,
             triggers,
             s.health.clone(),
             self.notify_stop.clone(),

@@ -207,6 +207,13 @@ pub fn init_tracing(format: LogFormat, level: &str) {
             filter = filter.add_directive(d);
         }
     }
+    // The Redis Cluster client warns once per failed reconnection, hundreds a second while
+    // a master is down; the bridge logs the outage itself, at growing gaps.
+    if !asked.contains("redis") {
+        if let Ok(d) = "redis=error".parse() {
+            filter = filter.add_directive(d);
+        }
+    }
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -433,11 +440,14 @@ fn check(path: &std::path::Path) -> i32 {
     for warning in config.warnings() {
         say!("warning: {warning}");
     }
-    say!(
-        "redis: {}{}",
-        redact_url(&config.redis.url),
-        tls_summary(config.redis.tls.as_ref())
-    );
+    let redis = match config.redis.mode {
+        crate::config::RedisMode::Standalone => redact_url(&config.redis.url),
+        crate::config::RedisMode::Cluster => {
+            let nodes: Vec<String> = config.redis.nodes.iter().map(|n| redact_url(n)).collect();
+            format!("cluster via {}", nodes.join(", "))
+        }
+    };
+    say!("redis: {redis}{}", tls_summary(config.redis.tls.as_ref()));
     say!("metrics: http://{}/metrics", config.metrics.listen);
     for (name, sink) in &config.sinks {
         match sink {

@@ -7,10 +7,11 @@ use super::*;
 use crate::redis_conn::Conn;
 
 pub(super) async fn connect(config: &Config) -> anyhow::Result<Conn> {
-    crate::bridge::redis_endpoint(config)?
+    let endpoint = crate::bridge::redis_endpoint(config)?;
+    endpoint
         .connect()
         .await
-        .with_context(|| format!("connecting to {}", redact_url(&config.redis.url)))
+        .with_context(|| format!("connecting to {endpoint}"))
 }
 
 pub(super) fn store_for(config: &Config, conn: Conn, trigger: &str) -> anyhow::Result<Store> {

@@ -51,9 +51,17 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
-    /// `redis://[user:password@]host:port/db` or `rediss://` for TLS.
+    /// `standalone`: one server (or a primary behind a stable address) at `url`;
+    /// `cluster`: a Redis Cluster reached through the seed `nodes`.
+    #[serde(default)]
+    pub mode: RedisMode,
+    /// Standalone mode: `redis://[user:password@]host:port/db` or `rediss://` for TLS.
     #[serde(default = "default_redis_url")]
     pub url: String,
+    /// Cluster mode: seed nodes, `redis://[user:password@]host:port` or `rediss://` (all the
+    /// same scheme; database 0 only). The bridge learns the rest of the cluster from them.
+    #[serde(default)]
+    pub nodes: Vec<String>,
     /// Read the password from this file instead of the URL (overrides the URL's password).
     #[serde(default)]
     pub password_file: Option<String>,
@@ -76,6 +84,17 @@ pub struct RedisConfig {
     pub tls: Option<TlsConfig>,
 }
 
+/// How the bridge reaches Redis.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedisMode {
+    /// One server at `redis.url`.
+    #[default]
+    Standalone,
+    /// A Redis Cluster, found through `redis.nodes`.
+    Cluster,
+}
+
 fn default_redis_url() -> String {
     "redis://127.0.0.1:6379/0".into()
 }
@@ -89,7 +108,9 @@ fn default_response_timeout() -> Duration {
 impl Default for RedisConfig {
     fn default() -> Self {
         Self {
+            mode: RedisMode::Standalone,
             url: default_redis_url(),
+            nodes: Vec::new(),
             password_file: None,
             connect_timeout: default_connect_timeout(),
             response_timeout: default_response_timeout(),

@@ -426,3 +426,59 @@ fn rates_are_per_second_minute_or_hour_with_a_burst_of_one_second() {
         "a second's worth, rounded up"
     );
 }
+
+#[test]
+fn cluster_mode_takes_seed_nodes_and_tagged_keys_only() {
+    Jail::expect_with(|jail| {
+        let ok = MINIMAL.to_string()
+            + "\n[redis]\nmode = \"cluster\"\nnodes = [\"redis://127.0.0.1:7000\", \"redis://127.0.0.1:7001/0\"]\n";
+        let c = load_in_jail(jail, &ok).unwrap();
+        assert_eq!(c.redis.mode, RedisMode::Cluster);
+        assert_eq!(c.redis.nodes.len(), 2);
+
+        let bad = r#"
+[redis]
+mode = "cluster"
+url = "redis://127.0.0.1:6379/0x"
+nodes = ["redis://127.0.0.1:7000/3", "rediss://127.0.0.1:7001", "http://x:1"]
+
+[sinks.r]
+type = "amqp"
+url = "amqp://guest:guest@127.0.0.1:5672/%2f"
+
+[[triggers]]
+name = "t"
+key = "delay:orders"
+sink = "r"
+exchange = "ex"
+"#;
+        let keys = keys_of(load_in_jail(jail, bad).unwrap_err());
+        for key in [
+            "redis.url",
+            "redis.nodes[0]",
+            "redis.nodes[2]",
+            "redis.nodes",
+            "triggers[0].key",
+        ] {
+            assert!(keys.iter().any(|k| k == key), "{key} in {keys:?}");
+        }
+
+        let empty = MINIMAL.to_string() + "\n[redis]\nmode = \"cluster\"\n";
+        assert_eq!(
+            keys_of(load_in_jail(jail, &empty).unwrap_err()),
+            ["redis.nodes"]
+        );
+        let stray = MINIMAL.to_string() + "\n[redis]\nnodes = [\"redis://127.0.0.1:7000\"]\n";
+        assert_eq!(
+            keys_of(load_in_jail(jail, &stray).unwrap_err()),
+            ["redis.nodes"]
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn a_suggested_tag_wraps_the_last_segment() {
+    assert_eq!(validate::suggested_tag("delay:orders"), "delay:{orders}");
+    assert_eq!(validate::suggested_tag("orders"), "{orders}");
+}

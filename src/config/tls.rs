@@ -43,8 +43,20 @@ pub(super) fn problems(config: &Config, broken_redis: bool) -> (Vec<(String, Str
                 out.push(("redis.url".into(), format!("not a usable Redis URL: {e}")));
             }
         }
+        let cluster = config.redis.mode == super::RedisMode::Cluster;
+        let plain = if cluster {
+            config.redis.nodes.iter().any(|n| n.starts_with("redis://"))
+        } else {
+            scheme == Some("redis")
+        };
         if let Some(tls) = &config.redis.tls {
-            if scheme == Some("redis") {
+            if plain && cluster {
+                out.push((
+                    "redis.tls".into(),
+                    "TLS settings are given but redis.nodes are redis:// (plain text): use rediss://"
+                        .into(),
+                ));
+            } else if plain {
                 out.push((
                     "redis.tls".into(),
                     "TLS settings are given but redis.url is redis:// (plain text): use rediss://"

@@ -49,6 +49,73 @@ pub(super) struct Validated {
     pub tls_clients: Vec<super::tls::Built>,
 }
 
+/// `delay:orders` as `delay:{orders}`: the part after the last `:` as the tag.
+pub(super) fn suggested_tag(key: &str) -> String {
+    match key.rsplit_once(':') {
+        Some((head, tail)) if !tail.is_empty() => format!("{head}:{{{tail}}}"),
+        _ => format!("{{{key}}}"),
+    }
+}
+
+/// The seed nodes of cluster mode: at least one, each a `redis://` or `rediss://` URL of
+/// database 0, all with the same scheme; and `url` left alone.
+fn cluster_problems(redis: &super::RedisConfig, push: &mut impl FnMut(String, String)) {
+    if redis.nodes.is_empty() {
+        push(
+            "redis.nodes".into(),
+            "cluster mode needs at least one seed node, e.g. [\"redis://10.0.0.1:6379\"]".into(),
+        );
+    }
+    if redis.url != super::default_redis_url() {
+        push(
+            "redis.url".into(),
+            "standalone only; in cluster mode list seed nodes in redis.nodes".into(),
+        );
+    }
+    let mut schemes = HashSet::new();
+    for (i, node) in redis.nodes.iter().enumerate() {
+        let key = format!("redis.nodes[{i}]");
+        match url::Url::parse(node) {
+            Ok(u) if !matches!(u.scheme(), "redis" | "rediss") => push(
+                key,
+                format!(
+                    "scheme `{}` is not supported, use redis:// or rediss://",
+                    u.scheme()
+                ),
+            ),
+            Ok(u) if u.host_str().is_none_or(str::is_empty) => push(key, "names no host".into()),
+            Ok(u) if !matches!(u.path(), "" | "/" | "/0") => push(
+                key,
+                format!("`{}`: a cluster has database 0 only", u.path()),
+            ),
+            Ok(u) => {
+                schemes.insert(u.scheme().to_string());
+            }
+            Err(e) => push(key, format!("not a valid URL: {e}")),
+        }
+    }
+    if schemes.len() > 1 {
+        push(
+            "redis.nodes".into(),
+            "mixes redis:// and rediss://: a cluster is reached with TLS or without".into(),
+        );
+    }
+    if let Some(tls) = &redis.tls {
+        if tls.server_name.is_some() {
+            push(
+                "redis.tls.server_name".into(),
+                "not supported in cluster mode: each node's certificate must carry the address it announces".into(),
+            );
+        }
+        if tls.insecure {
+            push(
+                "redis.tls.insecure".into(),
+                "not supported in cluster mode".into(),
+            );
+        }
+    }
+}
+
 /// Checks everything serde cannot and resolves each trigger's destination.
 pub(super) fn validate(parsed: &Parsed) -> Validated {
     let config = &parsed.config;
@@ -65,6 +132,15 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
     }
     let mut push = |key: String, message: String| out.push((key, message));
 
+    let cluster = config.redis.mode == super::RedisMode::Cluster;
+    if cluster && !parsed.broken_redis {
+        cluster_problems(&config.redis, &mut push);
+    } else if !config.redis.nodes.is_empty() && !parsed.broken_redis {
+        push(
+            "redis.nodes".into(),
+            "only for mode = \"cluster\"; a standalone server is given by redis.url".into(),
+        );
+    }
     match url::Url::parse(&config.redis.url) {
         _ if parsed.broken_redis => {}
         Ok(u) if matches!(u.scheme(), "redis" | "rediss") => {}
@@ -233,6 +309,15 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
             push(k("key"), "must not be empty".into());
         } else if let Err(e) = QueueKeys::derive(&t.key) {
             push(k("key"), e.to_string());
+        } else if cluster && crate::keys::hash_tag(&t.key).is_none() {
+            push(
+                k("key"),
+                format!(
+                    "in cluster mode a key needs a hash tag, e.g. `{}`: without one its keyspace \
+                     notifications are published in another slot than the key's",
+                    suggested_tag(&t.key)
+                ),
+            );
         }
         match config.sinks.get(&t.sink) {
             None if parsed.broken_sinks.contains(&t.sink) => {}

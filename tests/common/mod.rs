@@ -13,6 +13,7 @@
 //! | [`config`] | bridge configs as TOML |
 //! | [`metrics`] | the one Prometheus text parser |
 //! | [`servers`] | private `redis-server` and RabbitMQ nodes, TLS ones too (`use common::servers::...`) |
+//! | [`redis_cluster`] | a private Redis Cluster, three masters with a replica each (`use common::redis_cluster::...`) |
 //! | [`rabbit_cluster`] | a private RabbitMQ cluster of such nodes (`use common::rabbit_cluster::...`) |
 //! | [`proxy`] | a fault-injecting TCP proxy (`use common::proxy::...`) |
 //! | [`tally`] | fault-test bookkeeping on a durable queue (`use common::tally::*`) |
@@ -31,6 +32,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod rabbit_cluster;
 mod redis;
+pub mod redis_cluster;
 pub mod servers;
 pub mod tally;
 pub mod tls;

@@ -1,0 +1,164 @@
+//! Keyspace notifications on a Redis Cluster: each channel on its slot's master, followed through failovers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{ensure_enabled, look_again, written, SUBSCRIBE_CHUNK};
+use crate::health::Health;
+use crate::redis_conn::{slot, Conn, Topology};
+use crate::repeat::Repeated;
+use crate::worker::Trigger;
+
+/// How often the topology is read again while subscribed: a manual failover or a slot
+/// migration moves a key's master without breaking any connection.
+const TOPOLOGY_CHECK: Duration = Duration::from_secs(2);
+
+/// Channels by the master that publishes them: a key's events come only from the master
+/// serving its slot (a channel with the key's hash tag has the key's slot).
+type Assignment = BTreeMap<String, Vec<Vec<u8>>>;
+
+/// Each channel's master in `topology`, or the first slot that has none (the cluster is
+/// not whole).
+fn assign(topology: &Topology, channels: &[&Vec<u8>]) -> Result<Assignment, u16> {
+    let mut out = Assignment::new();
+    for channel in channels {
+        let s = slot(channel);
+        let master = topology.master_of(s).ok_or(s)?;
+        out.entry(master.to_string())
+            .or_default()
+            .push(channel.to_vec());
+    }
+    Ok(out)
+}
+
+/// Subscribes each channel on the master that owns its slot, one subscriber connection per
+/// master, and wakes triggers as on one server. The topology is read again every
+/// [`TOPOLOGY_CHECK`]; when a channel's master changed, or a subscriber's connection ended
+/// (a master killed), every subscriber is made again where the topology says now (retrying
+/// while the cluster is not whole), every trigger looks again (a write may have gone
+/// unnoticed), and with `enable` every node gets `Kz` again.
+pub(super) async fn listen(
+    conn: Conn,
+    enable: bool,
+    by_channel: HashMap<Vec<u8>, Vec<Arc<Trigger>>>,
+    health: Health,
+    stop: CancellationToken,
+) {
+    let channels: Vec<&Vec<u8>> = by_channel.keys().collect();
+    let mut failures = Repeated::default();
+    let mut first = true;
+    while !stop.is_cancelled() {
+        match follow(
+            &conn,
+            &channels,
+            &by_channel,
+            &health,
+            &stop,
+            &mut failures,
+            enable && !first,
+        )
+        .await
+        {
+            Ok(()) => {}
+            Err(e) => {
+                health.set_notifications(false);
+                if let Some(unlogged) = failures.failed() {
+                    tracing::warn!(error = %e, failures = failures.count(), unlogged,
+                        "keyspace notification subscription lost, resubscribing");
+                }
+            }
+        }
+        first = false;
+        look_again(&by_channel);
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100 * u64::from(failures.count().min(50)))) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Subscribes where the topology says, then handles messages until the topology changes,
+/// a subscriber's connection ends, or `stop`.
+async fn follow(
+    conn: &Conn,
+    channels: &[&Vec<u8>],
+    by_channel: &HashMap<Vec<u8>, Vec<Arc<Trigger>>>,
+    health: &Health,
+    stop: &CancellationToken,
+    failures: &mut Repeated,
+    enable: bool,
+) -> Result<(), String> {
+    let topology = read_topology(conn).await?;
+    let assignment = assign(&topology, channels)
+        .map_err(|s| format!("slot {s} has no master (the cluster is not whole)"))?;
+    if enable {
+        ensure_enabled(conn, true).await;
+    }
+    let mut streams = Vec::new();
+    for (master, list) in &assignment {
+        let mut pubsub = conn
+            .endpoint()
+            .node_pubsub(master)
+            .await
+            .map_err(|e| format!("{master}: {e}"))?;
+        for chunk in list.chunks(SUBSCRIBE_CHUNK) {
+            pubsub
+                .subscribe(chunk)
+                .await
+                .map_err(|e| format!("{master}: {e}"))?;
+        }
+        let master = master.clone();
+        // Each stream says when it ends: one master's connection gone is a change.
+        streams.push(
+            pubsub
+                .into_on_message()
+                .map(Some)
+                .chain(futures_util::stream::once(async move {
+                    tracing::debug!(%master, "a master's subscriber connection ended");
+                    None
+                }))
+                .boxed(),
+        );
+    }
+    failures.recovered();
+    health.set_notifications(true);
+    // A write may have gone unnoticed while unsubscribed: every trigger looks again.
+    look_again(by_channel);
+    let mut messages = futures_util::stream::select_all(streams);
+    let mut check = tokio::time::interval(TOPOLOGY_CHECK);
+    check.reset();
+    loop {
+        tokio::select! {
+            msg = messages.next() => {
+                let Some(Some(msg)) = msg else {
+                    return Err("a master's subscriber connection ended".into());
+                };
+                if let Some(list) = by_channel.get(msg.get_channel_name().as_bytes()) {
+                    written(list, msg.get_payload_bytes());
+                }
+            }
+            _ = check.tick() => {
+                // An unreadable topology changes nothing: the subscribers still work.
+                let Ok(now) = read_topology(conn).await else { continue };
+                if assign(&now, channels).as_ref() != Ok(&assignment) {
+                    tracing::info!("a key's master changed: keyspace notifications follow it");
+                    return Ok(());
+                }
+            }
+            _ = stop.cancelled() => return Ok(()),
+        }
+    }
+}
+
+/// The topology through the bridge's cluster connection.
+async fn read_topology(conn: &Conn) -> Result<Topology, String> {
+    match conn.topology().await {
+        Some(Ok(topology)) => Ok(topology),
+        Some(Err(e)) => Err(format!("reading the cluster's slots: {e}")),
+        None => Err("not a cluster".into()),
+    }
+}

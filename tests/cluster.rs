@@ -1,0 +1,254 @@
+//! Redis Cluster mode against a private cluster of three masters with a replica each: every
+//! master's queues delivered and woken by notifications, and draining through a manual
+//! failover and through a killed master without losing a message.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::redis_cluster::RedisCluster;
+use common::*;
+use redis::AsyncCommands;
+
+/// How long a bridge may take to become ready.
+const READY: Duration = Duration::from_secs(20);
+
+/// A bridge config on `cluster` with the shared RabbitMQ as sink `rabbit`.
+fn cluster_config(cluster: &RedisCluster, metrics_port: u16) -> String {
+    let nodes: Vec<String> = cluster.seeds().iter().map(|s| quoted(s)).collect();
+    ConfigToml::base(metrics_port)
+        .without("redis")
+        .set_str("redis", "mode", "cluster")
+        .set("redis", "nodes", &format!("[{}]", nodes.join(", ")))
+        .set("redis", "enable_keyspace_events", "true")
+        .to_string()
+}
+
+/// Waits until the bridge is subscribed and every trigger in `names` made its first (empty)
+/// claim: its idle workers then sleep their notified guard.
+async fn wait_idle(bridge: &Bridge, names: &[&str]) {
+    let (settled, body) = bridge
+        .wait_scrape(Duration::from_secs(15), |b| {
+            metric_value(b, "delay_bridge_keyspace_notifications_enabled", &[]) == 1.0
+                && names.iter().all(|n| {
+                    metric_value(b, "delay_bridge_empty_claims_total", &[("trigger", n)]) >= 1.0
+                })
+        })
+        .await;
+    assert!(settled, "not subscribed and idle: {body}\n{}", bridge.log());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_master_delivers_on_time_woken_by_notifications_with_cancel_and_reschedule() {
+    let cluster = RedisCluster::start().await;
+    let mut r = cluster.conn().await;
+    let tags = cluster.tag_per_master(&unique("q")).await;
+    let capture = AmqpCapture::start("cluster").await;
+    let port = free_port();
+    let mut cfg = cluster_config(&cluster, port);
+    let names = ["m0", "m1", "m2"];
+    for (name, tag) in names.iter().zip(&tags) {
+        cfg += &amqp_trigger(
+            name,
+            &format!("delay:{{{tag}}}"),
+            &capture,
+            "guard_interval = \"60s\"",
+        );
+    }
+    let bridge = Bridge::start(&cfg, port).ready(READY).await;
+    wait_idle(&bridge, &names).await;
+    let woken_before: Vec<f64> = {
+        let body = bridge.scrape().await;
+        names
+            .iter()
+            .map(|n| {
+                metric_value(
+                    &body,
+                    "delay_bridge_notify_wakeups_total",
+                    &[("trigger", n)],
+                )
+            })
+            .collect()
+    };
+
+    // Due now on every master; one to cancel and one to reschedule earlier, on each.
+    let now = now_ms();
+    let mut expected = Vec::new();
+    for (i, tag) in tags.iter().enumerate() {
+        let key = format!("delay:{{{tag}}}");
+        let members: Vec<String> = (0..100).map(|j| format!("m{i}-{j}")).collect();
+        RedisCluster::zadd_all(&mut r, &key, now, &members).await;
+        expected.extend(members);
+        let _: i64 = r
+            .zadd(&key, format!("cancelled-{i}"), now + 1500)
+            .await
+            .unwrap();
+        let _: i64 = r
+            .zadd(&key, format!("moved-{i}"), now + 3_600_000)
+            .await
+            .unwrap();
+    }
+    for (i, tag) in tags.iter().enumerate() {
+        let key = format!("delay:{{{tag}}}");
+        let _: i64 = r.zrem(&key, format!("cancelled-{i}")).await.unwrap();
+        let _: i64 = r
+            .zadd(&key, format!("moved-{i}"), now + 1000)
+            .await
+            .unwrap();
+        expected.push(format!("moved-{i}"));
+    }
+    assert!(
+        wait_until(Duration::from_secs(30), || capture.count()
+            >= expected.len())
+        .await,
+        "{} of {} delivered: {}",
+        capture.count(),
+        expected.len(),
+        bridge.log()
+    );
+    // Past the cancelled members' due time: they stay undelivered.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let tally = capture.tally();
+    for member in &expected {
+        assert_eq!(
+            tally.get(member.as_bytes()),
+            Some(&1),
+            "{member} delivered once"
+        );
+    }
+    assert_eq!(tally.len(), expected.len(), "nothing else: {tally:?}");
+    let body = bridge.scrape().await;
+    for (n, before) in names.iter().zip(woken_before) {
+        assert!(
+            metric_value(
+                &body,
+                "delay_bridge_notify_wakeups_total",
+                &[("trigger", n)]
+            ) > before,
+            "trigger {n} woken by a notification from its own master"
+        );
+    }
+    bridge.assert_no_panic();
+}
+
+/// The scenario both failure tests share: `n` members due now on one queue, `fail` applied to
+/// its master mid-drain, then every member delivered at least once and a later write still
+/// woken by a notification. Returns how many were delivered twice.
+async fn drain_through(
+    cluster: &mut RedisCluster,
+    n: usize,
+    fail: impl AsyncFnOnce(&mut RedisCluster, u16),
+) -> usize {
+    let mut r = cluster.conn().await;
+    let tag = unique("f");
+    let key = format!("delay:{{{tag}}}");
+    let capture = AmqpCapture::start("failover").await;
+    let port = free_port();
+    let cfg = cluster_config(cluster, port)
+        + &amqp_trigger(
+            "f",
+            &key,
+            &capture,
+            "guard_interval = \"60s\"\nlease = \"5s\"\npublish_timeout = \"3s\"\nworkers = 4\nbatch = 50",
+        );
+    let bridge = Bridge::start(&cfg, port).ready(READY).await;
+    wait_idle(&bridge, &["f"]).await;
+    let members: Vec<String> = (0..n).map(|i| format!("{i:06}")).collect();
+    RedisCluster::zadd_all(&mut r, &key, now_ms(), &members).await;
+    bridge
+        .expect_arrivals(n / 10, Duration::from_secs(30), || capture.count())
+        .await;
+    let master = cluster.master_of(&key).await;
+    fail(cluster, master).await;
+    assert!(
+        capture.count() < n,
+        "the failure must land mid-drain ({} of {n} delivered)",
+        capture.count()
+    );
+    let delivered = |tally: &HashMap<Vec<u8>, usize>| {
+        members
+            .iter()
+            .filter(|m| tally.contains_key(m.as_bytes()))
+            .count()
+    };
+    let (all, _) = poll(
+        Duration::from_secs(90),
+        Duration::from_millis(200),
+        async || delivered(&capture.tally()),
+        |d| *d == n,
+    )
+    .await;
+    assert!(
+        all,
+        "{} of {n} delivered after the failure: {}",
+        delivered(&capture.tally()),
+        bridge.log()
+    );
+    let duplicates = capture.tally().values().filter(|c| **c > 1).count();
+
+    // After the topology change a write still wakes the idle worker (its guard is 60 s).
+    let (idle, _) = bridge
+        .wait_scrape(Duration::from_secs(30), |b| {
+            metric_value(b, "delay_bridge_keyspace_notifications_enabled", &[]) == 1.0
+                && metric_value(
+                    b,
+                    "delay_bridge_backlog_messages",
+                    &[("trigger", "f"), ("state", "inflight")],
+                ) == 0.0
+        })
+        .await;
+    assert!(idle, "settled after the failure: {}", bridge.log());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let woken = bridge
+        .metric("delay_bridge_notify_wakeups_total", &[("trigger", "f")])
+        .await;
+    let _: i64 = r.zadd(&key, "after", now_ms()).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || capture
+            .tally()
+            .contains_key(b"after".as_slice()))
+        .await,
+        "a write after the failure delivered before the 60 s guard: {}",
+        bridge.log()
+    );
+    assert!(
+        bridge
+            .metric("delay_bridge_notify_wakeups_total", &[("trigger", "f")])
+            .await
+            > woken,
+        "woken by a notification after the failure"
+    );
+    bridge.assert_no_panic();
+    duplicates
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_mid_drain_loses_nothing_and_notifications_follow() {
+    let mut cluster = RedisCluster::start().await;
+    let duplicates = drain_through(&mut cluster, 20_000, async |cluster, master| {
+        let replica = cluster.replica_of(master).await;
+        cluster.failover(replica).await;
+    })
+    .await;
+    println!("manual failover: {duplicates} duplicates of 20000");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_mid_drain_loses_nothing_and_notifications_follow() {
+    let mut cluster = RedisCluster::start().await;
+    let duplicates = drain_through(&mut cluster, 20_000, async |cluster, master| {
+        let replica = cluster.replica_of(master).await;
+        cluster.kill(master);
+        assert!(
+            cluster
+                .wait_promoted(replica, Duration::from_secs(30))
+                .await,
+            "the replica took over: {}",
+            cluster.log(replica)
+        );
+    })
+    .await;
+    println!("killed master: {duplicates} duplicates of 20000");
+}
