@@ -236,6 +236,71 @@ async fn a_manual_failover_mid_drain_loses_nothing_and_notifications_follow() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_master_mid_drain_loses_nothing_and_notifications_follow() {
+    let mut cluster = RedisCluster::start().await;
+    let duplicates = drain_through(&mut cluster, 20_000, async |cluster, master| {
+        // Past the node timeout (2 s): its replica takes over while it sleeps, and it comes
+        // back as a replica.
+        let replica = cluster.replica_of(master).await;
+        let sleeping = cluster.cli_detached(master, &["DEBUG", "SLEEP", "6"]);
+        assert!(
+            cluster
+                .wait_promoted(replica, Duration::from_secs(30))
+                .await,
+            "the replica took over from the hung master: {}",
+            cluster.log(replica)
+        );
+        let _ = sleeping.await;
+    })
+    .await;
+    println!("hung master: {duplicates} duplicates of 20000");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_bridges_on_one_queue_never_deliver_a_message_twice() {
+    let cluster = RedisCluster::start().await;
+    let mut r = cluster.conn().await;
+    let key = format!("delay:{{{}}}", unique("two"));
+    let capture = AmqpCapture::start("two").await;
+    let (p1, p2) = (free_port(), free_port());
+    let trigger = amqp_trigger("two", &key, &capture, "workers = 4\nbatch = 100");
+    let one = Bridge::start(&(cluster_config(&cluster, p1) + &trigger), p1)
+        .ready(READY)
+        .await;
+    let two = Bridge::start(&(cluster_config(&cluster, p2) + &trigger), p2)
+        .ready(READY)
+        .await;
+    let n = 20_000;
+    let members: Vec<String> = (0..n).map(|i| format!("{i:06}")).collect();
+    RedisCluster::zadd_all(&mut r, &key, now_ms(), &members).await;
+    assert!(
+        wait_until(Duration::from_secs(90), || capture.count() >= n).await,
+        "{} of {n} delivered: {}",
+        capture.count(),
+        one.log()
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let tally = capture.tally();
+    assert_eq!(tally.len(), n, "every message delivered");
+    assert!(
+        tally.values().all(|c| *c == 1),
+        "no message delivered by both: {} twice",
+        tally.values().filter(|c| **c > 1).count()
+    );
+    let labels = [("trigger", "two")];
+    let a = one
+        .metric("delay_bridge_messages_forwarded_total", &labels)
+        .await;
+    let b = two
+        .metric("delay_bridge_messages_forwarded_total", &labels)
+        .await;
+    println!("two bridges: {a} and {b} forwarded");
+    assert!(a > 0.0 && b > 0.0, "both bridges took a share: {a} and {b}");
+    one.assert_no_panic();
+    two.assert_no_panic();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_mid_drain_loses_nothing_and_notifications_follow() {
     let mut cluster = RedisCluster::start().await;
     let duplicates = drain_through(&mut cluster, 20_000, async |cluster, master| {

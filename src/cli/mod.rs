@@ -511,6 +511,12 @@ fn check(path: &std::path::Path) -> i32 {
                 keys.dead_inflight
             ));
         }
+        if config.redis.mode == crate::config::RedisMode::Cluster {
+            payload.push_str(&format!(
+                " slot={}",
+                crate::redis_conn::slot(keys.source.as_bytes())
+            ));
+        }
         let dest = t
             .destination
             .as_ref()

@@ -440,7 +440,7 @@ fn cluster_mode_takes_seed_nodes_and_tagged_keys_only() {
 [redis]
 mode = "cluster"
 url = "redis://127.0.0.1:6379/0x"
-nodes = ["redis://127.0.0.1:7000/3", "rediss://127.0.0.1:7001", "http://x:1"]
+nodes = ["redis://127.0.0.1:7000/3", "rediss://127.0.0.1:7001", "redis://127.0.0.1:7002", "http://x:1"]
 
 [sinks.r]
 type = "amqp"
@@ -456,7 +456,7 @@ exchange = "ex"
         for key in [
             "redis.url",
             "redis.nodes[0]",
-            "redis.nodes[2]",
+            "redis.nodes[3]",
             "redis.nodes",
             "triggers[0].key",
         ] {

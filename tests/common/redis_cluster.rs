@@ -180,14 +180,29 @@ impl RedisCluster {
         }
     }
 
-    /// The port of the master that owns `key`'s slot now, asked of a running node.
-    pub async fn master_of(&self, key: &str) -> u16 {
-        let slot: u16 = self
-            .any_cli(&["CLUSTER", "KEYSLOT", key])
+    /// Starts `redis-cli -p PORT ARGS...` (one that blocks, like `DEBUG SLEEP`) and returns
+    /// its end, to await later.
+    pub fn cli_detached(&self, port: u16, args: &[&str]) -> tokio::task::JoinHandle<()> {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(args);
+        tokio::task::spawn_blocking(move || {
+            let _ = cmd.stdin(Stdio::null()).output();
+        })
+    }
+
+    /// `key`'s slot, as a node answers `CLUSTER KEYSLOT`.
+    pub async fn keyslot(&self, key: &str) -> u16 {
+        self.any_cli(&["CLUSTER", "KEYSLOT", key])
             .await
             .trim()
             .parse()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// The port of the master that owns `key`'s slot now, asked of a running node.
+    pub async fn master_of(&self, key: &str) -> u16 {
+        let slot = self.keyslot(key).await;
         for node in self.nodes.iter().filter(|n| n.child.is_some()) {
             let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{}", node.port)) else {
                 continue;
