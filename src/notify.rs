@@ -141,6 +141,31 @@ fn look_again(by_channel: &HashMap<Vec<u8>, Vec<Arc<Trigger>>>) {
     }
 }
 
+/// After a subscription ended: logs why if it failed (at growing gaps) and marks
+/// notifications down, so idle workers go back to their short guard; has every trigger look
+/// again; and waits before the next attempt, longer after each failure. False once `stop`.
+async fn between_subscriptions(
+    outcome: Result<(), String>,
+    by_channel: &HashMap<Vec<u8>, Vec<Arc<Trigger>>>,
+    health: &Health,
+    failures: &mut Repeated,
+    stop: &CancellationToken,
+) -> bool {
+    if let Err(e) = outcome {
+        health.set_notifications(false);
+        if let Some(unlogged) = failures.failed() {
+            tracing::warn!(error = %e, failures = failures.count(), unlogged,
+                "keyspace notification subscription lost, resubscribing");
+        }
+    }
+    look_again(by_channel);
+    let pause = Duration::from_millis(100 * u64::from(failures.count().min(50)));
+    tokio::select! {
+        _ = tokio::time::sleep(pause) => true,
+        _ = stop.cancelled() => false,
+    }
+}
+
 /// Channels asked for in one SUBSCRIBE: thousands of triggers subscribe in a few round trips.
 const SUBSCRIBE_CHUNK: usize = 1000;
 
@@ -168,21 +193,11 @@ pub async fn listen(
     }
     let mut failures = Repeated::default();
     while !stop.is_cancelled() {
-        match subscribe(&endpoint, &by_channel, &health, &stop, &mut failures).await {
-            Ok(()) => {}
-            Err(e) => {
-                health.set_notifications(false);
-                if let Some(unlogged) = failures.failed() {
-                    tracing::warn!(error = %e, failures = failures.count(), unlogged,
-                        "keyspace notification subscription lost, resubscribing");
-                }
-            }
-        }
-        // Unsubscribed, idle workers go back to their short guard.
-        look_again(&by_channel);
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100 * u64::from(failures.count().min(50)))) => {}
-            _ = stop.cancelled() => return,
+        let outcome = subscribe(&endpoint, &by_channel, &health, &stop, &mut failures)
+            .await
+            .map_err(|e| e.to_string());
+        if !between_subscriptions(outcome, &by_channel, &health, &mut failures, &stop).await {
+            return;
         }
     }
 

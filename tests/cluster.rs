@@ -40,6 +40,17 @@ async fn wait_idle(bridge: &Bridge, names: &[&str]) {
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
+/// Asserts that `trigger`'s notification wake-ups rose above `before`.
+async fn assert_woken(bridge: &Bridge, trigger: &str, before: f64, when: &str) {
+    let now = bridge
+        .metric("delay_bridge_notify_wakeups_total", &[("trigger", trigger)])
+        .await;
+    assert!(
+        now > before,
+        "woken by a notification {when}: {before} -> {now}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_master_delivers_on_time_woken_by_notifications_with_cancel_and_reschedule() {
     let cluster = RedisCluster::start().await;
@@ -213,13 +224,7 @@ async fn drain_through(
         "a write after the failure delivered before the 60 s guard: {}",
         bridge.log()
     );
-    assert!(
-        bridge
-            .metric("delay_bridge_notify_wakeups_total", &[("trigger", "f")])
-            .await
-            > woken,
-        "woken by a notification after the failure"
-    );
+    assert_woken(&bridge, "f", woken, "after the failure").await;
     bridge.assert_no_panic();
     duplicates
 }
@@ -316,4 +321,62 @@ async fn a_killed_master_mid_drain_loses_nothing_and_notifications_follow() {
     })
     .await;
     println!("killed master: {duplicates} duplicates of 20000");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_behind_a_password_and_tls_delivers_and_notifies() {
+    use common::redis_cluster::{Options, Tls};
+    use common::tls::{Pki, ServerCert};
+    let pki = Pki::new();
+    let (cert, key) = pki.server(ServerCert::Loopback);
+    let password = "cluster-secret-7f3a";
+    let cluster = RedisCluster::start_with(Options {
+        password: Some(password.into()),
+        tls: Some(Tls {
+            ca: pki.ca(),
+            cert,
+            key,
+            client_cert: pki.client_cert(),
+            client_key: pki.client_key(),
+        }),
+    })
+    .await;
+    let mut r = cluster.conn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let password_file = dir.path().join("redis-password");
+    std::fs::write(&password_file, password).unwrap();
+    let key = format!("delay:{{{}}}", unique("sec"));
+    let capture = AmqpCapture::start("secure").await;
+    let port = free_port();
+    let nodes: Vec<String> = cluster.seeds().iter().map(|s| quoted(s)).collect();
+    let cfg = ConfigToml::base(port)
+        .without("redis")
+        .set_str("redis", "mode", "cluster")
+        .set("redis", "nodes", &format!("[{}]", nodes.join(", ")))
+        .set("redis", "enable_keyspace_events", "true")
+        .set_str("redis", "password_file", password_file.to_str().unwrap())
+        .set_str("redis.tls", "ca_file", pki.ca().to_str().unwrap())
+        .to_string()
+        + &amqp_trigger("sec", &key, &capture, "guard_interval = \"60s\"");
+    assert!(cluster.seeds()[0].starts_with("rediss://"));
+    let bridge = Bridge::start(&cfg, port).ready(READY).await;
+    wait_idle(&bridge, &["sec"]).await;
+    let woken = bridge
+        .metric("delay_bridge_notify_wakeups_total", &[("trigger", "sec")])
+        .await;
+    let members: Vec<String> = (0..50).map(|i| format!("s{i}")).collect();
+    RedisCluster::zadd_all(&mut r, &key, now_ms(), &members).await;
+    assert!(
+        wait_until(Duration::from_secs(20), || capture.count() >= members.len()).await,
+        "{} of {} delivered over TLS with a password: {}",
+        capture.count(),
+        members.len(),
+        bridge.log()
+    );
+    assert_woken(&bridge, "sec", woken, "over TLS").await;
+    assert!(
+        !bridge.log().contains(password),
+        "the password stays out of the log"
+    );
+    bridge.assert_no_panic();
 }

@@ -10,6 +10,7 @@
 
 mod amqp;
 mod ceiling;
+mod cluster;
 mod kafka;
 mod phases;
 mod process;
@@ -117,6 +118,11 @@ pub struct BenchArgs {
     /// Members scheduled for `--big`.
     #[arg(long, default_value_t = 1_000_000)]
     pub big_messages: u64,
+    /// Also measure on a Redis Cluster through these seed nodes (comma-separated
+    /// `redis://host:port`): the claim and settle ceiling on one queue and on one queue per
+    /// master, and a cluster-mode bridge forwarding from one queue per master.
+    #[arg(long, value_delimiter = ',', value_name = "NODES")]
+    pub redis_cluster: Vec<String>,
     /// Phases to leave out (repeat or comma-separate).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub skip: Vec<Phase>,
@@ -319,6 +325,7 @@ impl Bench {
                 notifications: true,
                 metrics_port: 0,
                 backlog,
+                cluster: &[],
             }
             .write(&dir, "probe")
         };
@@ -417,17 +424,24 @@ struct BridgeToml<'a> {
     metrics_port: u16,
     /// AMQP: publish to the queue nobody consumes.
     backlog: bool,
+    /// Seed nodes of a Redis Cluster to run on instead of `--redis-url` (none: standalone).
+    cluster: &'a [String],
 }
 
 impl BridgeToml<'_> {
     fn render(&self) -> String {
         use self::amqp::toml_str;
+        let redis = if self.cluster.is_empty() {
+            format!("url = {}", toml_str(&self.args.redis_url))
+        } else {
+            let nodes: Vec<String> = self.cluster.iter().map(|n| toml_str(n)).collect();
+            format!("mode = \"cluster\"\nnodes = [{}]", nodes.join(", "))
+        };
         let mut out = format!(
-            "[redis]\nurl = {}\nenable_keyspace_events = {}\n\n\
+            "[redis]\n{redis}\nenable_keyspace_events = {}\n\n\
              [metrics]\nlisten = \"127.0.0.1:{}\"\n\n\
              [log]\nlevel = {}\n\n\
              [shutdown]\ntimeout = \"10s\"\n\n{}\n",
-            toml_str(&self.args.redis_url),
             self.notifications,
             self.metrics_port,
             toml_str(&self.args.bridge_log_level),

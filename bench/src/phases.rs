@@ -97,6 +97,12 @@ impl Bench {
                 Err(e) => fail("redis", e),
             }
         }
+        if !self.args.redis_cluster.is_empty() {
+            match self.cluster().await {
+                Ok(r) => report.cluster = Some(r),
+                Err(e) => fail("cluster", e),
+            }
+        }
         if run(Phase::Forward) {
             match self.drain(false).await {
                 Ok(r) => report.forward = Some(r),
@@ -182,6 +188,7 @@ impl Bench {
             notifications,
             metrics_port: port,
             backlog,
+            cluster: &[],
         }
         .write(&self.dir, name)?;
         let log = self.dir.join(format!("{name}.log"));

@@ -8,7 +8,7 @@ use delay_bridge::keys::QueueKeys;
 use delay_bridge::redis_conn::Conn;
 use delay_bridge::store::{Settlement, Store};
 use futures_util::StreamExt;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use tokio_util::sync::CancellationToken;
 
 use super::shape::{PayloadArg, Shape};
@@ -21,7 +21,7 @@ const LOAD_PIPELINE: u64 = 8;
 /// set `zset` of queue `key` (bodies in `key`'s bodies hash), scored by `due(seq)`.
 #[allow(clippy::too_many_arguments)]
 pub async fn load(
-    conn: &mut MultiplexedConnection,
+    conn: &mut impl ConnectionLike,
     shape: &Shape,
     key: &str,
     zset: &str,
@@ -50,7 +50,7 @@ pub async fn load(
 
 /// Deletes a queue's source set and every key derived from it (`UNLINK`: large sets are freed
 /// in the background instead of blocking Redis).
-pub async fn unlink_queue(conn: &mut MultiplexedConnection, key: &str) -> redis::RedisResult<()> {
+pub async fn unlink_queue(conn: &mut impl ConnectionLike, key: &str) -> redis::RedisResult<()> {
     let Ok(k) = QueueKeys::derive(key) else {
         return Ok(());
     };
@@ -66,7 +66,7 @@ pub async fn unlink_queue(conn: &mut MultiplexedConnection, key: &str) -> redis:
 }
 
 /// Members in the source and in-flight sets of a queue.
-pub async fn queue_len(conn: &mut MultiplexedConnection, key: &str) -> redis::RedisResult<u64> {
+pub async fn queue_len(conn: &mut impl ConnectionLike, key: &str) -> redis::RedisResult<u64> {
     let k = QueueKeys::derive(key)
         .map_err(|e| redis::RedisError::from((redis::ErrorKind::Client, "key", e.to_string())))?;
     let (a, b): (u64, u64) = redis::pipe()

@@ -15,6 +15,8 @@ pub struct Report {
     pub redis_ceiling: Option<Rate>,
     /// The bridge draining a backlog.
     pub forward: Option<Forward>,
+    /// `--redis-cluster`: the ceilings and the forwarding on a Redis Cluster.
+    pub cluster: Option<ClusterRun>,
     /// AMQP: a plain publisher filling a queue nobody consumes.
     pub backlog_ceiling: Option<Rate>,
     /// AMQP: the bridge draining a backlog into a queue nobody consumes.
@@ -59,6 +61,19 @@ pub struct Settings {
     pub rate: u64,
     /// Steady load duration, seconds.
     pub duration_s: f64,
+}
+
+/// What the Redis Cluster phase measured, `--messages` each.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterRun {
+    /// Masters serving slots (one queue each in the last two measurements).
+    pub masters: usize,
+    /// The claim and settle scripts alone, on one queue (one master).
+    pub one_queue: Rate,
+    /// The same on one queue per master at once.
+    pub per_master: Rate,
+    /// A cluster-mode bridge draining one queue per master.
+    pub forward: Rate,
 }
 
 /// Messages moved in some time.
@@ -172,7 +187,7 @@ pub struct PhaseError {
 }
 
 /// One line of the table.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Row {
     /// What was measured.
     pub measurement: String,
@@ -193,6 +208,8 @@ const MIB: f64 = 1024.0 * 1024.0;
 const AMQP_MIN_RATIO: f64 = 0.9;
 const BACKLOG_MIN_RATIO: f64 = 0.9;
 const KAFKA_MIN_RATIO: f64 = 0.8;
+/// A cluster-mode bridge against the broker's ceiling.
+const CLUSTER_MIN_RATIO: f64 = 0.8;
 const KAFKA_MIN_RATE: f64 = 100_000.0;
 const LATE_P99_MS: f64 = 5.0;
 const LATE_MAX_MS: f64 = 50.0;
@@ -216,6 +233,57 @@ fn verdict(pass: bool) -> String {
 }
 
 impl Report {
+    /// The cluster phase's lines: its ceilings next to the standalone one, and its
+    /// forwarding next to the broker's ceiling.
+    fn cluster_rows(&self, c: &ClusterRun, broker: Option<f64>, redis: Option<f64>) -> Vec<Row> {
+        let kafka = self.settings.sink == "kafka";
+        let one = c.one_queue.msg_per_s;
+        let spread = c.per_master.msg_per_s;
+        let mut rows = vec![Row {
+            measurement: "cluster redis ceiling, 1 queue (1 master)".into(),
+            ceiling: rate(one),
+            ratio: redis.map_or(String::new(), |r| {
+                format!("{:.0}% of standalone", 100.0 * one / r)
+            }),
+            ..Row::default()
+        }];
+        rows.push(Row {
+            measurement: format!(
+                "cluster redis ceiling, {} queues on {} masters",
+                c.masters, c.masters
+            ),
+            ceiling: rate(spread),
+            ratio: redis.map_or(String::new(), |r| {
+                format!("{:.0}% of standalone", 100.0 * spread / r)
+            }),
+            goal: redis.map_or(String::new(), |_| ">= standalone ceiling".into()),
+            result: redis.map_or(String::new(), |r| verdict(spread >= r)),
+            ..Row::default()
+        });
+        let v = c.forward.msg_per_s;
+        let (ceiling, min_ratio, goal) = if kafka {
+            (
+                broker.map(|b| b.min(spread)),
+                KAFKA_MIN_RATIO,
+                "bridge >= 80% of lower ceiling",
+            )
+        } else {
+            (broker, CLUSTER_MIN_RATIO, "bridge >= 80% of broker ceiling")
+        };
+        rows.push(Row {
+            measurement: format!(
+                "cluster forwarding rate ({} queues, {} messages)",
+                c.masters, c.forward.messages
+            ),
+            bridge: rate(v),
+            ceiling: ceiling.map(rate).unwrap_or_default(),
+            ratio: ceiling.map_or(String::new(), |b| format!("{:.0}%", 100.0 * v / b)),
+            goal: ceiling.map_or(String::new(), |_| goal.into()),
+            result: ceiling.map_or(String::new(), |b| verdict(v >= min_ratio * b)),
+        });
+        rows
+    }
+
     /// The table's lines; the ones with a goal carry PASS or MISS.
     pub fn rows(&self) -> Vec<Row> {
         let mut rows = Vec::new();
@@ -235,6 +303,9 @@ impl Report {
                 ceiling: rate(r),
                 ..Row::default()
             });
+        }
+        if let Some(c) = &self.cluster {
+            rows.extend(self.cluster_rows(c, broker, redis));
         }
         if let Some(f) = &self.forward {
             let v = f.rate.msg_per_s;
@@ -561,6 +632,36 @@ mod tests {
             .find(|r| r.measurement.starts_with("backlog rate ("))
             .unwrap();
         assert_eq!((row.ratio.as_str(), row.result.as_str()), ("88%", "MISS"));
+        assert!(!r.all_passed());
+    }
+
+    #[test]
+    fn the_cluster_is_judged_against_the_standalone_and_broker_ceilings() {
+        let mut r = amqp_report(950.0);
+        r.redis_ceiling = Some(Rate::new(2000, 1.0));
+        r.cluster = Some(ClusterRun {
+            masters: 3,
+            one_queue: Rate::new(1800, 1.0),
+            per_master: Rate::new(2100, 1.0),
+            forward: Rate::new(790, 1.0),
+        });
+        let rows = r.rows();
+        let find = |prefix: &str| {
+            rows.iter()
+                .find(|r| r.measurement.starts_with(prefix))
+                .unwrap()
+                .clone()
+        };
+        let spread = find("cluster redis ceiling, 3 queues");
+        assert_eq!(
+            (spread.ratio.as_str(), spread.result.as_str()),
+            ("105% of standalone", "PASS")
+        );
+        let forward = find("cluster forwarding rate");
+        assert_eq!(
+            (forward.ratio.as_str(), forward.result.as_str()),
+            ("79%", "MISS")
+        );
         assert!(!r.all_passed());
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{ensure_enabled, look_again, written, SUBSCRIBE_CHUNK};
+use super::{between_subscriptions, ensure_enabled, look_again, written, SUBSCRIBE_CHUNK};
 use crate::health::Health;
 use crate::redis_conn::{slot, Conn, Topology};
 use crate::repeat::Repeated;
@@ -52,31 +52,20 @@ pub(super) async fn listen(
     let mut failures = Repeated::default();
     let mut first = true;
     while !stop.is_cancelled() {
-        match follow(
+        let reenable = enable && !first;
+        let outcome = follow(
             &conn,
             &channels,
             &by_channel,
             &health,
             &stop,
             &mut failures,
-            enable && !first,
+            reenable,
         )
-        .await
-        {
-            Ok(()) => {}
-            Err(e) => {
-                health.set_notifications(false);
-                if let Some(unlogged) = failures.failed() {
-                    tracing::warn!(error = %e, failures = failures.count(), unlogged,
-                        "keyspace notification subscription lost, resubscribing");
-                }
-            }
-        }
+        .await;
         first = false;
-        look_again(&by_channel);
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100 * u64::from(failures.count().min(50)))) => {}
-            _ = stop.cancelled() => return,
+        if !between_subscriptions(outcome, &by_channel, &health, &mut failures, &stop).await {
+            return;
         }
     }
 }

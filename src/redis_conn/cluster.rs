@@ -240,6 +240,17 @@ impl Topology {
             .map(|(_, _, master)| master.as_str())
     }
 
+    /// The masters serving slots, each once.
+    pub fn masters(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for (_, _, master) in &self.ranges {
+            if !out.contains(&master.as_str()) {
+                out.push(master);
+            }
+        }
+        out
+    }
+
     /// Every node, masters and replicas.
     pub fn nodes(&self) -> &[String] {
         &self.nodes

@@ -18,6 +18,28 @@ struct Node {
 pub struct RedisCluster {
     nodes: Vec<Node>,
     dir: tempfile::TempDir,
+    options: Options,
+}
+
+/// How the nodes are protected.
+#[derive(Default)]
+pub struct Options {
+    /// `requirepass` (and `masterauth`) of every node.
+    pub password: Option<String>,
+    /// TLS only, for clients, replication and the cluster bus: the CA and a certificate for
+    /// 127.0.0.1 from this PKI's directory (the CA file for the test's own clients).
+    pub tls: Option<Tls>,
+}
+
+/// The files of a TLS cluster: the CA, each node's server certificate and key, and the
+/// client certificate and key nodes present to each other on the bus and in replication.
+#[derive(Clone)]
+pub struct Tls {
+    pub ca: std::path::PathBuf,
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub client_cert: std::path::PathBuf,
+    pub client_key: std::path::PathBuf,
 }
 
 /// A loopback port that is free, and whose cluster bus port (+10000) is free too.
@@ -35,14 +57,43 @@ impl RedisCluster {
     /// Starts six nodes, forms the cluster (one replica per master) and waits until every
     /// node says `cluster_state:ok` and every replica's link to its master is up.
     pub async fn start() -> Self {
+        Self::start_with(Options::default()).await
+    }
+
+    /// [`RedisCluster::start`] with a password or TLS.
+    pub async fn start_with(options: Options) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut nodes = Vec::new();
         for _ in 0..6 {
             let port = free_cluster_port();
             let node_dir = dir.path().join(port.to_string());
             std::fs::create_dir_all(&node_dir).unwrap();
-            let child = Command::new("redis-server")
-                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            let mut cmd = Command::new("redis-server");
+            cmd.args(["--bind", "127.0.0.1"]);
+            match &options.tls {
+                None => {
+                    cmd.args(["--port", &port.to_string()]);
+                }
+                Some(tls) => {
+                    cmd.args(["--port", "0", "--tls-port", &port.to_string()])
+                        .args(["--tls-cluster", "yes", "--tls-replication", "yes"])
+                        .arg("--tls-cert-file")
+                        .arg(&tls.cert)
+                        .arg("--tls-key-file")
+                        .arg(&tls.key)
+                        .arg("--tls-ca-cert-file")
+                        .arg(&tls.ca)
+                        .arg("--tls-client-cert-file")
+                        .arg(&tls.client_cert)
+                        .arg("--tls-client-key-file")
+                        .arg(&tls.client_key)
+                        .args(["--tls-auth-clients", "no"]);
+                }
+            }
+            if let Some(password) = &options.password {
+                cmd.args(["--requirepass", password, "--masterauth", password]);
+            }
+            let child = cmd
                 .args(["--cluster-enabled", "yes"])
                 .arg("--cluster-config-file")
                 .arg(node_dir.join("nodes.conf"))
@@ -63,7 +114,11 @@ impl RedisCluster {
                 child: Some(child),
             });
         }
-        let me = Self { nodes, dir };
+        let me = Self {
+            nodes,
+            dir,
+            options,
+        };
         for node in &me.nodes {
             assert!(
                 super::servers::wait_port(node.port, true, Duration::from_secs(20)).await,
@@ -77,18 +132,16 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new("redis-cli")
-                .arg("--cluster")
-                .arg("create")
-                .args(&addrs)
-                .args(["--cluster-replicas", "1", "--cluster-yes"])
-                .stdin(Stdio::null())
-                .output()
-        })
-        .await
-        .unwrap()
-        .expect("redis-cli must be installed");
+        let mut create = me.redis_cli();
+        create.arg("--cluster").arg("create").args(&addrs).args([
+            "--cluster-replicas",
+            "1",
+            "--cluster-yes",
+        ]);
+        let out = tokio::task::spawn_blocking(move || create.stdin(Stdio::null()).output())
+            .await
+            .unwrap()
+            .expect("redis-cli must be installed");
         assert!(
             out.status.success(),
             "redis-cli --cluster create failed: {}{}",
@@ -135,27 +188,68 @@ impl RedisCluster {
         .0
     }
 
-    /// The seed nodes for `[redis] nodes`: every node's `redis://` URL.
+    /// `redis-cli` with the password and TLS flags the nodes need.
+    fn redis_cli(&self) -> Command {
+        let mut cmd = Command::new("redis-cli");
+        if let Some(password) = &self.options.password {
+            cmd.env("REDISCLI_AUTH", password);
+        }
+        if let Some(tls) = &self.options.tls {
+            cmd.arg("--tls").arg("--cacert").arg(&tls.ca);
+        }
+        cmd
+    }
+
+    /// The seed nodes for `[redis] nodes`: every node's `redis://` (or `rediss://`) URL.
     pub fn seeds(&self) -> Vec<String> {
+        let scheme = if self.options.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
         self.nodes
             .iter()
-            .map(|n| format!("redis://127.0.0.1:{}", n.port))
+            .map(|n| format!("{scheme}://127.0.0.1:{}", n.port))
             .collect()
     }
 
-    /// `[redis]` of a bridge on this cluster, as TOML lines.
-    pub fn redis_section(&self) -> String {
-        let nodes: Vec<String> = self.seeds().iter().map(|s| format!("\"{s}\"")).collect();
-        format!(
-            "mode = \"cluster\"\nnodes = [{}]\nenable_keyspace_events = true\n",
-            nodes.join(", ")
-        )
+    /// A client of the node on `port` with the password and CA.
+    fn node_client(&self, port: u16) -> redis::RedisResult<redis::Client> {
+        let scheme = if self.options.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        let auth = match &self.options.password {
+            Some(p) => format!(":{p}@"),
+            None => String::new(),
+        };
+        let url = format!("{scheme}://{auth}127.0.0.1:{port}");
+        match &self.options.tls {
+            None => redis::Client::open(url),
+            Some(tls) => redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(std::fs::read(&tls.ca).unwrap()),
+                },
+            ),
+        }
     }
 
     /// A cluster connection for the test's own commands (a producer's).
     pub async fn conn(&self) -> redis::cluster_async::ClusterConnection {
-        redis::cluster::ClusterClient::builder(self.seeds())
-            .retries(20)
+        let mut builder = redis::cluster::ClusterClient::builder(self.seeds()).retries(20);
+        if let Some(password) = &self.options.password {
+            builder = builder.password(password.clone());
+        }
+        if let Some(tls) = &self.options.tls {
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(std::fs::read(&tls.ca).unwrap()),
+            });
+        }
+        builder
             .build()
             .unwrap()
             .get_async_connection()
@@ -165,7 +259,7 @@ impl RedisCluster {
 
     /// Runs `redis-cli -p PORT ARGS...`: its stdout if it exited 0.
     pub async fn cli(&self, port: u16, args: &[&str]) -> Result<String, String> {
-        let mut cmd = Command::new("redis-cli");
+        let mut cmd = self.redis_cli();
         cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()])
             .args(args);
         let out = tokio::task::spawn_blocking(move || cmd.stdin(Stdio::null()).output())
@@ -183,7 +277,7 @@ impl RedisCluster {
     /// Starts `redis-cli -p PORT ARGS...` (one that blocks, like `DEBUG SLEEP`) and returns
     /// its end, to await later.
     pub fn cli_detached(&self, port: u16, args: &[&str]) -> tokio::task::JoinHandle<()> {
-        let mut cmd = Command::new("redis-cli");
+        let mut cmd = self.redis_cli();
         cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()])
             .args(args);
         tokio::task::spawn_blocking(move || {
@@ -204,7 +298,7 @@ impl RedisCluster {
     pub async fn master_of(&self, key: &str) -> u16 {
         let slot = self.keyslot(key).await;
         for node in self.nodes.iter().filter(|n| n.child.is_some()) {
-            let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{}", node.port)) else {
+            let Ok(client) = self.node_client(node.port) else {
                 continue;
             };
             let Ok(mut c) = client.get_multiplexed_async_connection().await else {

@@ -1,0 +1,225 @@
+//! The Redis Cluster phase: the claim and settle ceiling on one queue and on one queue per
+//! master, and a cluster-mode bridge forwarding from one queue per master.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use delay_bridge::config::{RedisConfig, RedisMode};
+use delay_bridge::redis_conn::{slot, Conn, Endpoint};
+use futures_util::future::try_join_all;
+use tokio::time::Instant;
+
+use super::process::{free_port, BridgeProcess};
+use super::redis_ops;
+use super::report::{ClusterRun, Rate};
+use super::{Bench, BridgeToml};
+
+/// How long the cluster bridge may take to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+const POLL: Duration = Duration::from_millis(2);
+
+impl Bench {
+    /// Measures on the cluster at `--redis-cluster`, with `--messages` each time.
+    pub(super) async fn cluster(&self) -> anyhow::Result<ClusterRun> {
+        let n = self.args.messages;
+        let config = RedisConfig {
+            mode: RedisMode::Cluster,
+            nodes: self.args.redis_cluster.clone(),
+            ..RedisConfig::default()
+        };
+        let endpoint = Arc::new(Endpoint::new(&config)?);
+        let conn = endpoint
+            .connect()
+            .await
+            .with_context(|| format!("connecting to {endpoint}"))?;
+        let topology = conn
+            .topology()
+            .await
+            .context("not a cluster")?
+            .context("reading the cluster's slots")?;
+        let masters = topology.masters();
+        anyhow::ensure!(!masters.is_empty(), "the cluster has no master");
+        // One key per master: a tag whose slot that master serves.
+        let mut keys: Vec<Option<String>> = vec![None; masters.len()];
+        for i in 0..100_000 {
+            let key = format!("delay-bridge-bench:{{{}-cl{i}}}", self.run_id);
+            let owner = topology.master_of(slot(key.as_bytes()));
+            if let Some(at) = masters.iter().position(|m| Some(*m) == owner) {
+                keys[at].get_or_insert(key);
+            }
+            if keys.iter().all(Option::is_some) {
+                break;
+            }
+        }
+        let keys: Vec<String> = keys.into_iter().flatten().collect();
+        anyhow::ensure!(keys.len() == masters.len(), "no key found for every master");
+
+        eprintln!("bench: cluster ceiling, 1 queue, {n} messages");
+        let one_queue = self.cluster_ceiling(&conn, &keys[..1], n).await?;
+        eprintln!(
+            "bench: cluster ceiling, {} queues on {} masters, {n} messages",
+            keys.len(),
+            masters.len()
+        );
+        let per_master = self.cluster_ceiling(&conn, &keys, n).await?;
+        eprintln!(
+            "bench: cluster forwarding, {} queues, {n} messages",
+            keys.len()
+        );
+        let forward = self.cluster_forward(&conn, &keys, n).await;
+        for key in &keys {
+            let _ = redis_ops::unlink_queue(&mut conn.clone(), key).await;
+            let _ = redis_ops::unlink_queue(&mut conn.clone(), &staging(key)).await;
+        }
+        Ok(ClusterRun {
+            masters: masters.len(),
+            one_queue,
+            per_master,
+            forward: forward?,
+        })
+    }
+
+    /// `n` members spread over `keys`, drained by the bridge's claim and settle scripts
+    /// with the bench trigger's workers on each key at once.
+    async fn cluster_ceiling(&self, conn: &Conn, keys: &[String], n: u64) -> anyhow::Result<Rate> {
+        let shape = self.args.shape();
+        let due = now_ms() - 1000;
+        let base = self.next_base();
+        for (i, (lo, count)) in split(n, keys.len()).into_iter().enumerate() {
+            let key = &keys[i];
+            redis_ops::load(
+                &mut conn.clone(),
+                &shape,
+                key,
+                key,
+                base + lo,
+                count,
+                |_| due,
+            )
+            .await?;
+        }
+        let start = Instant::now();
+        let claimed: u64 = try_join_all(keys.iter().map(|key| {
+            redis_ops::claim_ceiling(
+                conn.clone(),
+                key,
+                &shape,
+                self.trigger.workers,
+                self.trigger.batch,
+            )
+        }))
+        .await?
+        .into_iter()
+        .sum();
+        let secs = start.elapsed().as_secs_f64();
+        for key in keys {
+            redis_ops::unlink_queue(&mut conn.clone(), key).await?;
+        }
+        if claimed != n {
+            bail!("claimed {claimed} of {n} members");
+        }
+        Ok(Rate::new(n, secs))
+    }
+
+    /// A cluster-mode bridge with one trigger per key draining `n` members due now, loaded
+    /// beside each queue and renamed into it once the bridge is ready.
+    async fn cluster_forward(&self, conn: &Conn, keys: &[String], n: u64) -> anyhow::Result<Rate> {
+        let shape = self.args.shape();
+        let due = now_ms() - 1000;
+        let base = self.next_base();
+        let parts = split(n, keys.len());
+        for (key, (lo, count)) in keys.iter().zip(&parts) {
+            redis_ops::load(
+                &mut conn.clone(),
+                &shape,
+                key,
+                &staging(key),
+                base + lo,
+                *count,
+                |_| due,
+            )
+            .await?;
+        }
+        let port = free_port()?;
+        let (path, _) = BridgeToml {
+            args: &self.args,
+            broker: &self.broker,
+            keys,
+            notifications: true,
+            metrics_port: port,
+            backlog: false,
+            cluster: &self.args.redis_cluster,
+        }
+        .write(&self.dir, "cluster")?;
+        let log = self.dir.join("cluster.log");
+        let mut bridge = BridgeProcess::spawn(&self.bridge, &path, port, &log)?;
+        bridge.wait_ready(READY_TIMEOUT).await?;
+        self.tally.reset(base, n);
+        let start = Instant::now();
+        for key in keys {
+            redis::cmd("RENAME")
+                .arg(staging(key))
+                .arg(key)
+                .query_async::<()>(&mut conn.clone())
+                .await?;
+        }
+        let end = start + Duration::from_secs(60) + Duration::from_millis(n);
+        loop {
+            if self.tally.distinct() >= n {
+                let mut left = 0;
+                for key in keys {
+                    left += redis_ops::queue_len(&mut conn.clone(), key).await?;
+                }
+                if left == 0 {
+                    break;
+                }
+            }
+            if Instant::now() >= end {
+                bail!(
+                    "the consumer received {} of {n}; {}",
+                    self.tally.distinct(),
+                    bridge.log_tail()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        bridge.stop(STOP_TIMEOUT).await?;
+        Ok(Rate::new(n, secs))
+    }
+}
+
+/// Where a queue's members wait until the timed part starts: in the queue's slot.
+fn staging(key: &str) -> String {
+    format!("{key}:staging")
+}
+
+/// `n` split into `parts` consecutive ranges: (offset, count) each.
+fn split(n: u64, parts: usize) -> Vec<(u64, u64)> {
+    let parts = parts.max(1) as u64;
+    (0..parts)
+        .map(|i| {
+            let lo = n * i / parts;
+            (lo, n * (i + 1) / parts - lo)
+        })
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    super::tally::now_us() / 1000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn a_split_covers_every_message_once() {
+        assert_eq!(split(10, 3), vec![(0, 3), (3, 3), (6, 4)]);
+        assert_eq!(split(5, 1), vec![(0, 5)]);
+        let total: u64 = split(200_000, 7).iter().map(|(_, c)| c).sum();
+        assert_eq!(total, 200_000);
+    }
+}
