@@ -6,7 +6,8 @@
 //!
 //! Layout: `config` (schema, loading, validation, resolved routes), `keys` (derived key
 //! names), `store` (the scripts), `sink` (brokers), `worker` (claim/publish/settle loop),
-//! `notify` (keyspace wake-ups), `bridge` (the daemon), `http`, `health`, `metrics` and
+//! `notify` (keyspace wake-ups), `redis_conn` and `redis_checks` (connections, settings
+//! checked on every node), `bridge` (the daemon), `http`, `health`, `metrics` and
 //! `repeat` (observability), `cli` (commands). See ARCHITECTURE.md.
 //!
 //! Delivery guarantee: at-least-once. A member leaves Redis only after its broker
@@ -24,6 +25,7 @@ pub mod http;
 pub mod keys;
 pub mod metrics;
 pub mod notify;
+pub mod redis_checks;
 pub mod redis_conn;
 pub mod repeat;
 pub mod secret;

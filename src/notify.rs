@@ -4,112 +4,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::redis_conn::{Conn, Endpoint};
-
-mod cluster;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::health::Health;
+use crate::redis_conn::{Conn, Endpoint};
 use crate::repeat::Repeated;
 use crate::worker::Trigger;
 
-/// Flags the bridge needs in `notify-keyspace-events`: keyspace channel (K), sorted-set events (z).
-const NEEDED: [char; 2] = ['K', 'z'];
-
-/// True when the flags deliver sorted-set events on the keyspace channel (`A` includes `z`).
-pub fn flags_suffice(flags: &str) -> bool {
-    flags.contains('K') && (flags.contains('z') || flags.contains('A'))
-}
-
-/// The flags with what the bridge needs added, keeping the existing ones.
-pub fn with_needed_flags(flags: &str) -> String {
-    let mut out = flags.to_string();
-    for c in NEEDED {
-        if c == 'z' && flags.contains('A') {
-            continue;
-        }
-        if !out.contains(c) {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// One setting of every server (every node of a cluster, replicas included): each node's
-/// address and the value or why it could not be read.
-pub async fn config_get(conn: &Conn, name: &str) -> Vec<(String, Result<String, String>)> {
-    let mut cmd = redis::cmd("CONFIG");
-    cmd.arg("GET").arg(name);
-    match conn.each_node(cmd).await {
-        Ok(replies) => replies
-            .into_iter()
-            .map(|(node, reply)| {
-                let value = reply
-                    .map_err(|e| e.to_string())
-                    .and_then(|v| {
-                        redis::from_redis_value::<(String, String)>(v).map_err(|e| e.to_string())
-                    })
-                    .map(|(_, value)| value);
-                (node, value)
-            })
-            .collect(),
-        Err(e) => vec![(conn.endpoint().to_string(), Err(e.to_string()))],
-    }
-}
-
-/// Checks `notify-keyspace-events` on every server, enabling it where allowed; returns whether
-/// notifications will arrive from all of them.
-pub async fn ensure_enabled(conn: &Conn, enable: bool) -> bool {
-    let mut all = true;
-    for (node, flags) in config_get(conn, "notify-keyspace-events").await {
-        let flags = match flags {
-            Ok(flags) => flags,
-            Err(e) => {
-                tracing::warn!(%node, error = %e, "cannot read notify-keyspace-events; idle workers will rely on guard_interval");
-                all = false;
-                continue;
-            }
-        };
-        if flags_suffice(&flags) {
-            continue;
-        }
-        if !enable {
-            tracing::warn!(
-                %node,
-                current = %flags,
-                "Redis keyspace notifications for sorted sets are off (notify-keyspace-events lacks Kz): \
-                 messages added earlier than the queue head may wait up to guard_interval; \
-                 set [redis] enable_keyspace_events = true or run CONFIG SET notify-keyspace-events Kz"
-            );
-            all = false;
-            continue;
-        }
-        all &= enable_on(conn, &node, &with_needed_flags(&flags)).await;
-    }
-    all
-}
-
-/// Sets `notify-keyspace-events` to `wanted` on `node` (or on the one server).
-async fn enable_on(conn: &Conn, node: &str, wanted: &str) -> bool {
-    let mut cmd = redis::cmd("CONFIG");
-    cmd.arg("SET").arg("notify-keyspace-events").arg(wanted);
-    let set = match conn.set_on(node, cmd).await {
-        Ok(redis::Value::Okay) => Ok(()),
-        Ok(other) => Err(format!("unexpected reply {other:?}")),
-        Err(e) => Err(e.to_string()),
-    };
-    match set {
-        Ok(()) => {
-            tracing::info!(%node, flags = %wanted, "enabled Redis keyspace notifications");
-            true
-        }
-        Err(e) => {
-            tracing::warn!(%node, error = %e, "could not enable keyspace notifications; idle workers will rely on guard_interval");
-            false
-        }
-    }
-}
+mod cluster;
 
 /// A keyspace event of `list`'s key: any write changes the sizes; only an addition can move
 /// the head earlier.
@@ -232,21 +135,5 @@ pub async fn listen(
                 _ = stop.cancelled() => return Ok(()),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flags_are_added_not_replaced() {
-        assert!(!flags_suffice(""));
-        assert!(!flags_suffice("Ex"));
-        assert!(flags_suffice("KA"));
-        assert!(flags_suffice("Kz"));
-        assert_eq!(with_needed_flags(""), "Kz");
-        assert_eq!(with_needed_flags("Ex"), "ExKz");
-        assert_eq!(with_needed_flags("EA"), "EAK");
     }
 }

@@ -401,7 +401,7 @@ impl Bench {
     async fn lateness(&self, notifications: bool) -> anyhow::Result<Lateness> {
         let mut conn = self.conn.clone();
         let flags = if notifications {
-            delay_bridge::notify::with_needed_flags(&self.original_flags)
+            delay_bridge::redis_checks::with_needed_flags(&self.original_flags)
         } else {
             // Without the keyspace channel the bridge has no notifications, whatever else is set.
             self.original_flags.replace('K', "")

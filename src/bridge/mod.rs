@@ -183,9 +183,9 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         }
     }
     health.redis_answered();
-    check_eviction_policy(&conn, config.redis.require_noeviction).await?;
+    crate::redis_checks::check_eviction_policy(&conn, config.redis.require_noeviction).await?;
     let notifications =
-        crate::notify::ensure_enabled(&conn, config.redis.enable_keyspace_events).await;
+        crate::redis_checks::ensure_enabled(&conn, config.redis.enable_keyspace_events).await;
 
     // Bound before any worker claims, so a taken port stops nothing mid-batch.
     let admin_triggers = crate::admin::AdminTriggers::default();
@@ -300,35 +300,4 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
 fn is_auth_error(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
-}
-
-/// Warns (or refuses to start) when Redis may evict queued messages under memory pressure:
-/// asks every server (every node of a cluster).
-async fn check_eviction_policy(conn: &Conn, require: bool) -> anyhow::Result<()> {
-    let (mut evicting, mut unreadable) = (Vec::new(), Vec::new());
-    for (node, reply) in crate::notify::config_get(conn, "maxmemory-policy").await {
-        match reply {
-            Ok(p) if p == "noeviction" => {}
-            Ok(p) => evicting.push(format!("{node}: {p}")),
-            Err(e) => unreadable.push(format!("{node}: {e}")),
-        }
-    }
-    if !evicting.is_empty() {
-        let list = evicting.join(", ");
-        if require {
-            anyhow::bail!(
-                "Redis maxmemory-policy is not noeviction ({list}): queued messages may be evicted \
-                 under memory pressure; set it to noeviction or turn off [redis] require_noeviction"
-            );
-        }
-        tracing::warn!(policy = %list, "Redis maxmemory-policy is not noeviction: queued messages may be evicted (lost) under memory pressure");
-    }
-    if !unreadable.is_empty() {
-        let list = unreadable.join(", ");
-        if require {
-            anyhow::bail!("cannot read maxmemory-policy to verify noeviction: {list}");
-        }
-        tracing::warn!(error = %list, "cannot read maxmemory-policy; make sure it is noeviction");
-    }
-    Ok(())
 }

@@ -7,8 +7,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{between_subscriptions, ensure_enabled, look_again, written, SUBSCRIBE_CHUNK};
+use super::{between_subscriptions, look_again, written, SUBSCRIBE_CHUNK};
 use crate::health::Health;
+use crate::redis_checks::{check_eviction_policy, ensure_enabled};
 use crate::redis_conn::{slot, Conn, Topology};
 use crate::repeat::Repeated;
 use crate::worker::Trigger;
@@ -40,7 +41,8 @@ fn assign(topology: &Topology, channels: &[&Vec<u8>]) -> Result<Assignment, u16>
 /// [`TOPOLOGY_CHECK`]; when a channel's master changed, or a subscriber's connection ended
 /// (a master killed), every subscriber is made again where the topology says now (retrying
 /// while the cluster is not whole), every trigger looks again (a write may have gone
-/// unnoticed), and with `enable` every node gets `Kz` again.
+/// unnoticed), every node's eviction policy is checked again (warned about), and with
+/// `enable` every node gets `Kz` again.
 pub(super) async fn listen(
     conn: Conn,
     enable: bool,
@@ -52,7 +54,6 @@ pub(super) async fn listen(
     let mut failures = Repeated::default();
     let mut first = true;
     while !stop.is_cancelled() {
-        let reenable = enable && !first;
         let outcome = follow(
             &conn,
             &channels,
@@ -60,7 +61,8 @@ pub(super) async fn listen(
             &health,
             &stop,
             &mut failures,
-            reenable,
+            enable,
+            !first,
         )
         .await;
         first = false;
@@ -71,7 +73,9 @@ pub(super) async fn listen(
 }
 
 /// Subscribes where the topology says, then handles messages until the topology changes,
-/// a subscriber's connection ends, or `stop`.
+/// a subscriber's connection ends, or `stop`. With `recheck` (not the first time), every
+/// node's settings are checked again first, and with `enable` `Kz` set where missing.
+#[allow(clippy::too_many_arguments)]
 async fn follow(
     conn: &Conn,
     channels: &[&Vec<u8>],
@@ -80,12 +84,17 @@ async fn follow(
     stop: &CancellationToken,
     failures: &mut Repeated,
     enable: bool,
+    recheck: bool,
 ) -> Result<(), String> {
     let topology = read_topology(conn).await?;
     let assignment = assign(&topology, channels)
         .map_err(|s| format!("slot {s} has no master (the cluster is not whole)"))?;
-    if enable {
-        ensure_enabled(conn, true).await;
+    if recheck {
+        // The topology changed: a node may be new.
+        if enable {
+            ensure_enabled(conn, true).await;
+        }
+        let _ = check_eviction_policy(conn, false).await;
     }
     let mut streams = Vec::new();
     for (master, list) in &assignment {
