@@ -306,9 +306,7 @@ async fn redis_requirepass_needs_the_password_and_takes_it_from_a_file() {
         .await;
     let mut u = url::Url::parse(&server.url()).unwrap();
     u.set_password(Some(&password)).unwrap();
-    let mut r = redis::Client::open(u.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
+    let mut r = connect(&redis::Client::open(u.as_str()).unwrap())
         .await
         .unwrap();
     zadd(&mut r, &key, 0, "behind a password").await;

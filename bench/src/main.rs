@@ -292,8 +292,13 @@ impl Bench {
             }
             _ => 0,
         };
+        // Loading a phase's members pipelines thousands of ZADDs: more than the client's
+        // default 500 ms per reply on a busy machine.
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(10)))
+            .set_response_timeout(Some(Duration::from_secs(60)));
         let mut conn = client
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .with_context(|| format!("connecting to {}", redact_url(&args.redis_url)))?;
         let original_flags = redis_ops::notify_flags(&mut conn)

@@ -16,11 +16,21 @@ pub type Conn = MultiplexedConnection;
 
 /// An async connection to the shared Redis.
 pub async fn redis() -> Conn {
-    redis::Client::open(redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
+    connect(&redis::Client::open(redis_url()).unwrap())
         .await
         .expect("Redis must run on loopback (see README)")
+}
+
+/// A test's own connection through `client`, with timeouts for a loaded machine: the
+/// client's defaults (1 s to connect, 500 ms per reply) fail a test while the suite runs
+/// beside it, not the code under test.
+pub async fn connect(client: &redis::Client) -> redis::RedisResult<Conn> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(std::time::Duration::from_secs(10)))
+        .set_response_timeout(Some(std::time::Duration::from_secs(30)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
 }
 
 /// The shared Redis's address, for a proxy in front of it.

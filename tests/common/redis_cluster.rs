@@ -239,7 +239,10 @@ impl RedisCluster {
 
     /// A cluster connection for the test's own commands (a producer's).
     pub async fn conn(&self) -> redis::cluster_async::ClusterConnection {
-        let mut builder = redis::cluster::ClusterClient::builder(self.seeds()).retries(20);
+        let mut builder = redis::cluster::ClusterClient::builder(self.seeds())
+            .retries(20)
+            .connection_timeout(Duration::from_secs(10))
+            .response_timeout(Duration::from_secs(30));
         if let Some(password) = &self.options.password {
             builder = builder.password(password.clone());
         }
@@ -301,7 +304,7 @@ impl RedisCluster {
             let Ok(client) = self.node_client(node.port) else {
                 continue;
             };
-            let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+            let Ok(mut c) = super::connect(&client).await else {
                 continue;
             };
             let Ok(ranges) = redis::cmd("CLUSTER")

@@ -166,7 +166,7 @@ impl RedisServer {
                 )?
             }
         };
-        client.get_multiplexed_async_connection().await
+        super::connect(&client).await
     }
 
     /// `redis://127.0.0.1:PORT/0`, or `rediss://` for a TLS server.
