@@ -56,6 +56,11 @@ impl Health {
             .set(f64::from(u8::from(live)));
     }
 
+    /// A Redis Cluster topology change was seen and is being followed.
+    pub fn topology_changed(&self) {
+        self.inner.metrics.redis_topology_changes.inc();
+    }
+
     /// True while keyspace notifications are subscribed to: idle workers may sleep longer.
     pub fn notifications_live(&self) -> bool {
         self.inner.notifications.load(Ordering::Relaxed)

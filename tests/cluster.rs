@@ -162,7 +162,7 @@ async fn drain_through(
             "f",
             &key,
             &capture,
-            "guard_interval = \"60s\"\nlease = \"5s\"\npublish_timeout = \"3s\"\nworkers = 4\nbatch = 50",
+            "guard_interval = \"60s\"\nlease = \"12s\"\npublish_timeout = \"6s\"\nworkers = 4\nbatch = 50",
         );
     let bridge = Bridge::start(&cfg, port).ready(READY).await;
     wait_idle(&bridge, &["f"]).await;
@@ -185,7 +185,7 @@ async fn drain_through(
             .count()
     };
     let (all, _) = poll(
-        Duration::from_secs(90),
+        Duration::from_secs(150),
         Duration::from_millis(200),
         async || delivered(&capture.tally()),
         |d| *d == n,
@@ -225,6 +225,13 @@ async fn drain_through(
         bridge.log()
     );
     assert_woken(&bridge, "f", woken, "after the failure").await;
+    assert!(
+        bridge
+            .metric("delay_bridge_redis_topology_changes_total", &[])
+            .await
+            >= 1.0,
+        "the topology change is counted"
+    );
     bridge.assert_no_panic();
     duplicates
 }

@@ -54,6 +54,8 @@ pub struct Metrics {
     pub trigger_paused: IntGaugeVec,
     /// Admin API requests by action and HTTP status.
     pub admin_requests: IntCounterVec,
+    /// Redis Cluster topology changes the keyspace notifications followed.
+    pub redis_topology_changes: IntCounter,
     /// Configuration reloads applied.
     pub config_reloads: IntCounter,
     /// Configuration reloads refused (the running configuration stayed).
@@ -219,6 +221,10 @@ impl Metrics {
                 &["trigger", "state"],
             ),
             oldest_due_age,
+            redis_topology_changes: plain_counter(
+                "redis_topology_changes_total",
+                "Redis Cluster topology changes followed: a key's master changed or a master's connection ended",
+            ),
             config_reloads: plain_counter("config_reloads_total", "Configuration reloads applied (SIGHUP or the admin API)"),
             config_reload_failures: plain_counter(
                 "config_reload_failures_total",

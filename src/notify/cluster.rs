@@ -133,6 +133,7 @@ async fn follow(
         tokio::select! {
             msg = messages.next() => {
                 let Some(Some(msg)) = msg else {
+                    health.topology_changed();
                     return Err("a master's subscriber connection ended".into());
                 };
                 if let Some(list) = by_channel.get(msg.get_channel_name().as_bytes()) {
@@ -143,6 +144,7 @@ async fn follow(
                 // An unreadable topology changes nothing: the subscribers still work.
                 let Ok(now) = read_topology(conn).await else { continue };
                 if assign(&now, channels).as_ref() != Ok(&assignment) {
+                    health.topology_changed();
                     tracing::info!("a key's master changed: keyspace notifications follow it");
                     return Ok(());
                 }
