@@ -453,12 +453,20 @@ async fn within<T>(
     endpoint: &Endpoint,
     reply: impl std::future::Future<Output = RedisResult<T>>,
 ) -> RedisResult<T> {
-    let timeout = endpoint.response_timeout;
+    within_named(endpoint.response_timeout, endpoint, reply).await
+}
+
+/// `reply` within `timeout`; a timeout is an I/O error naming `server`.
+async fn within_named<T>(
+    timeout: Duration,
+    server: &(dyn std::fmt::Display + Sync),
+    reply: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
     match tokio::time::timeout(timeout, reply).await {
         Ok(reply) => reply,
-        Err(_) => Err(endpoint.io(std::io::Error::new(
+        Err(_) => Err(RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
-            format!("no reply within {timeout:?}"),
+            format!("{server}: no reply within {timeout:?}"),
         ))),
     }
 }

@@ -309,7 +309,12 @@ struct Scripts {
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
 fn script(body: &str) -> Script {
-    Script::new(&format!("{PRELUDE}\n{body}"))
+    Script::new(&with_prelude(body))
+}
+
+/// A script's full text: [`PRELUDE`], then its body.
+fn with_prelude(body: &str) -> String {
+    format!("{PRELUDE}\n{body}")
 }
 
 /// The text of one of the bridge's scripts by its SHA1, for sending it in full to a server
@@ -317,10 +322,7 @@ fn script(body: &str) -> Script {
 pub fn script_text(sha: &str) -> Option<&'static str> {
     static TEXTS: std::sync::LazyLock<std::collections::HashMap<String, String>> =
         std::sync::LazyLock::new(|| {
-            let mut texts: Vec<String> = SOURCES
-                .iter()
-                .map(|body| format!("{PRELUDE}\n{body}"))
-                .collect();
+            let mut texts: Vec<String> = SOURCES.iter().map(|body| with_prelude(body)).collect();
             texts.push(CANCEL.to_string());
             texts
                 .into_iter()

@@ -7,6 +7,7 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, RedisError, RedisResult, TlsCertificates, Value};
 
+use super::within_named;
 use crate::config::RedisConfig;
 
 /// Redirections and reconnections the client itself follows for one request before the error
@@ -152,7 +153,12 @@ impl Cluster {
     /// A subscriber connection to the node at `addr`.
     pub(super) async fn node_pubsub(&self, addr: &str) -> RedisResult<redis::aio::PubSub> {
         let client = self.node(addr)?;
-        within(self.settings.connect_timeout, client.get_async_pubsub()).await
+        within_named(
+            self.settings.connect_timeout,
+            &addr,
+            client.get_async_pubsub(),
+        )
+        .await
     }
 
     /// Sends `cmd` to the node at `addr` on a connection of its own.
@@ -164,21 +170,12 @@ impl Cluster {
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        within(self.settings.response_timeout, cmd.query_async(&mut conn)).await
-    }
-}
-
-/// `reply` within `timeout`.
-async fn within<T>(
-    timeout: Duration,
-    reply: impl std::future::Future<Output = RedisResult<T>>,
-) -> RedisResult<T> {
-    match tokio::time::timeout(timeout, reply).await {
-        Ok(reply) => reply,
-        Err(_) => Err(RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no reply within {timeout:?}"),
-        ))),
+        within_named(
+            self.settings.response_timeout,
+            &addr,
+            cmd.query_async(&mut conn),
+        )
+        .await
     }
 }
 
