@@ -81,6 +81,26 @@ impl QueueKeys {
     }
 }
 
+/// The shard of `member` among `shards`: CRC32 (IEEE 802.3, as zlib's `crc32`) of its bytes,
+/// modulo `shards`. Producers compute the same (README, "Sharded triggers"), so that a cancel or
+/// a reschedule finds the shard a member was scheduled on.
+pub fn shard_of(member: &[u8], shards: u32) -> u32 {
+    crc32fast::hash(member) % shards.max(1)
+}
+
+/// Shard `index`'s key of a trigger whose key is `key`, when it has `shards` shards: `key`
+/// itself for one shard, else `key` with `:index` added inside its hash tag
+/// (`delay:{orders}` -> `delay:{orders:3}`), so that each shard hashes to its own slot.
+/// `None` when `key` has no hash tag and `shards > 1`.
+pub fn shard_key(key: &str, index: u32, shards: u32) -> Option<String> {
+    if shards <= 1 {
+        return Some(key.to_string());
+    }
+    let open = key.find('{')?;
+    let close = key[open + 1..].find('}')? + open + 1;
+    (close > open + 1).then(|| format!("{}:{index}{}", &key[..close], &key[close..]))
+}
+
 /// The Redis Cluster hash tag of a key: the bytes between the first `{` and the next `}`, if non-empty.
 pub fn hash_tag(key: &str) -> Option<&str> {
     let open = key.find('{')?;
@@ -114,6 +134,37 @@ mod tests {
         assert!(QueueKeys::derive("a{}b").is_err());
         assert!(QueueKeys::derive("a}b").is_err());
         assert!(QueueKeys::derive("a{b").is_err());
+    }
+
+    /// The test vectors the README publishes for producers.
+    #[test]
+    fn shard_hash_matches_the_published_vectors() {
+        assert_eq!(crc32fast::hash(b"123456789"), 0xCBF4_3926);
+        let vectors: [(&[u8], u32, u32, u32); 5] = [
+            (b"order-1", 3_769_860_079, 3, 15),
+            (b"order-2", 2_042_244_693, 1, 5),
+            (b"order-3", 247_275_203, 3, 3),
+            (br#"{"id":42}"#, 1_725_307_114, 2, 10),
+            ("caf\u{e9}".as_bytes(), 2_561_491_637, 1, 5),
+        ];
+        for (member, crc, of4, of16) in vectors {
+            assert_eq!(crc32fast::hash(member), crc);
+            assert_eq!(shard_of(member, 4), of4);
+            assert_eq!(shard_of(member, 16), of16);
+            assert_eq!(shard_of(member, 1), 0);
+        }
+    }
+
+    #[test]
+    fn shard_keys_stay_in_their_own_tag() {
+        assert_eq!(shard_key("delay:{orders}", 3, 4).unwrap(), "delay:{orders:3}");
+        assert_eq!(shard_key("{orders}:due", 0, 2).unwrap(), "{orders:0}:due");
+        assert_eq!(shard_key("delay:{orders}", 0, 1).unwrap(), "delay:{orders}");
+        assert_eq!(shard_key("delay:orders", 0, 1).unwrap(), "delay:orders");
+        assert_eq!(shard_key("delay:orders", 1, 2), None);
+        assert_eq!(shard_key("a{}b", 1, 2), None);
+        let k = QueueKeys::derive(&shard_key("delay:{orders}", 7, 8).unwrap()).unwrap();
+        assert_eq!(k.inflight, "delay:{orders:7}:inflight");
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod http;
 pub mod keys;
 pub mod metrics;
 pub mod notify;
+pub mod queue;
 pub mod redis_checks;
 pub mod redis_conn;
 pub mod repeat;

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{AdminConfig, TriggerConfig};
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 
 mod routes;
 
@@ -22,8 +22,8 @@ mod routes;
 pub struct AdminTrigger {
     /// Its configuration (name, key, sink, payload mode, rate limit).
     pub config: TriggerConfig,
-    /// Its queue.
-    pub store: Store,
+    /// Its queue over its shards.
+    pub queue: crate::queue::Queue,
 }
 
 /// The triggers the admin API serves, replaced when the configuration is reloaded.

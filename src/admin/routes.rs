@@ -86,7 +86,7 @@ fn members(list: Vec<String>) -> Result<Vec<Vec<u8>>, ApiError> {
 async fn triggers(State(admin): State<Admin>) -> Reply {
     let mut out = Vec::new();
     for t in admin.triggers.now().values() {
-        let stats = t.store.stats().await?;
+        let stats = t.queue.stats().await?;
         let rate = t
             .config
             .rate()
@@ -129,7 +129,7 @@ async fn scheduled(
         .transpose()
         .map_err(ApiError::bad)?;
     let page = t
-        .store
+        .queue
         .browse(q.from_ms, q.to_ms, after.as_ref(), limit)
         .await?;
     Ok(Json(json!({
@@ -143,7 +143,7 @@ async fn message(
     Path((trigger, member)): Path<(String, String)>,
 ) -> Reply {
     let t = &admin.trigger(&trigger)?;
-    let found = t.store.find(member.as_bytes()).await?;
+    let found = t.queue.find(member.as_bytes()).await?;
     if found.places.is_empty() {
         return Err(ApiError(
             axum::http::StatusCode::NOT_FOUND,
@@ -180,7 +180,7 @@ async fn forecast(
         )));
     }
     let f = t
-        .store
+        .queue
         .forecast(Duration::from_millis(bucket_ms), buckets)
         .await?;
     Ok(Json(json!(f)))
@@ -200,7 +200,7 @@ async fn dead(
     let t = &admin.trigger(&trigger)?;
     let limit = page_limit(query(q)?.limit)?;
     let items: Vec<Value> = t
-        .store
+        .queue
         .list_dead(limit)
         .await?
         .into_iter()
@@ -218,7 +218,7 @@ async fn dead(
 
 async fn set_paused(admin: &Admin, peer: SocketAddr, trigger: &str, paused: bool) -> Reply {
     let t = &admin.trigger(trigger)?;
-    let changed = t.store.set_paused(paused).await?;
+    let changed = t.queue.set_paused(paused).await?;
     audit(
         peer,
         if paused { "pause" } else { "resume" },
@@ -258,7 +258,7 @@ async fn promote(
 ) -> Reply {
     let t = &admin.trigger(&trigger)?;
     let members = members(body(b)?.members)?;
-    let changed = t.store.reschedule(&members, None, true).await?;
+    let changed = t.queue.reschedule(&members, None, true).await?;
     audit(peer, "promote", t, changed);
     Ok(Json(json!({ "changed": changed })))
 }
@@ -279,7 +279,7 @@ async fn reschedule(
     let t = &admin.trigger(&trigger)?;
     let b = body(b)?;
     let members = members(b.members)?;
-    let changed = t.store.reschedule(&members, Some(b.due_ms), false).await?;
+    let changed = t.queue.reschedule(&members, Some(b.due_ms), false).await?;
     audit(peer, "reschedule", t, changed);
     Ok(Json(json!({ "changed": changed })))
 }
@@ -293,7 +293,7 @@ async fn cancel(
     let t = &admin.trigger(&trigger)?;
     let mut cancelled = 0u64;
     for m in members(body(b)?.members)? {
-        cancelled += u64::from(t.store.cancel(&m).await?);
+        cancelled += u64::from(t.queue.cancel(&m).await?);
     }
     audit(peer, "cancel", t, cancelled);
     Ok(Json(json!({ "cancelled": cancelled })))
@@ -328,7 +328,7 @@ async fn purge(
             "a purge deletes messages for good: send \"confirm\": true",
         ));
     }
-    let deleted = t.store.purge(what).await?;
+    let deleted = t.queue.purge(what).await?;
     audit(peer, "purge", t, deleted);
     Ok(Json(json!({ "deleted": deleted })))
 }
@@ -356,7 +356,7 @@ async fn requeue(
         )));
     }
     let members: Vec<Vec<u8>> = b.members.into_iter().map(String::into_bytes).collect();
-    let requeued = t.store.requeue_dead(&members, limit).await?;
+    let requeued = t.queue.requeue_dead(&members, limit).await?;
     audit(peer, "requeue", t, requeued);
     Ok(Json(json!({ "requeued": requeued })))
 }

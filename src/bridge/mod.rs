@@ -8,14 +8,12 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, PayloadMode, TriggerConfig};
+use crate::config::Config;
 use crate::health::Health;
-use crate::keys::QueueKeys;
 use crate::metrics::Metrics;
-use crate::redis_conn::{Conn, Endpoint};
+use crate::redis_conn::Endpoint;
 use crate::repeat::Repeated;
 use crate::sink::{self, Sink};
-use crate::store::Store;
 
 mod running;
 use running::Running;
@@ -77,20 +75,6 @@ fn reload_config(
 /// Where the configured Redis is, with the password file and TLS files read.
 pub fn redis_endpoint(config: &Config) -> anyhow::Result<Arc<Endpoint>> {
     Ok(Arc::new(Endpoint::new(&config.redis)?))
-}
-
-/// The store of trigger `tc` on `conn`: its keys, and its bodies hash in hash payload mode.
-pub fn trigger_store(tc: &TriggerConfig, conn: Conn) -> anyhow::Result<Store> {
-    let mut store = Store::new(conn, QueueKeys::derive(&tc.key)?);
-    if let Some((per_second, burst)) = tc.rate() {
-        store = store.with_rate_limit(per_second, burst);
-    }
-    Ok(match tc.payload {
-        PayloadMode::Inline => store,
-        PayloadMode::Hash => store
-            .with_hash_bodies(tc.max_claim_bytes)
-            .with_largest_body(tc.max_message_bytes),
-    })
 }
 
 /// Runs the daemon until `shutdown.stop` is cancelled, then drains within `shutdown.timeout`.

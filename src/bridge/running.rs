@@ -7,11 +7,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::trigger_store;
 use crate::admin::{AdminTrigger, AdminTriggers};
 use crate::config::{Config, TriggerConfig};
 use crate::health::Health;
 use crate::metrics::Metrics;
+use crate::queue::Queue;
 use crate::redis_conn::Conn;
 use crate::sink::Sink;
 use crate::worker::{self, Trigger};
@@ -38,7 +38,10 @@ pub(super) struct Shared {
 
 struct Entry {
     config: TriggerConfig,
-    trigger: Arc<Trigger>,
+    /// The trigger's queue over its shards.
+    queue: Queue,
+    /// One per shard.
+    shards: Vec<Arc<Trigger>>,
     stop: CancellationToken,
     abort: CancellationToken,
     workers: TaskTracker,
@@ -72,31 +75,28 @@ impl Running {
                 tc.name, tc.sink
             )
         })?;
-        let store = trigger_store(tc, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
-        let trigger = Arc::new(Trigger::new(
-            tc.clone(),
-            store,
-            sink.clone(),
-            &s.metrics,
-            s.health.clone(),
-        )?);
+        let queue = Queue::new(tc, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
+        let shards = Trigger::shards(tc, &queue, sink.clone(), &s.metrics, s.health.clone())?;
         let (stop, abort) = (s.stop.child_token(), s.abort.child_token());
         let workers = TaskTracker::new();
-        for w in 0..tc.workers {
-            let run = worker::run(trigger.clone(), w, stop.clone(), abort.clone());
+        for (w, served) in worker::assign(&shards, tc.workers).into_iter().enumerate() {
+            let run = worker::run(served, w, stop.clone(), abort.clone());
             s.workers.spawn(workers.track_future(run));
         }
         if tc.dead_letter.is_some() {
-            let forward =
-                worker::forward_dead_letters(trigger.clone(), stop.clone(), abort.clone());
-            s.workers.spawn(workers.track_future(forward));
+            for shard in &shards {
+                let forward =
+                    worker::forward_dead_letters(shard.clone(), stop.clone(), abort.clone());
+                s.workers.spawn(workers.track_future(forward));
+            }
         }
         workers.close();
         self.entries.insert(
             tc.name.clone(),
             Entry {
                 config: tc.clone(),
-                trigger,
+                queue,
+                shards,
                 stop,
                 abort,
                 workers,
@@ -131,7 +131,7 @@ impl Running {
     pub fn publish(&mut self, backlog_interval: Duration) {
         self.housekeeping_stop.cancel();
         self.housekeeping_stop = self.shared.stop.child_token();
-        let triggers = self.entries.values().map(|e| e.trigger.clone()).collect();
+        let triggers = self.all_shards();
         self.shared.tasks.spawn(worker::maintain(
             triggers,
             backlog_interval,
@@ -143,7 +143,7 @@ impl Running {
             .map(|e| {
                 let t = AdminTrigger {
                     config: e.config.clone(),
-                    store: e.trigger.store().clone(),
+                    queue: e.queue.clone(),
                 };
                 (e.config.name.clone(), t)
             })
@@ -154,7 +154,7 @@ impl Running {
         }
         self.notify_stop.cancel();
         self.notify_stop = self.shared.stop.child_token();
-        let triggers = self.entries.values().map(|e| e.trigger.clone()).collect();
+        let triggers = self.all_shards();
         let s = &self.shared;
         s.tasks.spawn(crate::notify::listen(
             s.conn.clone(),
@@ -225,6 +225,14 @@ impl Running {
         Ok(format!(
             "added {added:?}, removed {removed:?}, replaced {replaced:?}"
         ))
+    }
+
+    /// Every shard of every running trigger.
+    fn all_shards(&self) -> Vec<Arc<Trigger>> {
+        self.entries
+            .values()
+            .flat_map(|e| e.shards.iter().cloned())
+            .collect()
     }
 
     /// Workers running now, over every trigger.

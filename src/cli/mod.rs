@@ -9,7 +9,6 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{self, Config, ConfigError, LogFormat, SinkConfig};
 use crate::keys::QueueKeys;
 use crate::secret::redact_url;
-use crate::store::Store;
 
 /// `println!` that ignores a closed stdout (`delay-bridge stats | head`) instead of panicking.
 macro_rules! say {
@@ -50,6 +49,9 @@ pub enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Also print each shard of a sharded trigger.
+        #[arg(long)]
+        shards: bool,
     },
     /// Schedule a message the way a producer would (`ZADD key due member`).
     Enqueue {
@@ -229,8 +231,12 @@ pub fn init_tracing(format: LogFormat, level: &str) {
 pub async fn dispatch(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Run(c) => return run(&c.config).await,
-        Command::Check(c) => return check(&c.config),
-        Command::Stats { config, json } => with_config(&config.config, |c| stats(c, json)).await,
+        Command::Check(c) => return check(&c.config).await,
+        Command::Stats {
+            config,
+            json,
+            shards,
+        } => with_config(&config.config, |c| stats(c, json, shards)).await,
         Command::Enqueue {
             config,
             trigger,
@@ -431,7 +437,7 @@ fn tls_summary(tls: Option<&crate::config::TlsConfig>) -> String {
     format!(" [tls: {}]", parts.join(", "))
 }
 
-fn check(path: &std::path::Path) -> i32 {
+async fn check(path: &std::path::Path) -> i32 {
     let config = match load_or_exit(path) {
         Ok(c) => c,
         Err(code) => return code,
@@ -541,5 +547,53 @@ fn check(path: &std::path::Path) -> i32 {
             t.max_message_bytes,
         );
     }
+    if config.redis.mode == crate::config::RedisMode::Cluster {
+        shard_map(&config).await;
+    }
     0
+}
+
+/// In cluster mode, each sharded trigger's shard -> slot -> master, read from the cluster, with
+/// a warning when its shards land unevenly over the masters.
+async fn shard_map(config: &Config) {
+    let sharded: Vec<_> = config
+        .triggers
+        .iter()
+        .filter(|t| t.shard_keys().len() > 1)
+        .collect();
+    if sharded.is_empty() {
+        return;
+    }
+    let conn = match queue::connect(config).await {
+        Ok(conn) => conn,
+        Err(e) => return say!("shards: cannot reach the cluster to place them: {e:#}"),
+    };
+    let topology = match conn.topology().await {
+        Some(Ok(topology)) => topology,
+        Some(Err(e)) => return say!("shards: cannot read the cluster's slots: {e}"),
+        None => return,
+    };
+    let masters = topology.masters();
+    for t in sharded {
+        let keys = t.shard_keys();
+        let mut per_master: std::collections::BTreeMap<&str, usize> = masters.iter().map(|m| (*m, 0)).collect();
+        for key in &keys {
+            let slot = crate::redis_conn::slot(key.as_bytes());
+            let master = topology.master_of(slot).unwrap_or("(no master)");
+            *per_master.entry(master).or_default() += 1;
+            say!("trigger {}: shard {key} -> slot {slot} -> {master}", t.name);
+        }
+        let (n, m) = (keys.len(), per_master.len().max(1));
+        let most = per_master.values().copied().max().unwrap_or(0);
+        let fewest = per_master.values().copied().min().unwrap_or(0);
+        if (n >= m && fewest == 0) || most > (n.div_ceil(m) * 3).div_ceil(2) {
+            let spread: Vec<String> = per_master.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            say!(
+                "warning: trigger {}: its {n} shards land unevenly over the {m} masters ({}); \
+                 more shards (a multiple of the masters) spread them better",
+                t.name,
+                spread.join(", ")
+            );
+        }
+    }
 }

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use super::queue::{connect, store_for};
+use super::queue::{connect, queue_for};
+use crate::queue::Queue;
 use super::*;
 use crate::store::{Cursor, Place, Purge, MAX_BUCKETS, MAX_PAGE};
 
@@ -101,9 +102,9 @@ pub struct PurgeArgs {
     yes: bool,
 }
 
-async fn open(target: &Target, config: &Config) -> anyhow::Result<Store> {
+async fn open(target: &Target, config: &Config) -> anyhow::Result<Queue> {
     let conn = connect(config).await?;
-    store_for(config, conn, &target.trigger)
+    queue_for(config, conn, &target.trigger)
 }
 
 fn ms_text(ms: i64) -> String {
@@ -121,8 +122,8 @@ pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32>
         (1..=MAX_PAGE).contains(&a.limit),
         "--limit must be between 1 and {MAX_PAGE}"
     );
-    let store = open(&a.target, &config).await?;
-    let page = store
+    let queue = open(&a.target, &config).await?;
+    let page = queue
         .browse(a.from, a.to, a.after.as_ref(), a.limit)
         .await?;
     if a.json {
@@ -136,11 +137,11 @@ pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32>
     say!("{:<24} {:>14} {:>8}  MEMBER", "DUE", "DUE_MS", "ATTEMPTS");
     for e in &page.items {
         let body = match e.body_size {
-            Some(size) if store.hash_bodies() => format!(
+            Some(size) if queue.hash_bodies() => format!(
                 "  body {size} B: {}",
                 String::from_utf8_lossy(&e.body_preview).escape_debug()
             ),
-            None if store.hash_bodies() => "  (no body)".to_string(),
+            None if queue.hash_bodies() => "  (no body)".to_string(),
             _ => String::new(),
         };
         say!(
@@ -159,13 +160,13 @@ pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32>
 }
 
 pub(super) async fn show(config: Config, a: ShowArgs) -> anyhow::Result<i32> {
-    let store = open(&a.target, &config).await?;
-    let found = store.find(a.member.as_bytes()).await?;
+    let queue = open(&a.target, &config).await?;
+    let found = queue.find(a.member.as_bytes()).await?;
     if found.places.is_empty() {
         say!(
             "`{}` is not scheduled, in flight or dead on {}",
             a.member,
-            store.keys().source
+            queue.place()
         );
         return Ok(1);
     }
@@ -186,10 +187,10 @@ pub(super) async fn show(config: Config, a: ShowArgs) -> anyhow::Result<i32> {
             ),
         }
     }
-    if store.hash_bodies() {
+    if queue.hash_bodies() {
         match &found.body {
             Some(body) => say!("body ({} B): {}", body.len(), String::from_utf8_lossy(body)),
-            None => say!("no body in {}", store.keys().bodies),
+            None => say!("no body"),
         }
     }
     Ok(0)
@@ -204,8 +205,8 @@ pub(super) async fn forecast(config: Config, a: ForecastArgs) -> anyhow::Result<
         a.bucket >= Duration::from_millis(1),
         "--bucket must be at least 1ms"
     );
-    let store = open(&a.target, &config).await?;
-    let f = store.forecast(a.bucket, a.buckets).await?;
+    let queue = open(&a.target, &config).await?;
+    let f = queue.forecast(a.bucket, a.buckets).await?;
     if a.json {
         say!("{}", serde_json::to_string_pretty(&f)?);
         return Ok(0);
@@ -225,24 +226,24 @@ pub(super) async fn reschedule(
     a: RescheduleArgs,
     promote: bool,
 ) -> anyhow::Result<i32> {
-    let store = open(&a.target, &config).await?;
+    let queue = open(&a.target, &config).await?;
     let due = match (a.at, a.delay, promote) {
         (None, None, true) => None,
         (_, _, true) => anyhow::bail!("promote makes messages due now: drop --at and --delay"),
         (Some(at), None, false) => Some(at),
         (None, Some(delay), false) => {
             let delay = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
-            Some(store.now_ms().await?.saturating_add(delay))
+            Some(queue.now_ms().await?.saturating_add(delay))
         }
         _ => anyhow::bail!("reschedule needs --at MS or --delay DURATION"),
     };
     let members: Vec<Vec<u8>> = a.members.iter().map(|m| m.as_bytes().to_vec()).collect();
-    let changed = store.reschedule(&members, due, promote).await?;
+    let changed = queue.reschedule(&members, due, promote).await?;
     let verb = if promote { "promoted" } else { "rescheduled" };
     say!(
         "{verb} {changed} of {} on {} (members not scheduled, or already due then, are left alone)",
         members.len(),
-        store.keys().source
+        queue.place()
     );
     Ok(if changed == members.len() as u64 {
         0
@@ -252,7 +253,7 @@ pub(super) async fn reschedule(
 }
 
 pub(super) async fn purge(config: Config, a: PurgeArgs) -> anyhow::Result<i32> {
-    let store = open(&a.target, &config).await?;
+    let queue = open(&a.target, &config).await?;
     let what = if a.dead {
         Purge::Dead
     } else {
@@ -263,8 +264,8 @@ pub(super) async fn purge(config: Config, a: PurgeArgs) -> anyhow::Result<i32> {
     };
     if !a.yes {
         let n = match what {
-            Purge::Dead => store.stats().await?.dead,
-            Purge::Scheduled { from, to } => store.count_scheduled(from, to).await?,
+            Purge::Dead => queue.stats().await?.dead,
+            Purge::Scheduled { from, to } => queue.count_scheduled(from, to).await?,
         };
         say!(
             "would delete {n} {} from trigger `{}`: add --yes to delete them",
@@ -277,7 +278,7 @@ pub(super) async fn purge(config: Config, a: PurgeArgs) -> anyhow::Result<i32> {
         );
         return Ok(1);
     }
-    let n = store.purge(what).await?;
+    let n = queue.purge(what).await?;
     say!(
         "deleted {n} {} from trigger `{}`",
         if a.dead {

@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use super::*;
+use crate::queue::Queue;
+use crate::store::QueueStats;
 use crate::redis_conn::Conn;
 
 pub(super) async fn connect(config: &Config) -> anyhow::Result<Conn> {
@@ -14,49 +16,70 @@ pub(super) async fn connect(config: &Config) -> anyhow::Result<Conn> {
         .with_context(|| format!("connecting to {endpoint}"))
 }
 
-pub(super) fn store_for(config: &Config, conn: Conn, trigger: &str) -> anyhow::Result<Store> {
+pub(super) fn queue_for(config: &Config, conn: Conn, trigger: &str) -> anyhow::Result<Queue> {
     let t = config
         .triggers
         .iter()
         .find(|t| t.name == trigger)
         .with_context(|| format!("no trigger named `{trigger}`"))?;
-    crate::bridge::trigger_store(t, conn)
+    Queue::new(t, conn)
 }
 
-pub(super) async fn stats(config: Config, json: bool) -> anyhow::Result<i32> {
+/// The backlog of every trigger; with `shards`, one row per shard of each sharded trigger too.
+pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::Result<i32> {
     let conn = connect(&config).await?;
     let mut rows = Vec::new();
     for t in &config.triggers {
-        let s = store_for(&config, conn.clone(), &t.name)?.stats().await?;
-        rows.push((t.name.clone(), s));
+        let queue = queue_for(&config, conn.clone(), &t.name)?;
+        let each = queue.shard_stats().await?;
+        let keys: Vec<String> = queue.shards().iter().map(|s| s.keys().source.clone()).collect();
+        rows.push((t.name.clone(), crate::queue::total(&each), keys, each));
     }
     if json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(name, s)| serde_json::json!({"trigger": name, "stats": s}))
+            .map(|(name, s, keys, each)| {
+                let mut row = serde_json::json!({"trigger": name, "stats": s});
+                if shards && each.len() > 1 {
+                    row["shards"] = keys
+                        .iter()
+                        .zip(each)
+                        .map(|(key, s)| serde_json::json!({"key": key, "stats": s}))
+                        .collect();
+                }
+                row
+            })
             .collect();
         say!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
+        return Ok(0);
+    }
+    say!(
+        "{:<24} {:>12} {:>10} {:>10} {:>10} {:>16}  STATE",
+        "TRIGGER",
+        "SCHEDULED",
+        "DUE",
+        "INFLIGHT",
+        "DEAD",
+        "OLDEST_DUE_AGE"
+    );
+    let line = |name: &str, s: &QueueStats| {
         say!(
-            "{:<24} {:>12} {:>10} {:>10} {:>10} {:>16}  STATE",
-            "TRIGGER",
-            "SCHEDULED",
-            "DUE",
-            "INFLIGHT",
-            "DEAD",
-            "OLDEST_DUE_AGE"
+            "{:<24} {:>12} {:>10} {:>10} {:>10} {:>15.3}s  {}",
+            name,
+            s.scheduled,
+            s.due,
+            s.inflight,
+            s.dead,
+            s.oldest_due_age_seconds,
+            if s.paused { "paused" } else { "active" }
         );
-        for (name, s) in rows {
-            say!(
-                "{:<24} {:>12} {:>10} {:>10} {:>10} {:>15.3}s  {}",
-                name,
-                s.scheduled,
-                s.due,
-                s.inflight,
-                s.dead,
-                s.oldest_due_age_seconds,
-                if s.paused { "paused" } else { "active" }
-            );
+    };
+    for (name, s, keys, each) in rows {
+        line(&name, &s);
+        if shards && each.len() > 1 {
+            for (key, s) in keys.iter().zip(&each) {
+                line(&format!("  {key}"), s);
+            }
         }
     }
     Ok(0)
@@ -74,8 +97,8 @@ pub(super) async fn enqueue(
     payload: String,
 ) -> anyhow::Result<i32> {
     let mut conn = connect(&config).await?;
-    let store = store_for(&config, conn.clone(), &trigger)?;
-    match (&id, store.hash_bodies()) {
+    let queue = queue_for(&config, conn.clone(), &trigger)?;
+    match (&id, queue.hash_bodies()) {
         (None, true) => {
             anyhow::bail!("trigger `{trigger}` keeps bodies by id (payload = \"hash\"): give --id")
         }
@@ -87,7 +110,7 @@ pub(super) async fn enqueue(
     let due = match at {
         Some(at) => at,
         None => {
-            let now = store.now_ms().await?;
+            let now = queue.now_ms().await?;
             let delay = delay.unwrap_or_default();
             if delay > MAX_DELAY {
                 anyhow::bail!(
@@ -101,7 +124,7 @@ pub(super) async fn enqueue(
     };
     match id {
         Some(id) => {
-            store
+            let store = queue
                 .schedule_by_id(id.as_bytes(), payload.as_bytes(), due)
                 .await?;
             say!(
@@ -111,13 +134,14 @@ pub(super) async fn enqueue(
             );
         }
         None => {
+            let source = &queue.for_member(payload.as_bytes()).keys().source;
             let _: i64 = redis::cmd("ZADD")
-                .arg(&store.keys().source)
+                .arg(source)
                 .arg(due)
                 .arg(payload.as_bytes())
                 .query_async(&mut conn)
                 .await?;
-            say!("scheduled on {} due at {due}", store.keys().source);
+            say!("scheduled on {source} due at {due}");
         }
     }
     Ok(0)
@@ -130,10 +154,10 @@ pub(super) async fn cancel(
     payload: Option<String>,
 ) -> anyhow::Result<i32> {
     let conn = connect(&config).await?;
-    let store = store_for(&config, conn, &trigger)?;
-    let removed = match (id, payload, store.hash_bodies()) {
-        (Some(id), None, true) => store.cancel(id.as_bytes()).await?,
-        (None, Some(payload), false) => store.cancel(payload.as_bytes()).await?,
+    let queue = queue_for(&config, conn, &trigger)?;
+    let removed = match (id, payload, queue.hash_bodies()) {
+        (Some(id), None, true) => queue.cancel(id.as_bytes()).await?,
+        (None, Some(payload), false) => queue.cancel(payload.as_bytes()).await?,
         (_, _, true) => anyhow::bail!(
             "trigger `{trigger}` keeps bodies by id (payload = \"hash\"): cancel with --id"
         ),
@@ -142,12 +166,12 @@ pub(super) async fn cancel(
         ),
     };
     if removed {
-        say!("cancelled on {}", store.keys().source);
+        say!("cancelled on {}", queue.place());
         Ok(0)
     } else {
         say!(
             "not scheduled on {} (already claimed, delivered or never scheduled)",
-            store.keys().source
+            queue.place()
         );
         Ok(1)
     }
@@ -157,8 +181,8 @@ pub(super) async fn cancel(
 /// trigger obeys it at its next claim, and a restart keeps it.
 pub(super) async fn pause(config: Config, trigger: String, paused: bool) -> anyhow::Result<i32> {
     let conn = connect(&config).await?;
-    let store = store_for(&config, conn, &trigger)?;
-    let changed = store.set_paused(paused).await?;
+    let queue = queue_for(&config, conn, &trigger)?;
+    let changed = queue.set_paused(paused).await?;
     let (verb, state) = if paused {
         (
             "paused",
@@ -170,12 +194,12 @@ pub(super) async fn pause(config: Config, trigger: String, paused: bool) -> anyh
     if changed {
         say!(
             "{verb} trigger `{trigger}` ({}): {state}",
-            store.keys().source
+            queue.place()
         );
     } else {
         say!(
             "trigger `{trigger}` ({}) was already {verb}",
-            store.keys().source
+            queue.place()
         );
     }
     Ok(0)
@@ -187,9 +211,9 @@ pub(super) async fn dead_list(
     limit: usize,
 ) -> anyhow::Result<i32> {
     let conn = connect(&config).await?;
-    let store = store_for(&config, conn, &trigger)?;
-    for d in store.list_dead(limit).await? {
-        let body = match (&d.body, store.hash_bodies()) {
+    let queue = queue_for(&config, conn, &trigger)?;
+    for d in queue.list_dead(limit).await? {
+        let body = match (&d.body, queue.hash_bodies()) {
             (Some(body), _) => format!("\t{}", String::from_utf8_lossy(body)),
             (None, true) => "\t(no body)".into(),
             (None, false) => String::new(),
@@ -211,10 +235,10 @@ pub(super) async fn dead_requeue(
     limit: usize,
 ) -> anyhow::Result<i32> {
     let conn = connect(&config).await?;
-    let store = store_for(&config, conn, &trigger)?;
+    let queue = queue_for(&config, conn, &trigger)?;
     let members: Vec<Vec<u8>> = members.into_iter().map(String::into_bytes).collect();
-    let n = store.requeue_dead(&members, limit).await?;
-    say!("requeued {n} dead letter(s) on {}", store.keys().source);
+    let n = queue.requeue_dead(&members, limit).await?;
+    say!("requeued {n} dead letter(s) on {}", queue.place());
     Ok(0)
 }
 

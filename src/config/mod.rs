@@ -536,7 +536,16 @@ pub struct TriggerConfig {
     /// size). Default: one second's worth, at least 1.
     #[serde(default)]
     pub rate_burst: Option<u32>,
-    /// Worker tasks claiming and publishing for this trigger.
+    /// Shards of this trigger's queue: with more than 1, `key` (which needs a hash tag, e.g.
+    /// `delay:{orders}`) stands for the keys `delay:{orders:0}` .. `delay:{orders:N-1}`, each in
+    /// its own cluster slot; producers pick one by CRC32 of the member mod N.
+    #[serde(default = "default_shards")]
+    pub shards: u32,
+    /// While changing `shards`: the shard count producers used before. The bridge serves the
+    /// keys of both counts until this is removed (README, "Changing the number of shards").
+    #[serde(default)]
+    pub drain_shards: Option<u32>,
+    /// Worker tasks claiming and publishing for this trigger (spread over its shards).
     #[serde(default = "default_workers")]
     pub workers: usize,
     /// Most members one claim takes.
@@ -589,6 +598,9 @@ pub struct TriggerConfig {
     pub dead_letter: Option<Destination>,
 }
 
+fn default_shards() -> u32 {
+    1
+}
 fn default_workers() -> usize {
     4
 }
@@ -618,6 +630,24 @@ pub fn parse_rate(text: &str) -> Result<f64, String> {
 impl TriggerConfig {
     /// The idle sleep while keyspace notifications are subscribed: never below
     /// `guard_interval`.
+    /// Every key the bridge serves for this trigger: the shard keys of `shards`, then those of
+    /// `drain_shards` not among them. Empty when the key cannot be sharded (validation says why).
+    pub fn shard_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = (0..self.shards)
+            .filter_map(|i| crate::keys::shard_key(&self.key, i, self.shards))
+            .collect();
+        if let Some(old) = self.drain_shards {
+            for i in 0..old {
+                if let Some(k) = crate::keys::shard_key(&self.key, i, old) {
+                    if !keys.contains(&k) {
+                        keys.push(k);
+                    }
+                }
+            }
+        }
+        keys
+    }
+
     pub fn notified_guard(&self) -> Duration {
         self.notified_guard_interval.max(self.guard_interval)
     }

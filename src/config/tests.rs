@@ -482,3 +482,38 @@ fn a_suggested_tag_wraps_the_last_segment() {
     assert_eq!(validate::suggested_tag("delay:orders"), "delay:{orders}");
     assert_eq!(validate::suggested_tag("orders"), "{orders}");
 }
+
+#[test]
+fn shards_need_a_hash_tag_and_a_sane_count() {
+    Jail::expect_with(|jail| {
+        let sharded = MINIMAL.replace("exchange = \"ex\"", "exchange = \"ex\"\nshards = 4");
+        let c = load_in_jail(jail, &sharded).unwrap();
+        let t = &c.triggers[0];
+        assert_eq!(
+            t.shard_keys(),
+            ["delay:{t:0}", "delay:{t:1}", "delay:{t:2}", "delay:{t:3}"]
+        );
+        let draining = sharded.replace("shards = 4", "shards = 2\ndrain_shards = 1");
+        let c = load_in_jail(jail, &draining).unwrap();
+        assert_eq!(
+            c.triggers[0].shard_keys(),
+            ["delay:{t:0}", "delay:{t:1}", "delay:{t}"]
+        );
+        let bad = sharded
+            .replace("key = \"delay:{t}\"", "key = \"delay:t\"")
+            .replace("shards = 4", "shards = 4\ndrain_shards = 4");
+        let e = load_in_jail(jail, &bad).unwrap_err();
+        assert_eq!(
+            keys_of(e),
+            [
+                "triggers[0].shards",
+                "triggers[0].drain_shards",
+                "triggers[0].drain_shards"
+            ]
+        );
+        let zero = sharded.replace("shards = 4", "shards = 0");
+        let e = load_in_jail(jail, &zero).unwrap_err();
+        assert!(e.to_string().contains("between 1 and 1024"), "{e}");
+        Ok(())
+    });
+}

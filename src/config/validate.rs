@@ -9,6 +9,8 @@ use crate::keys::QueueKeys;
 
 /// Largest claim batch: bounds how long one claim script may block Redis.
 pub const MAX_BATCH: usize = 10_000;
+/// Most shards per trigger.
+pub const MAX_SHARDS: u32 = 1024;
 /// Most workers per trigger.
 pub const MAX_WORKERS: usize = 1024;
 /// Largest `channels` of an AMQP sink (RabbitMQ's default `channel_max` is 2,047).
@@ -369,6 +371,26 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
         }
         destinations.push(destination);
         dead_letters.push(dead_letter);
+        for (field, n) in [("shards", Some(t.shards)), ("drain_shards", t.drain_shards)] {
+            let Some(n) = n else { continue };
+            if n == 0 || n > MAX_SHARDS {
+                push(k(field), format!("must be between 1 and {MAX_SHARDS}, got {n}"));
+            } else if n > 1 && crate::keys::hash_tag(&t.key).is_none() {
+                push(
+                    k(field),
+                    format!(
+                        "a sharded key needs a hash tag for the shard number, e.g. `{}`",
+                        suggested_tag(&t.key)
+                    ),
+                );
+            }
+        }
+        if t.drain_shards == Some(t.shards) {
+            push(
+                k("drain_shards"),
+                "equals `shards`: nothing is being changed; remove it".into(),
+            );
+        }
         if t.workers == 0 || t.workers > MAX_WORKERS {
             push(
                 k("workers"),
@@ -582,17 +604,19 @@ fn key_overlaps(config: &Config, index: &[usize]) -> Vec<(usize, usize, String)>
     let mut owner: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut pairs = std::collections::BTreeMap::new();
     for (&i, t) in index.iter().zip(&config.triggers) {
-        let Ok(keys) = QueueKeys::derive(&t.key) else {
-            continue;
-        };
-        for key in keys.all() {
-            match owner.get(key) {
-                Some(&other) if other != i => {
-                    pairs.entry((other, i)).or_insert_with(|| key.to_string());
-                }
-                Some(_) => {}
-                None => {
-                    owner.insert(key.to_string(), i);
+        for shard in t.shard_keys() {
+            let Ok(keys) = QueueKeys::derive(&shard) else {
+                continue;
+            };
+            for key in keys.all() {
+                match owner.get(key) {
+                    Some(&other) if other != i => {
+                        pairs.entry((other, i)).or_insert_with(|| key.to_string());
+                    }
+                    Some(_) => {}
+                    None => {
+                        owner.insert(key.to_string(), i);
+                    }
                 }
             }
         }

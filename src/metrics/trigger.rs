@@ -43,6 +43,8 @@ pub struct TriggerMetrics {
     backlog: [IntGauge; 4],
     oldest_due_age: Gauge,
     paused: IntGauge,
+    /// Each shard's last sizes and pause: the gauges show the whole trigger.
+    shards: std::sync::Arc<std::sync::Mutex<Vec<QueueStats>>>,
 }
 
 /// A histogram series made at its first observation: a trigger that never delivers keeps
@@ -71,7 +73,7 @@ impl TriggerMetrics {
     /// The series of trigger `name` publishing to `sink`. The counters of every reason in
     /// `reasons` (and of every Redis error kind) start at 0, so that `increase()` and
     /// alerts see their first event.
-    pub fn new(m: &Metrics, name: &str, sink: &str, reasons: &[&str]) -> Self {
+    pub fn new(m: &Metrics, name: &str, sink: &str, reasons: &[&str], shards: usize) -> Self {
         let one = [name];
         for reason in reasons {
             m.retried.with_label_values(&[name, reason]);
@@ -103,6 +105,10 @@ impl TriggerMetrics {
                 .map(|state| m.backlog.with_label_values(&[name, state])),
             oldest_due_age: m.oldest_due_age.with_label_values(&one),
             paused: m.trigger_paused.with_label_values(&one),
+            shards: std::sync::Arc::new(std::sync::Mutex::new(vec![
+                QueueStats::default();
+                shards.max(1)
+            ])),
         }
     }
 
@@ -205,25 +211,40 @@ impl TriggerMetrics {
         self.notify_wakeups.inc();
     }
 
-    /// The queue's sizes were read.
-    pub fn backlog(&self, s: &QueueStats) {
+    /// Shard `shard`'s sizes were read: the gauges show the sums over the shards (the oldest
+    /// due age the largest).
+    pub fn backlog(&self, shard: usize, s: &QueueStats) {
+        let total = {
+            let mut shards = self.shards.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(slot) = shards.get_mut(shard) else {
+                return;
+            };
+            *slot = QueueStats {
+                paused: slot.paused,
+                ..s.clone()
+            };
+            crate::queue::total(&shards)
+        };
         for (gauge, v) in self
             .backlog
             .iter()
-            .zip([s.due, s.scheduled, s.inflight, s.dead])
+            .zip([total.due, total.scheduled, total.inflight, total.dead])
         {
             gauge.set(i64::try_from(v).unwrap_or(i64::MAX));
         }
-        self.oldest_due_age.set(s.oldest_due_age_seconds);
+        self.oldest_due_age.set(total.oldest_due_age_seconds);
     }
 
-    /// Whether an operator has paused the trigger, as the last claim or stats call saw it.
-    pub fn paused(&self, paused: bool) {
-        self.paused.set(i64::from(paused));
-    }
-
-    /// Whether the trigger is paused, as last seen.
-    pub fn is_paused(&self) -> bool {
-        self.paused.get() == 1
+    /// Whether an operator has paused shard `shard`, as the last claim or stats call saw it:
+    /// the gauge is 1 while any shard is.
+    pub fn paused(&self, shard: usize, paused: bool) {
+        let any = {
+            let mut shards = self.shards.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(slot) = shards.get_mut(shard) {
+                slot.paused = paused;
+            }
+            shards.iter().any(|s| s.paused)
+        };
+        self.paused.set(i64::from(any));
     }
 }

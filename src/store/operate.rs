@@ -64,6 +64,27 @@ pub struct ScheduledEntry {
     /// Hash payload mode: the body's first bytes.
     #[serde(serialize_with = "lossy")]
     pub body_preview: Vec<u8>,
+    /// The due score as Redis wrote it, for a cursor after this entry.
+    #[serde(skip)]
+    pub score: String,
+}
+
+impl ScheduledEntry {
+    /// Browsing order: due score, then member (as in a sorted set).
+    pub fn order(&self, other: &Self) -> std::cmp::Ordering {
+        let score = |e: &Self| e.score.parse::<f64>().unwrap_or(f64::NAN);
+        score(self)
+            .total_cmp(&score(other))
+            .then_with(|| self.member.cmp(&other.member))
+    }
+
+    /// The cursor of a page that ends with this entry.
+    pub fn cursor(&self) -> Cursor {
+        Cursor {
+            score: self.score.clone(),
+            member: self.member.clone(),
+        }
+    }
 }
 
 fn lossy<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
@@ -170,7 +191,6 @@ impl Store {
             return Err(StoreError::Reply("browse reply is not an array"));
         };
         let mut items = Vec::new();
-        let mut last = None;
         for entry in reply.chunks(5) {
             let [Value::BulkString(member), Value::BulkString(score), Value::BulkString(entry), Value::Int(size), Value::BulkString(preview)] =
                 entry
@@ -184,15 +204,13 @@ impl Store {
                 attempts: attempts_of(entry, score),
                 body_size: u64::try_from(*size).ok(),
                 body_preview: preview.clone(),
-            });
-            last = Some((score, member));
-        }
-        let next = last
-            .filter(|_| items.len() == limit)
-            .map(|(score, member)| Cursor {
                 score: String::from_utf8_lossy(score).into_owned(),
-                member: member.clone(),
             });
+        }
+        let next = items
+            .last()
+            .filter(|_| items.len() == limit)
+            .map(ScheduledEntry::cursor);
         Ok(Page { items, next })
     }
 

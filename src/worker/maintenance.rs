@@ -92,7 +92,7 @@ async fn read(t: &Trigger, cursor: &mut String) -> (bool, bool) {
     match t.store.stats().await {
         Ok(s) => {
             t.health.redis_answered();
-            t.metrics.backlog(&s);
+            t.metrics.backlog(t.shard, &s);
             t.note_paused(s.paused);
             if s.dead_forwardable > 0 && t.config.dead_letter.is_some() {
                 t.dead_lettered.notify_one();

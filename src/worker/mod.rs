@@ -13,6 +13,7 @@ use crate::backoff::{jitter_down, Backoff};
 use crate::config::{Destination, TriggerConfig};
 use crate::health::Health;
 use crate::metrics::{Metrics, TriggerMetrics};
+use crate::queue::Queue;
 use crate::repeat::Repeated;
 use crate::sink::{PublishError, Publisher, Sink};
 use crate::store::{ClaimBatch, Store, StoreError};
@@ -34,7 +35,10 @@ pub use maintenance::maintain;
 pub struct Trigger {
     config: TriggerConfig,
     destination: Destination,
+    /// This shard's queue (the whole queue of an unsharded trigger).
     store: Store,
+    /// The shard's position among the trigger's shards.
+    shard: usize,
     sink: Arc<Sink>,
     metrics: TriggerMetrics,
     health: Health,
@@ -57,18 +61,21 @@ pub struct Trigger {
     /// Set when a keyspace notification said the queue was written to: the housekeeping
     /// reads again the sizes of a queue it last saw empty.
     written: std::sync::atomic::AtomicBool,
+    /// The shard was paused when last seen.
+    paused: std::sync::atomic::AtomicBool,
 }
 
 impl Trigger {
-    /// Bundles a trigger's parts; fails when the configuration was not loaded (no resolved
-    /// destination) or its destination is not of the sink's kind.
-    pub fn new(
-        config: TriggerConfig,
-        store: Store,
+    /// One `Trigger` per shard of `queue` (one for an unsharded trigger), sharing the trigger's
+    /// metrics. Fails when the configuration was not loaded (no resolved destination) or its
+    /// destination is not of the sink's kind.
+    pub fn shards(
+        config: &TriggerConfig,
+        queue: &Queue,
         sink: Arc<Sink>,
         metrics: &Metrics,
         health: Health,
-    ) -> Result<Self, String> {
+    ) -> Result<Vec<Arc<Self>>, String> {
         let destination = config
             .destination
             .clone()
@@ -87,23 +94,33 @@ impl Trigger {
             &config.name,
             sink.name(),
             PublishError::reasons_of(&destination),
+            queue.shards().len(),
         );
-        Ok(Self {
-            config,
-            destination,
-            store,
-            sink,
-            metrics,
-            health,
-            head_changed: Notify::new(),
-            backlog: Notify::new(),
-            gate: tokio::sync::Mutex::new(()),
-            next_due: std::sync::Mutex::new(None),
-            held_back: std::sync::atomic::AtomicBool::new(false),
-            dead_lettered: Notify::new(),
-            claimed: std::sync::atomic::AtomicBool::new(false),
-            written: std::sync::atomic::AtomicBool::new(true),
-        })
+        Ok(queue
+            .shards()
+            .iter()
+            .enumerate()
+            .map(|(shard, store)| {
+                Arc::new(Self {
+                    config: config.clone(),
+                    destination: destination.clone(),
+                    store: store.clone(),
+                    shard,
+                    sink: sink.clone(),
+                    metrics: metrics.clone(),
+                    health: health.clone(),
+                    head_changed: Notify::new(),
+                    backlog: Notify::new(),
+                    gate: tokio::sync::Mutex::new(()),
+                    next_due: std::sync::Mutex::new(None),
+                    held_back: std::sync::atomic::AtomicBool::new(false),
+                    dead_lettered: Notify::new(),
+                    claimed: std::sync::atomic::AtomicBool::new(false),
+                    written: std::sync::atomic::AtomicBool::new(true),
+                    paused: std::sync::atomic::AtomicBool::new(false),
+                })
+            })
+            .collect())
     }
 
     /// The trigger's queue.
@@ -175,17 +192,27 @@ impl Trigger {
     /// Mirrors an operator's pause, seen by a claim or a stats call, in the gauge and
     /// `/readyz`; the first to see a change logs it, and a resume wakes the workers.
     fn note_paused(&self, paused: bool) {
-        self.metrics.paused(paused);
+        self.metrics.paused(self.shard, paused);
         if self.health.set_paused(self.name(), paused) {
             if paused {
                 tracing::warn!(trigger = %self.name(), "paused by an operator: nothing is claimed until `delay-bridge resume`");
             } else {
                 tracing::info!(trigger = %self.name(), "resumed: claiming again");
-                // A resume is no keyspace event: an idle worker that last saw the pause
-                // must not sleep its whole guard before it looks.
-                self.wake_all();
             }
         }
+        let was = self
+            .paused
+            .swap(paused, std::sync::atomic::Ordering::Relaxed);
+        if was && !paused {
+            // A resume is no keyspace event: an idle worker that last saw the pause
+            // must not sleep its whole guard before it looks.
+            self.wake_all();
+        }
+    }
+
+    /// Whether this shard was paused when last seen.
+    fn is_paused(&self) -> bool {
+        self.paused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Counts a failed Redis call. A lost or slow Redis is logged by [`Health`], once for
@@ -201,18 +228,25 @@ impl Trigger {
     }
 }
 
-/// Runs one worker until `stop`; `abort` cuts short the wait for confirmations at the shutdown deadline.
+/// Runs one worker over `shards` (one, or several that no other worker serves) until
+/// `stop`; `abort` cuts short the wait for confirmations at the shutdown deadline.
 pub async fn run(
-    trigger: Arc<Trigger>,
+    shards: Vec<Arc<Trigger>>,
     worker: usize,
     stop: CancellationToken,
     abort: CancellationToken,
 ) {
-    let span = tracing::info_span!("worker", trigger = %trigger.name(), worker);
-    let batch = AdaptiveBatch::new(trigger.config.batch);
+    let t = shards[0].clone();
+    let span = tracing::info_span!("worker", trigger = %t.name(), worker);
+    let batch = AdaptiveBatch::new(t.config.batch);
+    let now = Instant::now();
     Worker {
         id: worker,
-        t: trigger,
+        t,
+        ready: vec![true; shards.len()],
+        guard_at: vec![now; shards.len()],
+        shards,
+        current: 0,
         batch,
         broken_batches: 0,
         publishing: Publishing::default(),
@@ -226,10 +260,35 @@ pub async fn run(
     .await
 }
 
+/// Which shards each of a trigger's `workers` serves: with no more shards than workers,
+/// worker `w` serves shard `w mod shards` (alone or with other workers); with more, shard `s`
+/// is served by worker `s mod workers` alone.
+pub fn assign(shards: &[Arc<Trigger>], workers: usize) -> Vec<Vec<Arc<Trigger>>> {
+    let workers = workers.max(1);
+    if shards.len() <= workers {
+        (0..workers)
+            .map(|w| vec![shards[w % shards.len()].clone()])
+            .collect()
+    } else {
+        (0..workers)
+            .map(|w| shards.iter().skip(w).step_by(workers).cloned().collect())
+            .collect()
+    }
+}
+
 struct Worker {
     /// Position among the trigger's workers.
     id: usize,
+    /// The shard being claimed from.
     t: Arc<Trigger>,
+    /// Every shard this worker serves; with more than one, no other worker serves them.
+    shards: Vec<Arc<Trigger>>,
+    /// With several shards: which may have something due (woken, due or never looked at).
+    ready: Vec<bool>,
+    /// With several shards: when each is looked at again however quiet it seems.
+    guard_at: Vec<Instant>,
+    /// Position of `t` in `shards`.
+    current: usize,
     batch: AdaptiveBatch,
     /// Consecutive batches that ended with the sink failing; the worker backs off by it.
     broken_batches: u32,
@@ -300,6 +359,9 @@ impl Worker {
     /// The lifecycle, one batch at a time: publisher -> claim -> deliver (in its own task,
     /// which publishes and settles) -> claim again while it confirms.
     async fn run(mut self) {
+        if self.shards.len() > 1 {
+            return self.run_shards().await;
+        }
         if self.id > 0 {
             // The first worker's claim wakes the others when it finds more than it takes:
             // an idle trigger's start costs one claim, not one per worker.
@@ -330,6 +392,85 @@ impl Worker {
             if let Err(e) = done {
                 tracing::error!(error = %e, "a delivery task failed; its leases will be recovered");
             }
+        }
+    }
+
+    /// The lifecycle over several shards: claim from each shard that may have something due
+    /// in turn, and sleep until the earliest head or guard of them all, or a notification.
+    async fn run_shards(mut self) {
+        while !self.stop.is_cancelled() {
+            self.reap().await;
+            let Some(publisher) = Box::pin(self.publisher()).await else {
+                continue;
+            };
+            if !self.pick() {
+                self.idle_shards().await;
+                continue;
+            }
+            match Box::pin(self.claim()).await {
+                Claimed::Batch(batch, at) => {
+                    Box::pin(self.dispatch(publisher, batch, at)).await;
+                }
+                Claimed::Nothing => self.ready[self.current] = false,
+                Claimed::Wait(wait) => self.pause(wait).await,
+            }
+        }
+        while let Some(done) = self.in_flight.join_next().await {
+            if let Err(e) = done {
+                tracing::error!(error = %e, "a delivery task failed; its leases will be recovered");
+            }
+        }
+    }
+
+    /// Makes the next shard after the current one that may have something due current; `false`
+    /// when none may. A shard may when woken, when its head or its guard time has come.
+    fn pick(&mut self) -> bool {
+        let now = Instant::now();
+        for (i, t) in self.shards.iter().enumerate() {
+            let woken = futures_util::FutureExt::now_or_never(t.head_changed.notified()).is_some();
+            if woken || self.guard_at[i] <= now || t.next_due().is_some_and(|due| due <= now) {
+                self.ready[i] = true;
+            }
+        }
+        let n = self.shards.len();
+        let Some(i) = (1..=n)
+            .map(|k| (self.current + k) % n)
+            .find(|&i| self.ready[i])
+        else {
+            return false;
+        };
+        self.current = i;
+        self.t = self.shards[i].clone();
+        let guard = if self.t.is_paused() {
+            self.t.config.guard_interval
+        } else {
+            self.t.guard()
+        };
+        self.guard_at[i] = now + jitter_down(guard);
+        true
+    }
+
+    /// Waits until a shard's head or guard time comes, or a notification wakes one of them.
+    async fn idle_shards(&mut self) {
+        let wake_at = self
+            .shards
+            .iter()
+            .zip(&self.guard_at)
+            .map(|(t, &guard)| t.next_due().map_or(guard, |due| due.min(guard)))
+            .min()
+            .unwrap_or_else(Instant::now);
+        let woken = futures_util::future::select_all(
+            self.shards
+                .iter()
+                .map(|t| Box::pin(t.head_changed.notified())),
+        );
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake_at) => {}
+            (_, i, _) = woken => {
+                self.shards[i].metrics.woken();
+                self.ready[i] = true;
+            }
+            _ = self.stop.cancelled() => {}
         }
     }
 
@@ -485,7 +626,7 @@ impl Worker {
             _ = &mut backlog => return,
             _ = self.stop.cancelled() => return,
         };
-        if t.metrics.is_paused() {
+        if t.is_paused() {
             let guard = Instant::now() + jitter_down(t.config.guard_interval);
             // Producers keep writing to a paused queue: their notifications would only
             // wake a claim that takes nothing. A resume is seen within the guard interval.

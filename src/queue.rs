@@ -1,0 +1,285 @@
+//! A trigger's queue over its shards: the shard a member belongs to, and operator calls on all of them.
+
+use std::time::Duration;
+
+use crate::config::{PayloadMode, TriggerConfig};
+use crate::keys::{shard_of, QueueKeys};
+use crate::redis_conn::Conn;
+use crate::store::{
+    Cursor, DeadLetter, Forecast, Found, Page, Purge, QueueStats, Store, StoreError,
+};
+
+/// One logical trigger's shard stores: those of `shards` first (where producers write), then
+/// those still drained after a change of the shard count.
+#[derive(Clone)]
+pub struct Queue {
+    /// The trigger's `key`.
+    key: String,
+    shards: Vec<Store>,
+    /// How many of `shards` producers write to (`shards` in the configuration).
+    producing: u32,
+}
+
+impl Queue {
+    /// The queue of trigger `tc` on `conn`. A rate limit is split evenly over the shards (each
+    /// has its own token bucket), so that together they keep to it when load is spread evenly.
+    pub fn new(tc: &TriggerConfig, conn: Conn) -> anyhow::Result<Self> {
+        let keys = tc.shard_keys();
+        anyhow::ensure!(
+            !keys.is_empty(),
+            "trigger {}: key `{}` cannot be sharded (no hash tag)",
+            tc.name,
+            tc.key
+        );
+        let n = keys.len() as u32;
+        let shards = keys
+            .iter()
+            .map(|key| {
+                let mut store = Store::new(conn.clone(), QueueKeys::derive(key)?);
+                if let Some((per_second, burst)) = tc.rate() {
+                    store = store.with_rate_limit(per_second / f64::from(n), burst.div_ceil(n));
+                }
+                Ok(match tc.payload {
+                    PayloadMode::Inline => store,
+                    PayloadMode::Hash => store
+                        .with_hash_bodies(tc.max_claim_bytes)
+                        .with_largest_body(tc.max_message_bytes),
+                })
+            })
+            .collect::<anyhow::Result<Vec<Store>>>()?;
+        Ok(Self {
+            key: tc.key.clone(),
+            shards,
+            producing: tc.shards.max(1),
+        })
+    }
+
+    /// Where the queue is, for messages: its key, with the shard count when sharded.
+    pub fn place(&self) -> String {
+        match self.shards.len() {
+            1 => self.first().keys().source.clone(),
+            n => format!("{} ({n} shards)", self.key),
+        }
+    }
+
+    /// Redis's clock, epoch ms.
+    pub async fn now_ms(&self) -> Result<i64, StoreError> {
+        self.first().now_ms().await
+    }
+
+    /// Every shard's store, producing shards first.
+    pub fn shards(&self) -> &[Store] {
+        &self.shards
+    }
+
+    /// The first shard (the only one of an unsharded trigger).
+    pub fn first(&self) -> &Store {
+        &self.shards[0]
+    }
+
+    /// Whether the member is an id with its body in the bodies hash.
+    pub fn hash_bodies(&self) -> bool {
+        self.first().hash_bodies()
+    }
+
+    /// The shard producers put `member` (the id in hash payload mode) on.
+    pub fn for_member(&self, member: &[u8]) -> &Store {
+        &self.shards[shard_of(member, self.producing) as usize]
+    }
+
+    /// The shards in the order to look for `member`: its own first, then the rest (a member
+    /// scheduled before the shard count changed, or by a producer that picks any shard).
+    fn looking_for<'a>(&'a self, member: &[u8]) -> impl Iterator<Item = &'a Store> + 'a {
+        let own = shard_of(member, self.producing) as usize;
+        std::iter::once(&self.shards[own]).chain(
+            self.shards
+                .iter()
+                .enumerate()
+                .filter(move |(i, _)| *i != own)
+                .map(|(_, s)| s),
+        )
+    }
+
+    /// Each shard's sizes, in shard order.
+    pub async fn shard_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
+        let mut out = Vec::with_capacity(self.shards.len());
+        for s in &self.shards {
+            out.push(s.stats().await?);
+        }
+        Ok(out)
+    }
+
+    /// The sizes of the whole queue: sums, the oldest due age the largest, paused if any shard is.
+    pub async fn stats(&self) -> Result<QueueStats, StoreError> {
+        Ok(total(&self.shard_stats().await?))
+    }
+
+    /// Pauses or resumes every shard; `true` if any changed.
+    pub async fn set_paused(&self, paused: bool) -> Result<bool, StoreError> {
+        let mut changed = false;
+        for s in &self.shards {
+            changed |= s.set_paused(paused).await?;
+        }
+        Ok(changed)
+    }
+
+    /// Schedules `body` under `id` on the id's shard (hash payload mode).
+    pub async fn schedule_by_id(
+        &self,
+        id: &[u8],
+        body: &[u8],
+        due_ms: i64,
+    ) -> Result<&Store, StoreError> {
+        let store = self.for_member(id);
+        store.schedule_by_id(id, body, due_ms).await?;
+        Ok(store)
+    }
+
+    /// Cancels a scheduled member: on its own shard, else on any other.
+    pub async fn cancel(&self, member: &[u8]) -> Result<bool, StoreError> {
+        for s in self.looking_for(member) {
+            if s.cancel(member).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Where `member` is, on whichever shard holds it (its own first).
+    pub async fn find(&self, member: &[u8]) -> Result<Found, StoreError> {
+        let mut first = None;
+        for s in self.looking_for(member) {
+            let found = s.find(member).await?;
+            if !found.places.is_empty() || found.body.is_some() {
+                return Ok(found);
+            }
+            first.get_or_insert(found);
+        }
+        Ok(first.expect("a queue has at least one shard"))
+    }
+
+    /// Moves the scheduled `members` to `due_ms` (now when `None`) on every shard that has them.
+    pub async fn reschedule(
+        &self,
+        members: &[Vec<u8>],
+        due_ms: Option<i64>,
+        earlier_only: bool,
+    ) -> Result<u64, StoreError> {
+        let mut changed = 0;
+        for s in &self.shards {
+            changed += s.reschedule(members, due_ms, earlier_only).await?;
+        }
+        Ok(changed)
+    }
+
+    /// Deletes what `what` names on every shard.
+    pub async fn purge(&self, what: Purge) -> Result<u64, StoreError> {
+        let mut n = 0;
+        for s in &self.shards {
+            n += s.purge(what).await?;
+        }
+        Ok(n)
+    }
+
+    /// Scheduled members due within `[from, to]`, over every shard.
+    pub async fn count_scheduled(&self, from: Option<i64>, to: Option<i64>) -> Result<u64, StoreError> {
+        let mut n = 0;
+        for s in &self.shards {
+            n += s.count_scheduled(from, to).await?;
+        }
+        Ok(n)
+    }
+
+    /// Requeues the dead `members` (every dead letter, up to `limit`, when empty) on every shard.
+    pub async fn requeue_dead(&self, members: &[Vec<u8>], limit: usize) -> Result<u64, StoreError> {
+        let mut n = 0;
+        for s in &self.shards {
+            let left = if members.is_empty() {
+                limit.saturating_sub(n as usize)
+            } else {
+                limit
+            };
+            if left == 0 {
+                break;
+            }
+            n += s.requeue_dead(members, left).await?;
+        }
+        Ok(n)
+    }
+
+    /// The `limit` oldest dead letters over every shard, oldest first.
+    pub async fn list_dead(&self, limit: usize) -> Result<Vec<DeadLetter>, StoreError> {
+        let mut all = Vec::new();
+        for s in &self.shards {
+            all.extend(s.list_dead(limit).await?);
+        }
+        all.sort_by(|a, b| (a.at_ms, &a.member).cmp(&(b.at_ms, &b.member)));
+        all.truncate(limit);
+        Ok(all)
+    }
+
+    /// What falls due in each bucket, summed over the shards.
+    pub async fn forecast(&self, bucket: Duration, buckets: usize) -> Result<Forecast, StoreError> {
+        let mut sum: Option<Forecast> = None;
+        for s in &self.shards {
+            let f = s.forecast(bucket, buckets).await?;
+            match &mut sum {
+                None => sum = Some(f),
+                Some(sum) => {
+                    sum.overdue += f.overdue;
+                    sum.later += f.later;
+                    for (a, b) in sum.buckets.iter_mut().zip(&f.buckets) {
+                        *a += b;
+                    }
+                }
+            }
+        }
+        Ok(sum.expect("a queue has at least one shard"))
+    }
+
+    /// A page of scheduled members over every shard, earliest first: each shard's page from
+    /// the same cursor, merged, so the keyset paging of one shard holds for all of them.
+    pub async fn browse(
+        &self,
+        from: Option<i64>,
+        to: Option<i64>,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        if let [one] = self.shards.as_slice() {
+            return one.browse(from, to, after, limit).await;
+        }
+        let mut pages = Vec::with_capacity(self.shards.len());
+        for s in &self.shards {
+            pages.push(s.browse(from, to, after, limit).await?);
+        }
+        let more = pages.iter().any(|p| p.next.is_some());
+        let mut items: Vec<_> = pages.into_iter().flat_map(|p| p.items).collect();
+        items.sort_by(|a, b| a.order(b));
+        let more = more || items.len() > limit;
+        items.truncate(limit);
+        let next = items.last().filter(|_| more).map(|e| e.cursor());
+        Ok(Page { items, next })
+    }
+}
+
+/// The sizes of a queue from its shards': sums, the largest oldest due age, paused if any is.
+pub fn total(shards: &[QueueStats]) -> QueueStats {
+    let mut t = QueueStats::default();
+    for s in shards {
+        t.due += s.due;
+        t.scheduled += s.scheduled;
+        t.inflight += s.inflight;
+        t.dead += s.dead;
+        t.oldest_due_age_seconds = t.oldest_due_age_seconds.max(s.oldest_due_age_seconds);
+        t.paused |= s.paused;
+        t.now_ms = t.now_ms.max(s.now_ms);
+        t.earliest_lease_ms = match (t.earliest_lease_ms, s.earliest_lease_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        t.attempt_entries += s.attempt_entries;
+        t.dead_forwardable += s.dead_forwardable;
+    }
+    t
+}
