@@ -1,7 +1,10 @@
 #!/usr/bin/env node
 // Producing for delay-bridge with node-redis v4: copy the functions, or run it as a command.
-// Redis is REDIS_URL, redis://127.0.0.1:6379/0 by default. Needs `npm install redis@4`
-// (here: `npm install --prefix producers`, from package.json).
+// Redis is REDIS_URL, redis://127.0.0.1:6379/0 by default, or with
+// REDIS_CLUSTER=redis://host:port[,...] a Redis Cluster. For a trigger with `shards = N`, set
+// SHARDS=N: KEY is then the trigger's key and each command goes to the member's shard.
+// Needs Node.js 20.15 or later (zlib.crc32) and `npm install redis@4` (here: `npm install
+// --prefix producers`, from package.json).
 'use strict';
 
 const USAGE = `usage: node producer.js schedule KEY ID BODY DUE_MS   # hash payload mode: the body under an id
@@ -10,7 +13,8 @@ const USAGE = `usage: node producer.js schedule KEY ID BODY DUE_MS   # hash payl
        node producer.js add KEY MEMBER DUE_MS         # inline mode: the member is the message
 DUE_MS is a Unix epoch time in milliseconds (a past one means now).`;
 
-const { createClient } = require('redis');
+const zlib = require('zlib');
+const { createClient, createCluster } = require('redis');
 
 // src/scripts/cancel.lua, verbatim (tests/producers.rs checks that it still is).
 const CANCEL_LUA = `-- Cancel a message scheduled by id (hash payload mode): the producers' script, also run by
@@ -44,6 +48,18 @@ function derived(key, suffix) {
   if (open !== -1 && key.indexOf('}', open + 1) > open + 1) return `${key}:${suffix}`;
   if (/[{}]/.test(key)) throw new Error(`key '${key}' has braces but no usable {tag}`);
   return `{${key}}:${suffix}`;
+}
+
+// The key of `member`'s shard (src/keys.rs) when the trigger has `shards` shards: CRC32 (IEEE,
+// as zlib's) of the member's UTF-8 bytes (the id in hash payload mode) modulo `shards`, written
+// inside the key's {hash tag}: shard 3 of `delay:{orders}` is `delay:{orders:3}`.
+function shardKey(key, member, shards) {
+  if (shards <= 1) return key;
+  const open = key.indexOf('{');
+  const close = open === -1 ? -1 : key.indexOf('}', open + 1);
+  if (close <= open + 1) throw new Error(`a sharded key needs a {hash tag}: '${key}'`);
+  const shard = zlib.crc32(Buffer.from(member, 'utf8')) % shards;
+  return `${key.slice(0, close)}:${shard}${key.slice(close)}`;
 }
 
 // Hash payload mode: body and id in one transaction, so the bridge never sees one alone.
@@ -82,13 +98,19 @@ async function main(argv) {
     return 2;
   }
   // A one-shot command: fail at once rather than reconnect forever.
-  const client = createClient({
-    url: process.env.REDIS_URL || 'redis://127.0.0.1:6379/0',
-    socket: { reconnectStrategy: false },
-  });
+  const client = process.env.REDIS_CLUSTER
+    ? createCluster({
+        rootNodes: process.env.REDIS_CLUSTER.split(',').map((url) => ({ url: url.trim() })),
+        defaults: { socket: { reconnectStrategy: false } },
+      })
+    : createClient({
+        url: process.env.REDIS_URL || 'redis://127.0.0.1:6379/0',
+        socket: { reconnectStrategy: false },
+      });
   client.on('error', () => {}); // the failing command reports it
   try {
     await client.connect();
+    args[0] = shardKey(args[0], args[1], Number(process.env.SHARDS || 1));
     if (command === 'schedule') await schedule(client, args[0], args[1], args[2], due);
     else if (command === 'reschedule') console.log((await reschedule(client, args[0], args[1], due)) ? 1 : 0);
     else if (command === 'cancel') console.log((await cancel(client, args[0], args[1])) ? 1 : 0);
@@ -97,11 +119,11 @@ async function main(argv) {
     console.error(`producer.js ${command}: ${e.message}`);
     return 1;
   } finally {
-    if (client.isOpen) await client.quit();
+    if (client.isOpen !== false) await client.quit().catch(() => {});
   }
   return 0;
 }
 
-module.exports = { CANCEL_LUA, derived, schedule, reschedule, cancel, add };
+module.exports = { CANCEL_LUA, derived, shardKey, schedule, reschedule, cancel, add };
 
 if (require.main === module) main(process.argv.slice(2)).then((code) => (process.exitCode = code));

@@ -7,11 +7,14 @@
     producer.py add KEY MEMBER DUE_MS         # inline mode: the member is the message
 
 DUE_MS is a Unix epoch time in milliseconds (a past one means now). Redis is REDIS_URL,
-redis://127.0.0.1:6379/0 by default. Needs `pip install redis`.
+redis://127.0.0.1:6379/0 by default, or with REDIS_CLUSTER=redis://host:port[,...] a Redis
+Cluster. For a trigger with `shards = N`, set SHARDS=N: KEY is then the trigger's key and each
+command goes to the member's shard. Needs `pip install redis`.
 """
 
 import os
 import sys
+import zlib
 
 import redis
 
@@ -52,6 +55,20 @@ def derived(key, suffix):
     return f"{{{key}}}:{suffix}"
 
 
+def shard_key(key, member, shards):
+    """The key of `member`'s shard (src/keys.rs) when the trigger has `shards` shards: CRC32
+    (zlib's, IEEE) of the member's bytes (the id in hash payload mode) modulo `shards`, written
+    inside the key's {hash tag}: shard 3 of `delay:{orders}` is `delay:{orders:3}`."""
+    if shards <= 1:
+        return key
+    open_ = key.find("{")
+    close = key.find("}", open_ + 1) if open_ != -1 else -1
+    if close <= open_ + 1:
+        raise ValueError(f"a sharded key needs a {{hash tag}}: {key!r}")
+    data = member.encode() if isinstance(member, str) else member
+    return f"{key[:close]}:{zlib.crc32(data) % shards}{key[close:]}"
+
+
 def schedule(r, key, job_id, body, due_ms):
     """Hash payload mode: body and id in one transaction, so the bridge never sees one alone."""
     with r.pipeline(transaction=True) as tx:
@@ -84,7 +101,8 @@ def main(argv):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     try:
-        r = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+        r = connect()
+        args[0] = shard_key(args[0], args[1], int(os.environ.get("SHARDS", "1")))
         if command == "schedule":
             key, job_id, body, due_ms = args
             schedule(r, key, job_id, body, int(due_ms))
@@ -101,6 +119,17 @@ def main(argv):
         print(f"producer.py {command}: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def connect():
+    """REDIS_CLUSTER's cluster, else REDIS_URL's server."""
+    cluster = os.environ.get("REDIS_CLUSTER")
+    if cluster:
+        from redis.cluster import ClusterNode, RedisCluster
+
+        nodes = [redis.connection.parse_url(u.strip()) for u in cluster.split(",")]
+        return RedisCluster(startup_nodes=[ClusterNode(n["host"], n.get("port", 6379)) for n in nodes])
+    return redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
 
 
 def is_int(text):

@@ -2,9 +2,12 @@
 # frozen_string_literal: true
 
 # Producing for delay-bridge with redis-rb (Debian: ruby-redis): copy the methods, or run it
-# as a command. Redis is REDIS_URL, redis://127.0.0.1:6379/0 by default.
+# as a command. Redis is REDIS_URL, redis://127.0.0.1:6379/0 by default, or with
+# REDIS_CLUSTER=redis://host:port[,...] a Redis Cluster. For a trigger with `shards = N`, set
+# SHARDS=N: KEY is then the trigger's key and each command goes to the member's shard.
 
 require 'redis'
+require 'zlib'
 
 USAGE = <<~TEXT
   usage: ruby producer.rb schedule KEY ID BODY DUE_MS   # hash payload mode: the body under an id
@@ -51,6 +54,19 @@ def derived(key, suffix)
   "{#{key}}:#{suffix}"
 end
 
+# The key of `member`'s shard (src/keys.rs) when the trigger has `shards` shards: CRC32 (zlib's,
+# IEEE) of the member's bytes (the id in hash payload mode) modulo `shards`, written inside the
+# key's {hash tag}: shard 3 of `delay:{orders}` is `delay:{orders:3}`.
+def shard_key(key, member, shards)
+  return key if shards <= 1
+
+  open = key.index('{')
+  close = open && key.index('}', open + 1)
+  raise ArgumentError, "a sharded key needs a {hash tag}: '#{key}'" unless close && close > open + 1
+
+  "#{key[0...close]}:#{Zlib.crc32(member.b) % shards}#{key[close..]}"
+end
+
 # Hash payload mode: body and id in one transaction, so the bridge never sees one alone.
 def schedule(redis, key, id, body, due_ms)
   redis.multi do |tx|
@@ -84,7 +100,13 @@ def main(argv)
     warn USAGE
     return 2
   end
-  redis = Redis.new(url: ENV.fetch('REDIS_URL', 'redis://127.0.0.1:6379/0'))
+  cluster = ENV.fetch('REDIS_CLUSTER', '')
+  redis = if cluster.empty?
+            Redis.new(url: ENV.fetch('REDIS_URL', 'redis://127.0.0.1:6379/0'))
+          else
+            Redis.new(cluster: cluster.split(',').map(&:strip))
+          end
+  args[0] = shard_key(args[0], args[1], Integer(ENV.fetch('SHARDS', '1'), 10))
   case command
   when 'schedule' then schedule(redis, args[0], args[1], args[2], Integer(args[3], 10))
   when 'reschedule' then puts(reschedule(redis, args[0], args[1], Integer(args[2], 10)) ? 1 : 0)

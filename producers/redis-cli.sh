@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Producing for delay-bridge with redis-cli: copy the functions, or run it as a command.
-# Redis is REDIS_URL, redis://127.0.0.1:6379/0 by default.
+# Redis is REDIS_URL, redis://127.0.0.1:6379/0 by default, or with
+# REDIS_CLUSTER=redis://host:port[,...] a Redis Cluster. For a trigger with `shards = N`, set
+# SHARDS=N: KEY is then the trigger's key and each command goes to the member's shard.
+# Needs bash, redis-cli, gzip and GNU od.
 
 USAGE='usage: redis-cli.sh schedule KEY ID BODY DUE_MS   # hash payload mode: the body under an id
        redis-cli.sh reschedule KEY ID DUE_MS      # prints 1 if the id was scheduled (now due then), else 0
@@ -35,8 +38,36 @@ return removed
 LUA
 )
 
-# -e: an error reply is a failure (exit 1), not just printed.
-rcli() { redis-cli -e -u "${REDIS_URL:-redis://127.0.0.1:6379/0}" "$@"; }
+# -e: an error reply is a failure (exit 1), not just printed. -c: follow a cluster's redirections.
+rcli() {
+  if [[ -n ${REDIS_CLUSTER:-} ]]; then
+    redis-cli -e -c -u "${REDIS_CLUSTER%%,*}" "$@"
+  else
+    redis-cli -e -u "${REDIS_URL:-redis://127.0.0.1:6379/0}" "$@"
+  fi
+}
+
+# CRC32 (IEEE, as zlib's) of the bytes of $1: the first four bytes of gzip's trailer.
+crc32() { printf '%s' "$1" | gzip -c | tail -c8 | od --endian=little -An -tu4 -N4 | tr -d ' '; }
+
+# The key of MEMBER's shard (src/keys.rs) when the trigger has SHARDS shards: CRC32 of the
+# member's bytes (the id in hash payload mode) modulo SHARDS, written inside the key's
+# {hash tag}: shard 3 of `delay:{orders}` is `delay:{orders:3}`.
+shard_key() {
+  local key=$1 member=$2 shards=$3
+  if ((shards <= 1)); then
+    printf '%s' "$key"
+    return
+  fi
+  local head=${key%%\{*} after_open=${key#*\{}
+  if [[ $key != *\{* || $after_open != *\}* || ${after_open%%\}*} == "" ]]; then
+    echo "a sharded key needs a {hash tag}: '$key'" >&2
+    return 1
+  fi
+  local crc
+  crc=$(crc32 "$member") || return 1
+  printf '%s{%s:%s}%s' "$head" "${after_open%%\}*}" "$((crc % shards))" "${after_open#*\}}"
+}
 
 # The bridge's key SUFFIX of KEY (src/keys.rs): `K:bodies` when K has a non-empty {hash tag},
 # `{K}:bodies` when it has no braces, so every key stays in K's cluster slot.
@@ -53,27 +84,15 @@ derived() {
   fi
 }
 
-# One argument for redis-cli's command reader: every byte as \xHH inside double quotes, so
-# spaces, quotes and newlines in a body survive.
-quoted() { printf '"%s"' "$(printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n' | sed 's/../\\x&/g')"; }
-
-# Hash payload mode: body and id in one transaction, so the bridge never sees one alone. A
-# transaction needs one connection, so the commands go through redis-cli's standard input;
-# it prints each reply and always exits 0, so the replies are checked here.
+# Hash payload mode: body and id in one script call, atomic, so the bridge never sees one
+# alone; one command, so that it also goes through a cluster's redirections (both keys share
+# the key's hash tag, so they are in one slot).
+SCHEDULE_LUA="redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])"
 schedule() {
-  local key=$1 id=$2 body=$3 due_ms=$4 bodies replies
+  local key=$1 id=$2 body=$3 due_ms=$4 bodies
   bodies=$(derived "$key" bodies) || return 1
-  replies=$(rcli --no-raw <<EOF
-MULTI
-HSET $(quoted "$bodies") $(quoted "$id") $(quoted "$body")
-ZADD $(quoted "$key") $(quoted "$due_ms") $(quoted "$id")
-EXEC
-EOF
-  ) || return 1
-  if [[ $replies != $'OK\nQUEUED\nQUEUED\n1) (integer) '[01]$'\n2) (integer) '[01] ]]; then
-    echo "schedule failed: $replies" >&2
-    return 1
-  fi
+  rcli EVAL "$SCHEDULE_LUA" 2 "$bodies" "$key" "$id" "$body" "$due_ms" >/dev/null
 }
 
 # XX: only moves an id still scheduled; a cancelled or delivered one is not revived.
@@ -100,7 +119,9 @@ main() {
     echo "$USAGE" >&2
     return 2
   fi
-  "$@"
+  local key
+  key=$(shard_key "$2" "$3" "${SHARDS:-1}") || return 1
+  "$1" "$key" "${@:3}"
 }
 
 # Run as a command, not when sourced for its functions.
