@@ -157,7 +157,10 @@ mod tests {
 
     #[test]
     fn shard_keys_stay_in_their_own_tag() {
-        assert_eq!(shard_key("delay:{orders}", 3, 4).unwrap(), "delay:{orders:3}");
+        assert_eq!(
+            shard_key("delay:{orders}", 3, 4).unwrap(),
+            "delay:{orders:3}"
+        );
         assert_eq!(shard_key("{orders}:due", 0, 2).unwrap(), "{orders:0}:due");
         assert_eq!(shard_key("delay:{orders}", 0, 1).unwrap(), "delay:{orders}");
         assert_eq!(shard_key("delay:orders", 0, 1).unwrap(), "delay:orders");

@@ -182,7 +182,11 @@ impl Queue {
     }
 
     /// Scheduled members due within `[from, to]`, over every shard.
-    pub async fn count_scheduled(&self, from: Option<i64>, to: Option<i64>) -> Result<u64, StoreError> {
+    pub async fn count_scheduled(
+        &self,
+        from: Option<i64>,
+        to: Option<i64>,
+    ) -> Result<u64, StoreError> {
         let mut n = 0;
         for s in &self.shards {
             n += s.count_scheduled(from, to).await?;

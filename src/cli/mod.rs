@@ -576,7 +576,8 @@ async fn shard_map(config: &Config) {
     let masters = topology.masters();
     for t in sharded {
         let keys = t.shard_keys();
-        let mut per_master: std::collections::BTreeMap<&str, usize> = masters.iter().map(|m| (*m, 0)).collect();
+        let mut per_master: std::collections::BTreeMap<&str, usize> =
+            masters.iter().map(|m| (*m, 0)).collect();
         for key in &keys {
             let slot = crate::redis_conn::slot(key.as_bytes());
             let master = topology.master_of(slot).unwrap_or("(no master)");
@@ -587,7 +588,10 @@ async fn shard_map(config: &Config) {
         let most = per_master.values().copied().max().unwrap_or(0);
         let fewest = per_master.values().copied().min().unwrap_or(0);
         if (n >= m && fewest == 0) || most > (n.div_ceil(m) * 3).div_ceil(2) {
-            let spread: Vec<String> = per_master.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            let spread: Vec<String> = per_master
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect();
             say!(
                 "warning: trigger {}: its {n} shards land unevenly over the {m} masters ({}); \
                  more shards (a multiple of the masters) spread them better",

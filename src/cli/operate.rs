@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use super::queue::{connect, queue_for};
-use crate::queue::Queue;
 use super::*;
+use crate::queue::Queue;
 use crate::store::{Cursor, Place, Purge, MAX_BUCKETS, MAX_PAGE};
 
 /// `--config FILE -t TRIGGER`, shared by every command here.

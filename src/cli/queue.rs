@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::queue::Queue;
-use crate::store::QueueStats;
 use crate::redis_conn::Conn;
+use crate::store::QueueStats;
 
 pub(super) async fn connect(config: &Config) -> anyhow::Result<Conn> {
     let endpoint = crate::bridge::redis_endpoint(config)?;
@@ -32,7 +32,11 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
     for t in &config.triggers {
         let queue = queue_for(&config, conn.clone(), &t.name)?;
         let each = queue.shard_stats().await?;
-        let keys: Vec<String> = queue.shards().iter().map(|s| s.keys().source.clone()).collect();
+        let keys: Vec<String> = queue
+            .shards()
+            .iter()
+            .map(|s| s.keys().source.clone())
+            .collect();
         rows.push((t.name.clone(), crate::queue::total(&each), keys, each));
     }
     if json {
@@ -192,15 +196,9 @@ pub(super) async fn pause(config: Config, trigger: String, paused: bool) -> anyh
         ("resumed", "bridges claim again within their guard_interval")
     };
     if changed {
-        say!(
-            "{verb} trigger `{trigger}` ({}): {state}",
-            queue.place()
-        );
+        say!("{verb} trigger `{trigger}` ({}): {state}", queue.place());
     } else {
-        say!(
-            "trigger `{trigger}` ({}) was already {verb}",
-            queue.place()
-        );
+        say!("trigger `{trigger}` ({}) was already {verb}", queue.place());
     }
     Ok(0)
 }

@@ -374,7 +374,10 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
         for (field, n) in [("shards", Some(t.shards)), ("drain_shards", t.drain_shards)] {
             let Some(n) = n else { continue };
             if n == 0 || n > MAX_SHARDS {
-                push(k(field), format!("must be between 1 and {MAX_SHARDS}, got {n}"));
+                push(
+                    k(field),
+                    format!("must be between 1 and {MAX_SHARDS}, got {n}"),
+                );
             } else if n > 1 && crate::keys::hash_tag(&t.key).is_none() {
                 push(
                     k(field),

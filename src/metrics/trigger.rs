@@ -225,10 +225,10 @@ impl TriggerMetrics {
             };
             crate::queue::total(&shards)
         };
-        for (gauge, v) in self
-            .backlog
-            .iter()
-            .zip([total.due, total.scheduled, total.inflight, total.dead])
+        for (gauge, v) in
+            self.backlog
+                .iter()
+                .zip([total.due, total.scheduled, total.inflight, total.dead])
         {
             gauge.set(i64::try_from(v).unwrap_or(i64::MAX));
         }
