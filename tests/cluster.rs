@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::redis_cluster::RedisCluster;
 use common::*;
+use delay_bridge::keys::{shard_key, shard_of};
 use redis::AsyncCommands;
 
 /// How long a bridge may take to become ready.
@@ -268,25 +269,58 @@ async fn a_hung_master_mid_drain_loses_nothing_and_notifications_follow() {
     println!("hung master: {duplicates} duplicates of 20000");
 }
 
+/// A trigger of 6 shards: `check` places them on all three masters, 100,000 messages scheduled
+/// through the shard hash drain through two bridges at once (workers serve several shards
+/// each), none delivered by both, and `stats` sums the shards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_bridges_on_one_queue_never_deliver_a_message_twice() {
+async fn two_bridges_drain_a_sharded_trigger_over_every_master_never_delivering_twice() {
+    const SHARDS: u32 = 6;
     let cluster = RedisCluster::start().await;
     let mut r = cluster.conn().await;
     let key = format!("delay:{{{}}}", unique("two"));
     let capture = AmqpCapture::start("two").await;
     let (p1, p2) = (free_port(), free_port());
-    let trigger = amqp_trigger("two", &key, &capture, "workers = 4\nbatch = 100");
-    let one = Bridge::start(&(cluster_config(&cluster, p1) + &trigger), p1)
-        .ready(READY)
-        .await;
+    let trigger = amqp_trigger(
+        "two",
+        &key,
+        &capture,
+        &format!("shards = {SHARDS}\nworkers = 4\nbatch = 200"),
+    );
+    let config = cluster_config(&cluster, p1) + &trigger;
+
+    // `check` reads the cluster: each shard, its slot and its master; every master has some.
+    let (code, out) = check(&config);
+    assert_eq!(code, 0, "{out}");
+    let mut masters_used = std::collections::BTreeSet::new();
+    for i in 0..SHARDS {
+        let shard = shard_key(&key, i, SHARDS).unwrap();
+        let slot = cluster.keyslot(&shard).await;
+        let master = cluster.master_of(&shard).await;
+        let line = format!("shard {shard} -> slot {slot} -> 127.0.0.1:{master}");
+        assert!(out.contains(&line), "`{line}` in:\n{out}");
+        masters_used.insert(master);
+    }
+    assert_eq!(masters_used.len(), 3, "6 shards over 3 masters: {out}");
+    assert!(!out.contains("unevenly"), "{out}");
+
+    let one = Bridge::start(&config, p1).ready(READY).await;
     let two = Bridge::start(&(cluster_config(&cluster, p2) + &trigger), p2)
         .ready(READY)
         .await;
-    let n = 20_000;
-    let members: Vec<String> = (0..n).map(|i| format!("{i:06}")).collect();
-    RedisCluster::zadd_all(&mut r, &key, now_ms(), &members).await;
+    let n = 100_000;
+    let mut by_shard: HashMap<String, Vec<String>> = HashMap::new();
+    for i in 0..n {
+        let member = format!("{i:06}");
+        let shard = shard_key(&key, shard_of(member.as_bytes(), SHARDS), SHARDS).unwrap();
+        by_shard.entry(shard).or_default().push(member);
+    }
+    assert_eq!(by_shard.len(), SHARDS as usize, "every shard gets members");
+    let now = now_ms();
+    for (shard, members) in &by_shard {
+        RedisCluster::zadd_all(&mut r, shard, now, members).await;
+    }
     assert!(
-        wait_until(Duration::from_secs(90), || capture.count() >= n).await,
+        wait_until(Duration::from_secs(150), || capture.count() >= n).await,
         "{} of {n} delivered: {}",
         capture.count(),
         one.log()
@@ -308,6 +342,19 @@ async fn two_bridges_on_one_queue_never_deliver_a_message_twice() {
         .await;
     println!("two bridges: {a} and {b} forwarded");
     assert!(a > 0.0 && b > 0.0, "both bridges took a share: {a} and {b}");
+
+    // One more on each shard, far ahead: `stats` sums them, `--shards` shows each.
+    for shard in by_shard.keys() {
+        let _: i64 = r.zadd(shard, "later", now + 3_600_000).await.unwrap();
+    }
+    let out = cli(&["stats", "--json", "--shards"], &config, &[]);
+    assert_eq!(out.code, 0, "{}", out.text());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v[0]["stats"]["scheduled"], SHARDS, "{v}");
+    assert_eq!(v[0]["stats"]["due"], 0, "{v}");
+    let each = v[0]["shards"].as_array().unwrap();
+    assert_eq!(each.len(), SHARDS as usize, "{v}");
+    assert!(each.iter().all(|s| s["stats"]["scheduled"] == 1), "{v}");
     one.assert_no_panic();
     two.assert_no_panic();
 }
