@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::http::request;
 use common::*;
+use delay_bridge::keys::{shard_key, shard_of};
 
 const TOKEN: &str = "reload-token-0123456789abcdef";
 
@@ -170,4 +171,84 @@ async fn sighup_and_the_api_add_replace_and_remove_triggers_and_refuse_bad_confi
     bridge.assert_no_panic();
     cleanup_keys(&mut r, &s.a_key).await;
     cleanup_keys(&mut r, &s.b_key).await;
+}
+
+/// Changing a trigger's shard count as the README's procedure says, by reload: an unsharded
+/// trigger becomes 3 shards with `drain_shards = 1`, so the old key keeps being served while
+/// producers write to the new shards. Messages scheduled before and after the change all arrive,
+/// once each; a cancel and a reschedule by the CLI find members on the old key; `stats --shards`
+/// shows the old key empty, and `drain_shards` is then removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shard_count_changes_by_reload_without_losing_a_message() {
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("reshard").await;
+    let port = free_port();
+    let key = format!("delay:{{{}}}", unique("reshard"));
+    let config = |extra: &str| base_config(port) + &amqp_trigger("re", &key, &capture, extra);
+    let bridge = Bridge::start(&config(""), port)
+        .ready(Duration::from_secs(20))
+        .await;
+    let now = redis_now(&mut r).await;
+    // Before: on the one key, some due during the change, one to cancel and one to move later.
+    zadd_all(
+        &mut r,
+        &key,
+        (0..300).map(|i| (now + 2_000, format!("old-{i}"))),
+    )
+    .await;
+    zadd(&mut r, &key, now + 3_600_000, "old-cancelled").await;
+    zadd(&mut r, &key, now + 3_600_000, "old-moved").await;
+
+    let sharded = config("shards = 3\ndrain_shards = 1");
+    bridge.rewrite_config(&sharded);
+    bridge.signal(1);
+    reloaded(&bridge, 1, "configuration reloaded").await;
+    // After: producers write by the shard hash over 3 shards (here through the CLI).
+    for i in 0..30 {
+        let out = cli(
+            &["enqueue", "-t", "re", "--delay", "1s", &format!("new-{i}")],
+            &sharded,
+            &[],
+        );
+        assert_eq!(out.code, 0, "{}", out.text());
+        let shard = shard_key(&key, shard_of(format!("new-{i}").as_bytes(), 3), 3).unwrap();
+        assert!(
+            out.stdout.contains(&shard),
+            "new-{i} on {shard}: {}",
+            out.text()
+        );
+    }
+    let out = cli(&["cancel", "-t", "re", "old-cancelled"], &sharded, &[]);
+    assert_eq!(out.code, 0, "the old key is searched too: {}", out.text());
+    let out = cli(&["promote", "-t", "re", "old-moved"], &sharded, &[]);
+    assert_eq!(out.code, 0, "{}", out.text());
+    bridge
+        .expect_arrivals(331, Duration::from_secs(30), || capture.count())
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let tally = capture.tally();
+    assert_eq!(tally.len(), 331, "{}", bridge.log());
+    assert!(tally.values().all(|c| *c == 1), "none twice");
+    assert!(!tally.contains_key(&b"old-cancelled"[..]));
+
+    // The old key is drained: `stats --shards` says so, and `drain_shards` goes.
+    let out = cli(&["stats", "--json", "--shards"], &sharded, &[]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let old = v[0]["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == key.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("{key} among the shards: {v}"));
+    assert_eq!(old["stats"]["scheduled"], 0, "{v}");
+    assert_eq!(old["stats"]["inflight"], 0, "{v}");
+    bridge.rewrite_config(&config("shards = 3"));
+    bridge.signal(1);
+    reloaded(&bridge, 2, "configuration reloaded").await;
+    bridge.assert_no_panic();
+    for i in 0..3 {
+        cleanup_keys(&mut r, &shard_key(&key, i, 3).unwrap()).await;
+    }
+    cleanup_keys(&mut r, &key).await;
 }
