@@ -111,7 +111,7 @@ impl Queue {
 
     /// The sizes of the whole queue: sums, the oldest due age the largest, paused if any shard is.
     pub async fn stats(&self) -> Result<QueueStats, StoreError> {
-        Ok(total(&self.shard_stats().await?))
+        Ok(QueueStats::sum(&self.shard_stats().await?))
     }
 
     /// Pauses or resumes every shard; `true` if any changed.
@@ -265,25 +265,4 @@ impl Queue {
         let next = items.last().filter(|_| more).map(|e| e.cursor());
         Ok(Page { items, next })
     }
-}
-
-/// The sizes of a queue from its shards': sums, the largest oldest due age, paused if any is.
-pub fn total(shards: &[QueueStats]) -> QueueStats {
-    let mut t = QueueStats::default();
-    for s in shards {
-        t.due += s.due;
-        t.scheduled += s.scheduled;
-        t.inflight += s.inflight;
-        t.dead += s.dead;
-        t.oldest_due_age_seconds = t.oldest_due_age_seconds.max(s.oldest_due_age_seconds);
-        t.paused |= s.paused;
-        t.now_ms = t.now_ms.max(s.now_ms);
-        t.earliest_lease_ms = match (t.earliest_lease_ms, s.earliest_lease_ms) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        t.attempt_entries += s.attempt_entries;
-        t.dead_forwardable += s.dead_forwardable;
-    }
-    t
 }

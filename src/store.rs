@@ -225,6 +225,30 @@ pub struct QueueStats {
     pub dead_forwardable: u64,
 }
 
+impl QueueStats {
+    /// The sizes of a sharded queue from its shards': sums, the largest oldest due age, paused
+    /// if any shard is, the earliest lease.
+    pub fn sum(shards: &[QueueStats]) -> QueueStats {
+        let mut t = QueueStats::default();
+        for s in shards {
+            t.due += s.due;
+            t.scheduled += s.scheduled;
+            t.inflight += s.inflight;
+            t.dead += s.dead;
+            t.oldest_due_age_seconds = t.oldest_due_age_seconds.max(s.oldest_due_age_seconds);
+            t.paused |= s.paused;
+            t.now_ms = t.now_ms.max(s.now_ms);
+            t.earliest_lease_ms = match (t.earliest_lease_ms, s.earliest_lease_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            t.attempt_entries += s.attempt_entries;
+            t.dead_forwardable += s.dead_forwardable;
+        }
+        t
+    }
+}
+
 /// One dead letter, as `dead-letter list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetter {

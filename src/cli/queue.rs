@@ -37,7 +37,7 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
             .iter()
             .map(|s| s.keys().source.clone())
             .collect();
-        rows.push((t.name.clone(), crate::queue::total(&each), keys, each));
+        rows.push((t.name.clone(), QueueStats::sum(&each), keys, each));
     }
     if json {
         let v: Vec<_> = rows

@@ -223,7 +223,7 @@ impl TriggerMetrics {
                 paused: slot.paused,
                 ..s.clone()
             };
-            crate::queue::total(&shards)
+            QueueStats::sum(&shards)
         };
         for (gauge, v) in
             self.backlog
