@@ -77,13 +77,17 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:016x}", rand::thread_rng().gen::<u64>())
 }
 
-/// A free loopback port.
+/// A free loopback port for a server a test starts: below the kernel's ephemeral range
+/// (32768..), so that no outgoing connection of a parallel test holds it by the time the
+/// server binds it.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let mut rng = rand::thread_rng();
+    loop {
+        let port = rng.gen_range(20_000..30_000);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Local wall clock in epoch ms.
