@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use delay_bridge::bridge::Shutdown;
@@ -130,9 +131,10 @@ impl InProcess {
 
     fn forwarded(&self, trigger: &str) -> u64 {
         self.metrics
+            .triggers
+            .cells(trigger, SINK)
             .forwarded
-            .with_label_values(&[trigger, SINK])
-            .get()
+            .load(Ordering::Relaxed)
     }
 
     /// Asserts that exactly `n` messages of `trigger` are counted as forwarded within `timeout`.
@@ -146,9 +148,10 @@ impl InProcess {
 
     fn retried(&self, trigger: &str, reason: &str) -> u64 {
         self.metrics
+            .triggers
+            .cells(trigger, SINK)
             .retried
-            .with_label_values(&[trigger, reason])
-            .get()
+            .get(reason)
     }
 
     /// Claims that took at least one member.
@@ -290,9 +293,10 @@ async fn a_permanent_error_dead_letters_with_its_reason_and_the_producer_goes_on
     assert_eq!(
         bridge
             .metrics
+            .triggers
+            .cells("permanent", SINK)
             .dead_lettered
-            .with_label_values(&["permanent", "kafka_message_size_too_large"])
-            .get(),
+            .get("kafka_message_size_too_large"),
         1
     );
 
@@ -335,7 +339,7 @@ async fn a_fatal_idempotence_error_replaces_the_producer_without_loss() {
     schedule_now(&mut r, key, &expected).await;
     let end = wait_for(&mut r, key, (0, 0, 0), Duration::from_secs(30)).await;
     assert_eq!(end, (0, 0, 0), "delivered after the producer was replaced");
-    let put_back = bridge.metrics.put_back.with_label_values(&["fatal"]).get();
+    let put_back = put_back_of(&bridge, "fatal");
     assert!(put_back > 0, "the fatal error hit a batch, which went back");
     let duplicates = stop_and_tally(bridge, &capture, &expected).await;
     let retried: usize = capture
@@ -477,7 +481,11 @@ async fn shutdown_during_an_outage_puts_claimed_messages_back() {
     mock.broker_down(-1).unwrap();
     assert!(wait_until(Duration::from_secs(10), || !bridge.sink_up()).await);
 
-    let put_back = bridge.metrics.put_back.with_label_values(&["shutdown"]);
+    let cells = bridge
+        .metrics
+        .triggers
+        .find("shutdown")
+        .expect("the trigger's series");
     let took = bridge.stop(Duration::from_secs(4 + 3)).await;
     println!("shutdown during an outage took {took:?} (shutdown.timeout 4s)");
     assert_eq!(
@@ -485,7 +493,7 @@ async fn shutdown_during_an_outage_puts_claimed_messages_back() {
         (100, 0, 0),
         "in-flight set empty, every member back in the source set"
     );
-    assert_eq!(put_back.get(), 100);
+    assert_eq!(cells.put_back.load(Ordering::Relaxed), 100);
     let keys = delay_bridge::keys::QueueKeys::derive(key).unwrap();
     assert_eq!(
         hlen(&mut r, &keys.attempts).await,
@@ -506,4 +514,13 @@ async fn shutdown_during_an_outage_puts_claimed_messages_back() {
         expected.len()
     );
     cleanup_keys(&mut r, key).await;
+}
+
+/// Messages trigger `trigger` put back so far.
+fn put_back_of(bridge: &InProcess, trigger: &str) -> u64 {
+    bridge
+        .metrics
+        .triggers
+        .find(trigger)
+        .map_or(0, |c| c.put_back.load(Ordering::Relaxed))
 }

@@ -1,11 +1,11 @@
-//! The Redis Cluster phase: the claim and settle ceiling on one queue and on one queue per
-//! master, and a cluster-mode bridge forwarding from one queue per master.
+//! The Redis Cluster phase: claim and settle ceilings on one shard and on all, and forwarding.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use delay_bridge::config::{RedisConfig, RedisMode};
+use delay_bridge::keys::shard_key;
 use delay_bridge::redis_conn::{slot, Conn, Endpoint};
 use futures_util::future::try_join_all;
 use tokio::time::Instant;
@@ -41,48 +41,48 @@ impl Bench {
             .context("reading the cluster's slots")?;
         let masters = topology.masters();
         anyhow::ensure!(!masters.is_empty(), "the cluster has no master");
-        // One key per master: a tag whose slot that master serves.
-        let mut keys: Vec<Option<String>> = vec![None; masters.len()];
-        for i in 0..100_000 {
-            let key = format!("delay-bridge-bench:{{{}-cl{i}}}", self.run_id);
-            let owner = topology.master_of(slot(key.as_bytes()));
-            if let Some(at) = masters.iter().position(|m| Some(*m) == owner) {
-                keys[at].get_or_insert(key);
-            }
-            if keys.iter().all(Option::is_some) {
-                break;
-            }
-        }
-        let keys: Vec<String> = keys.into_iter().flatten().collect();
-        anyhow::ensure!(keys.len() == masters.len(), "no key found for every master");
+        // One trigger of `--shards` shards; each shard's slot, and so its master, is fixed by
+        // its name.
+        let shards = self.args.shards.max(1);
+        let key = format!("delay-bridge-bench:{{{}-cl}}", self.run_id);
+        let keys: Vec<String> = (0..shards)
+            .map(|i| shard_key(&key, i, shards).expect("the key has a hash tag"))
+            .collect();
+        let mut spread: Vec<usize> = masters
+            .iter()
+            .map(|m| {
+                keys.iter()
+                    .filter(|k| topology.master_of(slot(k.as_bytes())) == Some(*m))
+                    .count()
+            })
+            .collect();
+        spread.sort_unstable();
 
-        eprintln!("bench: cluster ceiling, 1 queue, {n} messages");
-        let one_queue = self.cluster_ceiling(&conn, &keys[..1], n).await?;
+        eprintln!("bench: cluster ceiling, 1 shard, {n} messages");
+        let one_shard = self.cluster_ceiling(&conn, &keys[..1], n).await?;
         eprintln!(
-            "bench: cluster ceiling, {} queues on {} masters, {n} messages",
-            keys.len(),
+            "bench: cluster ceiling, {shards} shards on {} masters ({spread:?} per master), {n} messages",
             masters.len()
         );
-        let per_master = self.cluster_ceiling(&conn, &keys, n).await?;
-        eprintln!(
-            "bench: cluster forwarding, {} queues, {n} messages",
-            keys.len()
-        );
-        let forward = self.cluster_forward(&conn, &keys, n).await;
+        let all_shards = self.cluster_ceiling(&conn, &keys, n).await?;
+        eprintln!("bench: cluster forwarding, {shards} shards, {n} messages");
+        let forward = self.cluster_forward(&conn, &key, &keys, n).await;
         for key in &keys {
             let _ = redis_ops::unlink_queue(&mut conn.clone(), key).await;
             let _ = redis_ops::unlink_queue(&mut conn.clone(), &staging(key)).await;
         }
         Ok(ClusterRun {
             masters: masters.len(),
-            one_queue,
-            per_master,
+            shards,
+            spread,
+            one_shard,
+            all_shards,
             forward: forward?,
         })
     }
 
-    /// `n` members spread over `keys`, drained by the bridge's claim and settle scripts
-    /// with the bench trigger's workers on each key at once.
+    /// `n` members spread over `keys`, drained by the bridge's claim and settle scripts with
+    /// the bench trigger's workers spread over the keys, at least one per key, at once.
     async fn cluster_ceiling(&self, conn: &Conn, keys: &[String], n: u64) -> anyhow::Result<Rate> {
         let shape = self.args.shape();
         let due = now_ms() - 1000;
@@ -100,15 +100,10 @@ impl Bench {
             )
             .await?;
         }
+        let per_key = (self.trigger.workers / keys.len()).max(1);
         let start = Instant::now();
         let claimed: u64 = try_join_all(keys.iter().map(|key| {
-            redis_ops::claim_ceiling(
-                conn.clone(),
-                key,
-                &shape,
-                self.trigger.workers,
-                self.trigger.batch,
-            )
+            redis_ops::claim_ceiling(conn.clone(), key, &shape, per_key, self.trigger.batch)
         }))
         .await?
         .into_iter()
@@ -123,9 +118,15 @@ impl Bench {
         Ok(Rate::new(n, secs))
     }
 
-    /// A cluster-mode bridge with one trigger per key draining `n` members due now, loaded
-    /// beside each queue and renamed into it once the bridge is ready.
-    async fn cluster_forward(&self, conn: &Conn, keys: &[String], n: u64) -> anyhow::Result<Rate> {
+    /// A cluster-mode bridge with one trigger on `key`, whose shards are `keys`, draining `n`
+    /// members due now, loaded beside each shard and renamed into it once the bridge is ready.
+    async fn cluster_forward(
+        &self,
+        conn: &Conn,
+        key: &str,
+        keys: &[String],
+        n: u64,
+    ) -> anyhow::Result<Rate> {
         let shape = self.args.shape();
         let due = now_ms() - 1000;
         let base = self.next_base();
@@ -146,11 +147,12 @@ impl Bench {
         let (path, _) = BridgeToml {
             args: &self.args,
             broker: &self.broker,
-            keys,
+            keys: &[key.to_string()],
             notifications: true,
             metrics_port: port,
             backlog: false,
             cluster: &self.args.redis_cluster,
+            shards: keys.len() as u32,
         }
         .write(&self.dir, "cluster")?;
         let log = self.dir.join("cluster.log");

@@ -119,10 +119,13 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1_000_000)]
     pub big_messages: u64,
     /// Also measure on a Redis Cluster through these seed nodes (comma-separated
-    /// `redis://host:port`): the claim and settle ceiling on one queue and on one queue per
-    /// master, and a cluster-mode bridge forwarding from one queue per master.
+    /// `redis://host:port`): the claim and settle ceiling on one shard and on `--shards`
+    /// shards, and a cluster-mode bridge forwarding from a trigger of `--shards` shards.
     #[arg(long, value_delimiter = ',', value_name = "NODES")]
     pub redis_cluster: Vec<String>,
+    /// Shards of the trigger the cluster phase measures.
+    #[arg(long, default_value_t = 12)]
+    pub shards: u32,
     /// Phases to leave out (repeat or comma-separate).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub skip: Vec<Phase>,
@@ -331,6 +334,7 @@ impl Bench {
                 metrics_port: 0,
                 backlog,
                 cluster: &[],
+                shards: 1,
             }
             .write(&dir, "probe")
         };
@@ -431,6 +435,8 @@ struct BridgeToml<'a> {
     backlog: bool,
     /// Seed nodes of a Redis Cluster to run on instead of `--redis-url` (none: standalone).
     cluster: &'a [String],
+    /// Shards of each trigger (`keys` are then the triggers' keys, not the shards').
+    shards: u32,
 }
 
 impl BridgeToml<'_> {
@@ -459,6 +465,18 @@ impl BridgeToml<'_> {
                 self.broker.route_toml(self.backlog)
             ));
             out.push_str(&self.args.shape().trigger_toml());
+            if self.shards > 1 {
+                out.push_str(&format!("shards = {}\n", self.shards));
+                // One worker per shard at least, as the ceiling has one claimer per shard.
+                let workers_set = self
+                    .args
+                    .trigger_set
+                    .iter()
+                    .any(|l| l.trim_start().starts_with("workers"));
+                if !workers_set {
+                    out.push_str(&format!("workers = {}\n", self.shards.max(4)));
+                }
+            }
             for line in &self.args.trigger_set {
                 out.push_str(line);
                 out.push('\n');

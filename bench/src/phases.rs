@@ -189,6 +189,7 @@ impl Bench {
             metrics_port: port,
             backlog,
             cluster: &[],
+            shards: 1,
         }
         .write(&self.dir, name)?;
         let log = self.dir.join(format!("{name}.log"));

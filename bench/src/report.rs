@@ -66,13 +66,17 @@ pub struct Settings {
 /// What the Redis Cluster phase measured, `--messages` each.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClusterRun {
-    /// Masters serving slots (one queue each in the last two measurements).
+    /// Masters serving slots.
     pub masters: usize,
-    /// The claim and settle scripts alone, on one queue (one master).
-    pub one_queue: Rate,
-    /// The same on one queue per master at once.
-    pub per_master: Rate,
-    /// A cluster-mode bridge draining one queue per master.
+    /// Shards of the sharded trigger.
+    pub shards: u32,
+    /// How many of the shards each master serves, fewest first.
+    pub spread: Vec<usize>,
+    /// The claim and settle scripts alone, on one shard (one master).
+    pub one_shard: Rate,
+    /// The same on every shard at once.
+    pub all_shards: Rate,
+    /// A cluster-mode bridge draining a trigger of `shards` shards.
     pub forward: Rate,
 }
 
@@ -237,10 +241,10 @@ impl Report {
     /// forwarding next to the broker's ceiling.
     fn cluster_rows(&self, c: &ClusterRun, broker: Option<f64>, redis: Option<f64>) -> Vec<Row> {
         let kafka = self.settings.sink == "kafka";
-        let one = c.one_queue.msg_per_s;
-        let spread = c.per_master.msg_per_s;
+        let one = c.one_shard.msg_per_s;
+        let spread = c.all_shards.msg_per_s;
         let mut rows = vec![Row {
-            measurement: "cluster redis ceiling, 1 queue (1 master)".into(),
+            measurement: "cluster redis ceiling, 1 shard (1 master)".into(),
             ceiling: rate(one),
             ratio: redis.map_or(String::new(), |r| {
                 format!("{:.0}% of standalone", 100.0 * one / r)
@@ -249,8 +253,8 @@ impl Report {
         }];
         rows.push(Row {
             measurement: format!(
-                "cluster redis ceiling, {} queues on {} masters",
-                c.masters, c.masters
+                "cluster redis ceiling, {} shards on {} masters ({:?} per master)",
+                c.shards, c.masters, c.spread
             ),
             ceiling: rate(spread),
             ratio: redis.map_or(String::new(), |r| {
@@ -272,8 +276,8 @@ impl Report {
         };
         rows.push(Row {
             measurement: format!(
-                "cluster forwarding rate ({} queues, {} messages)",
-                c.masters, c.forward.messages
+                "cluster forwarding rate ({} shards, {} messages)",
+                c.shards, c.forward.messages
             ),
             bridge: rate(v),
             ceiling: ceiling.map(rate).unwrap_or_default(),
@@ -641,8 +645,10 @@ mod tests {
         r.redis_ceiling = Some(Rate::new(2000, 1.0));
         r.cluster = Some(ClusterRun {
             masters: 3,
-            one_queue: Rate::new(1800, 1.0),
-            per_master: Rate::new(2100, 1.0),
+            shards: 12,
+            spread: vec![3, 4, 5],
+            one_shard: Rate::new(1800, 1.0),
+            all_shards: Rate::new(2100, 1.0),
             forward: Rate::new(790, 1.0),
         });
         let rows = r.rows();
@@ -652,7 +658,7 @@ mod tests {
                 .unwrap()
                 .clone()
         };
-        let spread = find("cluster redis ceiling, 3 queues");
+        let spread = find("cluster redis ceiling, 12 shards");
         assert_eq!(
             (spread.ratio.as_str(), spread.result.as_str()),
             ("105% of standalone", "PASS")

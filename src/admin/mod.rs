@@ -188,9 +188,10 @@ impl Admin {
     fn delivery(&self, t: &TriggerConfig) -> (u64, Option<f64>) {
         let forwarded = self
             .metrics
+            .triggers
+            .cells(&t.name, &t.sink)
             .forwarded
-            .with_label_values(&[t.name.as_str(), t.sink.as_str()])
-            .get();
+            .load(std::sync::atomic::Ordering::Relaxed);
         let lateness = self.metrics.lateness.with_label_values(&[t.name.as_str()]);
         let proto = prometheus::core::Metric::metric(&lateness);
         let h = proto.get_histogram();

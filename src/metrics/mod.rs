@@ -1,12 +1,14 @@
 //! Every Prometheus metric of the bridge, registered in one registry that is passed in.
 
+mod series;
 mod trigger;
 
+pub use series::{Cells, TriggerSeries};
 pub use trigger::TriggerMetrics;
 
 use prometheus::{
-    exponential_buckets, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    exponential_buckets, Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Handles to the bridge's metrics. Labels are bounded: trigger, sink, reason, state.
@@ -14,22 +16,8 @@ use prometheus::{
 pub struct Metrics {
     /// The registry all metrics live in.
     pub registry: Registry,
-    /// Messages confirmed by the broker and removed from Redis.
-    pub forwarded: IntCounterVec,
-    /// Messages that failed and were scheduled again, by reason.
-    pub retried: IntCounterVec,
-    /// Messages moved to the dead-letter set, by reason.
-    pub dead_lettered: IntCounterVec,
-    /// `messages_expired_total{trigger}`
-    pub expired: IntCounterVec,
-    /// Dead letters the broker confirmed at the trigger's dead-letter destination.
-    pub dead_letters_forwarded: IntCounterVec,
-    /// Dead letters not forwarded on a try, by reason (retried after the lease, or kept).
-    pub dead_letter_forward_failures: IntCounterVec,
-    /// Expired leases recovered (messages delivered again after a crash or lost reply).
-    pub redelivered: IntCounterVec,
-    /// Messages put back unattempted (shutdown, connection loss).
-    pub put_back: IntCounterVec,
+    /// Every trigger's counters and gauges (exported when scraped).
+    pub triggers: std::sync::Arc<TriggerSeries>,
     /// Broker confirmation time minus due time.
     pub lateness: HistogramVec,
     /// Publish of one batch until its last confirmation.
@@ -38,20 +26,6 @@ pub struct Metrics {
     pub claim_duration: HistogramVec,
     /// Members per non-empty claim.
     pub claim_batch_size: HistogramVec,
-    /// Claims that found nothing due.
-    pub empty_claims: IntCounterVec,
-    /// Claims that took nothing because the trigger's rate limit was spent.
-    pub rate_limited_claims: IntCounterVec,
-    /// Times an idle worker was woken by a keyspace notification.
-    pub notify_wakeups: IntCounterVec,
-    /// Redis errors by trigger and kind.
-    pub redis_errors: IntCounterVec,
-    /// Queue sizes by state: due, scheduled, inflight, dead.
-    pub backlog: IntGaugeVec,
-    /// Age of the oldest overdue member.
-    pub oldest_due_age: prometheus::GaugeVec,
-    /// 1 while an operator has paused a trigger's claims.
-    pub trigger_paused: IntGaugeVec,
     /// Admin API requests by action and HTTP status.
     pub admin_requests: IntCounterVec,
     /// Redis Cluster topology changes the keyspace notifications followed.
@@ -113,17 +87,10 @@ impl Metrics {
         let latency_buckets = exponential_buckets(0.0001, 2.0, 18).expect("valid buckets");
         let size_buckets = exponential_buckets(1.0, 2.0, 14).expect("valid buckets");
 
-        let oldest_due_age = GaugeVec::new(
-            Opts::new(
-                "oldest_due_age_seconds",
-                "Age of the oldest member that is due and not yet claimed",
-            ),
-            &["trigger"],
-        )
-        .expect("valid metric");
+        let triggers = std::sync::Arc::new(TriggerSeries::new());
         registry
-            .register(Box::new(oldest_due_age.clone()))
-            .expect("unique metric");
+            .register(Box::new(series::Exporter(triggers.clone())))
+            .expect("unique metrics");
         let redis_up =
             IntGauge::new("redis_up", "1 while Redis answers, else 0").expect("valid metric");
         registry
@@ -139,46 +106,7 @@ impl Metrics {
             .expect("unique metric");
 
         let m = Self {
-            forwarded: counter(
-                "messages_forwarded_total",
-                "Messages confirmed by the broker and removed from Redis",
-                &["trigger", "sink"],
-            ),
-            retried: counter(
-                "messages_retried_total",
-                "Messages that failed and were scheduled again after a backoff",
-                &["trigger", "reason"],
-            ),
-            dead_lettered: counter(
-                "messages_dead_lettered_total",
-                "Messages moved to the dead-letter set",
-                &["trigger", "reason"],
-            ),
-            dead_letters_forwarded: counter(
-                "dead_letters_forwarded_total",
-                "Dead letters the broker confirmed at the trigger's dead-letter destination and that left Redis",
-                &["trigger"],
-            ),
-            dead_letter_forward_failures: counter(
-                "dead_letter_forward_failures_total",
-                "Dead letters that a forward did not deliver, by reason: tried again after the lease, or kept in Redis when the broker refuses them",
-                &["trigger", "reason"],
-            ),
-            expired: counter(
-                "messages_expired_total",
-                "Messages claimed after their expiry (expire_after, an envelope's expires_at_ms): dead-lettered as expired or dropped, never published",
-                &["trigger"],
-            ),
-            redelivered: counter(
-                "messages_redelivered_total",
-                "In-flight messages whose lease expired and were put back to be delivered again",
-                &["trigger"],
-            ),
-            put_back: counter(
-                "messages_put_back_total",
-                "Claimed messages returned unattempted or unconfirmed (shutdown, broker connection lost)",
-                &["trigger"],
-            ),
+            triggers,
             lateness: histogram(
                 "lateness_seconds",
                 "Broker confirmation time minus due time",
@@ -203,24 +131,6 @@ impl Metrics {
                 &["trigger"],
                 size_buckets,
             ),
-            empty_claims: counter("empty_claims_total", "Claims that found nothing due", &["trigger"]),
-            rate_limited_claims: counter(
-                "rate_limited_claims_total",
-                "Claims that took nothing because the trigger's rate limit was spent",
-                &["trigger"],
-            ),
-            notify_wakeups: counter(
-                "notify_wakeups_total",
-                "Idle waits ended early by a keyspace notification",
-                &["trigger"],
-            ),
-            redis_errors: counter("redis_errors_total", "Failed Redis calls by kind", &["trigger", "kind"]),
-            backlog: int_gauge(
-                "backlog_messages",
-                "Members per state: due, scheduled, inflight, dead",
-                &["trigger", "state"],
-            ),
-            oldest_due_age,
             redis_topology_changes: plain_counter(
                 "redis_topology_changes_total",
                 "Redis Cluster topology changes followed: a key's master changed or a master's connection ended",
@@ -234,11 +144,6 @@ impl Metrics {
                 "admin_requests_total",
                 "Admin API requests by action (read, pause, purge, ...) and HTTP status",
                 &["action", "code"],
-            ),
-            trigger_paused: int_gauge(
-                "trigger_paused",
-                "1 while an operator has paused the trigger's claims, else 0",
-                &["trigger"],
             ),
             sink_up: int_gauge("sink_up", "1 while the sink's broker is connected, else 0", &["sink"]),
             redis_up,

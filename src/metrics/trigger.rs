@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
-use std::sync::OnceLock;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, OnceLock};
 
-use prometheus::{Gauge, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge};
+use prometheus::{Histogram, HistogramVec};
 
-use super::Metrics;
+use super::{Cells, Metrics};
 use crate::store::{FailOutcome, QueueStats, Settled, Settlement};
 
 /// Kinds of Redis errors (`StoreError::kind`), pre-created at 0.
@@ -24,27 +25,13 @@ const REDIS_ERROR_KINDS: [&str; 6] = [
 pub struct TriggerMetrics {
     name: String,
     sink: String,
-    forwarded: IntCounter,
-    put_back: IntCounter,
-    redelivered: IntCounter,
+    cells: Arc<Cells>,
     lateness: Lazy,
     publish_duration: Lazy,
-    claim_duration: Histogram,
+    claim_duration: Lazy,
     claim_batch_size: Lazy,
-    empty_claims: IntCounter,
-    rate_limited_claims: IntCounter,
-    notify_wakeups: IntCounter,
-    retried: IntCounterVec,
-    dead_lettered: IntCounterVec,
-    expired: IntCounter,
-    dead_letters_forwarded: IntCounterVec,
-    dead_letter_forward_failures: IntCounterVec,
-    redis_errors: IntCounterVec,
-    backlog: [IntGauge; 4],
-    oldest_due_age: Gauge,
-    paused: IntGauge,
     /// Each shard's last sizes and pause: the gauges show the whole trigger.
-    shards: std::sync::Arc<std::sync::Mutex<Vec<QueueStats>>>,
+    shards: Arc<std::sync::Mutex<Vec<QueueStats>>>,
 }
 
 /// A histogram series made at its first observation: a trigger that never delivers keeps
@@ -74,38 +61,23 @@ impl TriggerMetrics {
     /// `reasons` (and of every Redis error kind) start at 0, so that `increase()` and
     /// alerts see their first event.
     pub fn new(m: &Metrics, name: &str, sink: &str, reasons: &[&str], shards: usize) -> Self {
-        let one = [name];
+        let cells = m.triggers.cells(name, sink);
         for reason in reasons {
-            m.retried.with_label_values(&[name, reason]);
-            m.dead_lettered.with_label_values(&[name, reason]);
+            cells.retried.touch(reason);
+            cells.dead_lettered.touch(reason);
         }
         for kind in REDIS_ERROR_KINDS {
-            m.redis_errors.with_label_values(&[name, kind]);
+            cells.redis_errors.touch(kind);
         }
         Self {
             name: name.to_string(),
             sink: sink.to_string(),
-            forwarded: m.forwarded.with_label_values(&[name, sink]),
-            put_back: m.put_back.with_label_values(&one),
-            redelivered: m.redelivered.with_label_values(&one),
+            cells,
             lateness: Lazy::new(&m.lateness),
             publish_duration: Lazy::new(&m.publish_duration),
-            claim_duration: m.claim_duration.with_label_values(&one),
+            claim_duration: Lazy::new(&m.claim_duration),
             claim_batch_size: Lazy::new(&m.claim_batch_size),
-            empty_claims: m.empty_claims.with_label_values(&one),
-            rate_limited_claims: m.rate_limited_claims.with_label_values(&one),
-            notify_wakeups: m.notify_wakeups.with_label_values(&one),
-            retried: m.retried.clone(),
-            dead_lettered: m.dead_lettered.clone(),
-            expired: m.expired.with_label_values(&one),
-            dead_letters_forwarded: m.dead_letters_forwarded.clone(),
-            dead_letter_forward_failures: m.dead_letter_forward_failures.clone(),
-            redis_errors: m.redis_errors.clone(),
-            backlog: ["due", "scheduled", "inflight", "dead"]
-                .map(|state| m.backlog.with_label_values(&[name, state])),
-            oldest_due_age: m.oldest_due_age.with_label_values(&one),
-            paused: m.trigger_paused.with_label_values(&one),
-            shards: std::sync::Arc::new(std::sync::Mutex::new(vec![
+            shards: Arc::new(std::sync::Mutex::new(vec![
                 QueueStats::default();
                 shards.max(1)
             ])),
@@ -115,42 +87,48 @@ impl TriggerMetrics {
     /// A claim script call took `took` and took nothing because the trigger is paused or,
     /// with `rate_limited`, its rate limit is spent.
     pub fn held(&self, took: Duration, rate_limited: bool) {
-        self.claim_duration.observe(took.as_secs_f64());
+        self.claim_took(took);
         if rate_limited {
-            self.rate_limited_claims.inc();
+            self.cells.rate_limited_claims.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// A claim's duration, once the trigger has delivered (an idle trigger keeps no buckets).
+    fn claim_took(&self, took: Duration) {
+        if let Some(h) = self.claim_duration.series.get() {
+            h.observe(took.as_secs_f64());
         }
     }
 
     /// The trigger forwards its dead letters: its forwarding series start at 0, a failure
     /// series for each of `reasons`.
     pub fn forwarding_dead_letters(&self, reasons: &[&str]) {
-        self.dead_letters_forwarded.with_label_values(&[&self.name]);
+        self.cells.forwards_dead_letters.store(true, Relaxed);
         for reason in reasons {
-            self.dead_letter_forward_failures
-                .with_label_values(&[self.name.as_str(), reason]);
+            self.cells.dead_letter_forward_failures.touch(reason);
         }
     }
 
     /// `n` dead letters reached the dead-letter destination and left Redis.
     pub fn dead_letters_forwarded(&self, n: u64) {
-        self.dead_letters_forwarded
-            .with_label_values(&[&self.name])
-            .inc_by(n);
+        self.cells.dead_letters_forwarded.fetch_add(n, Relaxed);
     }
 
     /// A dead letter was not forwarded, for `reason`.
     pub fn dead_letter_not_forwarded(&self, reason: &str) {
-        self.dead_letter_forward_failures
-            .with_label_values(&[&self.name, reason])
-            .inc();
+        self.cells.dead_letter_forward_failures.add(reason, 1);
     }
 
-    /// A claim script call took `took` and returned `n` members.
+    /// A claim script call took `took` and returned `n` members. The claim-duration buckets
+    /// are made at the first claim that took something.
     pub fn claimed(&self, n: usize, took: Duration) {
-        self.claim_duration.observe(took.as_secs_f64());
         if n == 0 {
-            self.empty_claims.inc();
+            self.claim_took(took);
+            self.cells.empty_claims.fetch_add(1, Relaxed);
         } else {
+            self.claim_duration
+                .get(&[&self.name])
+                .observe(took.as_secs_f64());
             self.claim_batch_size.get(&[&self.name]).observe(n as f64);
         }
     }
@@ -164,7 +142,7 @@ impl TriggerMetrics {
 
     /// The broker confirmed messages due at `due_ms`, at `confirmed_ms` (both Redis clock).
     pub fn confirmed(&self, due_ms: &[i64], confirmed_ms: i64) {
-        self.forwarded.inc_by(due_ms.len() as u64);
+        self.cells.forwarded.fetch_add(due_ms.len() as u64, Relaxed);
         let lateness = self.lateness.get(&[&self.name]);
         for due in due_ms {
             let late = confirmed_ms.saturating_sub(*due).clamp(0, 86_400_000);
@@ -174,20 +152,18 @@ impl TriggerMetrics {
 
     /// The settle script ran `s` and did `done`; dead letters are also logged.
     pub fn settled(&self, s: &Settlement<'_>, done: &Settled) {
-        self.put_back.inc_by(done.put_back);
-        self.expired.inc_by(s.drop.len() as u64);
+        self.cells.put_back.fetch_add(done.put_back, Relaxed);
+        self.cells.expired.fetch_add(s.drop.len() as u64, Relaxed);
         for (outcome, failure) in done.fail_outcomes.iter().zip(&s.fail) {
             let reason = failure.reason.as_ref();
             match outcome {
-                FailOutcome::Retried => self.retried.with_label_values(&[&self.name, reason]).inc(),
+                FailOutcome::Retried => self.cells.retried.add(reason, 1),
                 FailOutcome::DeadLettered => {
                     if reason == "expired" {
-                        self.expired.inc();
+                        self.cells.expired.fetch_add(1, Relaxed);
                     }
                     tracing::warn!(reason, "message dead-lettered");
-                    self.dead_lettered
-                        .with_label_values(&[&self.name, reason])
-                        .inc();
+                    self.cells.dead_lettered.add(reason, 1);
                 }
                 FailOutcome::NotOwned => {}
             }
@@ -196,19 +172,17 @@ impl TriggerMetrics {
 
     /// `n` expired leases went back to the source set.
     pub fn redelivered(&self, n: u64) {
-        self.redelivered.inc_by(n);
+        self.cells.redelivered.fetch_add(n, Relaxed);
     }
 
     /// A Redis call failed with an error of this kind.
     pub fn redis_error(&self, kind: &str) {
-        self.redis_errors
-            .with_label_values(&[&self.name, kind])
-            .inc();
+        self.cells.redis_errors.add(kind, 1);
     }
 
     /// An idle worker was woken by a keyspace notification.
     pub fn woken(&self) {
-        self.notify_wakeups.inc();
+        self.cells.notify_wakeups.fetch_add(1, Relaxed);
     }
 
     /// Shard `shard`'s sizes were read: the gauges show the sums over the shards (the oldest
@@ -226,13 +200,14 @@ impl TriggerMetrics {
             QueueStats::sum(&shards)
         };
         for (gauge, v) in
-            self.backlog
+            self.cells
+                .backlog
                 .iter()
                 .zip([total.due, total.scheduled, total.inflight, total.dead])
         {
-            gauge.set(i64::try_from(v).unwrap_or(i64::MAX));
+            gauge.store(i64::try_from(v).unwrap_or(i64::MAX), Relaxed);
         }
-        self.oldest_due_age.set(total.oldest_due_age_seconds);
+        self.cells.set_oldest_due_age(total.oldest_due_age_seconds);
     }
 
     /// Whether an operator has paused shard `shard`, as the last claim or stats call saw it:
@@ -245,6 +220,6 @@ impl TriggerMetrics {
             }
             shards.iter().any(|s| s.paused)
         };
-        self.paused.set(i64::from(any));
+        self.cells.paused.store(i64::from(any), Relaxed);
     }
 }

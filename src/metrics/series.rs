@@ -1,0 +1,368 @@
+//! Each trigger's counters and gauges as plain atomics, made into series only when scraped.
+//!
+//! A series of the `prometheus` crate holds its own copy of its family's description and of
+//! its labels; with tens of series per trigger and thousands of triggers that is most of an
+//! idle bridge's memory. Here a trigger holds a few dozen bytes per series, and the series
+//! exist only while `/metrics` is being answered.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+
+/// A counter with a second label (a reason or a kind): its values by that label.
+#[derive(Default)]
+pub struct ByLabel(Mutex<BTreeMap<String, u64>>);
+
+impl ByLabel {
+    /// Makes the series of `label` exist, at 0 if new.
+    pub fn touch(&self, label: &str) {
+        self.add(label, 0);
+    }
+
+    /// Adds `n` to the series of `label`.
+    pub fn add(&self, label: &str, n: u64) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get_mut(label) {
+            Some(v) => *v += n,
+            None => {
+                map.insert(label.to_string(), n);
+            }
+        }
+    }
+
+    /// The value of `label`'s series (0 if it does not exist).
+    pub fn get(&self, label: &str) -> u64 {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(label).copied().unwrap_or(0)
+    }
+
+    fn each(&self, out: Emit<'_>) {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        for (label, v) in map.iter() {
+            out(Some(label), *v as f64);
+        }
+    }
+}
+
+/// One trigger's counters and gauges.
+#[derive(Default)]
+pub struct Cells {
+    trigger: String,
+    sink: String,
+    /// Messages confirmed by the broker and removed from Redis.
+    pub forwarded: AtomicU64,
+    /// Claimed messages returned unattempted or unconfirmed.
+    pub put_back: AtomicU64,
+    /// Expired leases put back.
+    pub redelivered: AtomicU64,
+    /// Claims that found nothing due.
+    pub empty_claims: AtomicU64,
+    /// Claims held by the rate limit.
+    pub rate_limited_claims: AtomicU64,
+    /// Idle waits ended by a keyspace notification.
+    pub notify_wakeups: AtomicU64,
+    /// Messages claimed after their expiry.
+    pub expired: AtomicU64,
+    /// Whether the trigger forwards dead letters (its forwarding series exist).
+    pub forwards_dead_letters: AtomicBool,
+    /// Dead letters the broker confirmed at the dead-letter destination.
+    pub dead_letters_forwarded: AtomicU64,
+    /// Retried messages by reason.
+    pub retried: ByLabel,
+    /// Dead-lettered messages by reason.
+    pub dead_lettered: ByLabel,
+    /// Dead letters not forwarded on a try, by reason.
+    pub dead_letter_forward_failures: ByLabel,
+    /// Failed Redis calls by kind.
+    pub redis_errors: ByLabel,
+    /// Members due, scheduled, in flight and dead.
+    pub backlog: [AtomicI64; 4],
+    /// Age of the oldest due member in seconds, as `f64` bits.
+    pub oldest_due_age: AtomicU64,
+    /// 1 while paused.
+    pub paused: AtomicI64,
+}
+
+impl Cells {
+    /// Sets the oldest due age, in seconds.
+    pub fn set_oldest_due_age(&self, seconds: f64) {
+        self.oldest_due_age.store(seconds.to_bits(), Relaxed);
+    }
+}
+
+/// The states of `backlog_messages`, in the order of [`Cells::backlog`].
+pub const BACKLOG_STATES: [&str; 4] = ["due", "scheduled", "inflight", "dead"];
+
+/// Receives one series: its second label's value (if the family has one) and its value.
+type Emit<'a> = &'a mut dyn FnMut(Option<&str>, f64);
+
+/// One exported family: its name (without the registry's prefix), help, type, labels (the
+/// first is always `trigger`) and how a trigger's cells give its series.
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: MetricType,
+    labels: &'static [&'static str],
+    series: fn(&Cells, Emit<'_>),
+}
+
+fn load(v: &AtomicU64) -> f64 {
+    v.load(Relaxed) as f64
+}
+
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "messages_forwarded_total",
+        help: "Messages confirmed by the broker and removed from Redis",
+        kind: MetricType::COUNTER,
+        labels: &["trigger", "sink"],
+        series: |c, out| out(Some(&c.sink), load(&c.forwarded)),
+    },
+    Family {
+        name: "messages_retried_total",
+        help: "Messages that failed and were scheduled again after a backoff",
+        kind: MetricType::COUNTER,
+        labels: &["trigger", "reason"],
+        series: |c, out| c.retried.each(out),
+    },
+    Family {
+        name: "messages_dead_lettered_total",
+        help: "Messages moved to the dead-letter set",
+        kind: MetricType::COUNTER,
+        labels: &["trigger", "reason"],
+        series: |c, out| c.dead_lettered.each(out),
+    },
+    Family {
+        name: "dead_letters_forwarded_total",
+        help: "Dead letters the broker confirmed at the trigger's dead-letter destination and that left Redis",
+        kind: MetricType::COUNTER,
+        labels: &["trigger"],
+        series: |c, out| {
+            if c.forwards_dead_letters.load(Relaxed) {
+                out(None, load(&c.dead_letters_forwarded));
+            }
+        },
+    },
+    Family {
+        name: "dead_letter_forward_failures_total",
+        help: "Dead letters that a forward did not deliver, by reason: tried again after the lease, or kept in Redis when the broker refuses them",
+        kind: MetricType::COUNTER,
+        labels: &["trigger", "reason"],
+        series: |c, out| c.dead_letter_forward_failures.each(out),
+    },
+    Family {
+        name: "messages_expired_total",
+        help: "Messages claimed after their expiry (expire_after, an envelope's expires_at_ms): dead-lettered as expired or dropped, never published",
+        kind: MetricType::COUNTER,
+        labels: &["trigger"],
+        series: |c, out| out(None, load(&c.expired)),
+    },
+    Family {
+        name: "messages_redelivered_total",
+        help: "In-flight messages whose lease expired and were put back to be delivered again",
+        kind: MetricType::COUNTER,
+        labels: &["trigger"],
+        series: |c, out| out(None, load(&c.redelivered)),
+    },
+    Family {
+        name: "messages_put_back_total",
+        help: "Claimed messages returned unattempted or unconfirmed (shutdown, broker connection lost)",
+        kind: MetricType::COUNTER,
+        labels: &["trigger"],
+        series: |c, out| out(None, load(&c.put_back)),
+    },
+    Family {
+        name: "empty_claims_total",
+        help: "Claims that found nothing due",
+        kind: MetricType::COUNTER,
+        labels: &["trigger"],
+        series: |c, out| out(None, load(&c.empty_claims)),
+    },
+    Family {
+        name: "rate_limited_claims_total",
+        help: "Claims that took nothing because the trigger's rate limit was spent",
+        kind: MetricType::COUNTER,
+        labels: &["trigger"],
+        series: |c, out| out(None, load(&c.rate_limited_claims)),
+    },
+    Family {
+        name: "notify_wakeups_total",
+        help: "Idle waits ended early by a keyspace notification",
+        kind: MetricType::COUNTER,
+        labels: &["trigger"],
+        series: |c, out| out(None, load(&c.notify_wakeups)),
+    },
+    Family {
+        name: "redis_errors_total",
+        help: "Failed Redis calls by kind",
+        kind: MetricType::COUNTER,
+        labels: &["trigger", "kind"],
+        series: |c, out| c.redis_errors.each(out),
+    },
+    Family {
+        name: "backlog_messages",
+        help: "Members per state: due, scheduled, inflight, dead",
+        kind: MetricType::GAUGE,
+        labels: &["trigger", "state"],
+        series: |c, out| {
+            for (state, v) in BACKLOG_STATES.iter().zip(&c.backlog) {
+                out(Some(state), v.load(Relaxed) as f64);
+            }
+        },
+    },
+    Family {
+        name: "oldest_due_age_seconds",
+        help: "Age of the oldest member that is due and not yet claimed",
+        kind: MetricType::GAUGE,
+        labels: &["trigger"],
+        series: |c, out| out(None, f64::from_bits(c.oldest_due_age.load(Relaxed))),
+    },
+    Family {
+        name: "trigger_paused",
+        help: "1 while an operator has paused the trigger's claims, else 0",
+        kind: MetricType::GAUGE,
+        labels: &["trigger"],
+        series: |c, out| out(None, c.paused.load(Relaxed) as f64),
+    },
+];
+
+/// Every trigger's cells, by trigger and sink, and the collector that exports them.
+pub struct TriggerSeries {
+    cells: Mutex<BTreeMap<(String, String), Arc<Cells>>>,
+    descs: Vec<Desc>,
+}
+
+impl TriggerSeries {
+    pub(super) fn new() -> Self {
+        let descs = FAMILIES
+            .iter()
+            .map(|f| {
+                let labels = f.labels.iter().map(|l| l.to_string()).collect();
+                Desc::new(f.name.into(), f.help.into(), labels, HashMap::new())
+                    .expect("valid metric")
+            })
+            .collect();
+        Self {
+            cells: Mutex::new(BTreeMap::new()),
+            descs,
+        }
+    }
+
+    /// The cells of `trigger` publishing to `sink`, made at first use and kept (a reloaded
+    /// trigger counts on).
+    pub fn cells(&self, trigger: &str, sink: &str) -> Arc<Cells> {
+        let mut map = self.cells.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry((trigger.to_string(), sink.to_string()))
+            .or_insert_with(|| {
+                Arc::new(Cells {
+                    trigger: trigger.to_string(),
+                    sink: sink.to_string(),
+                    ..Cells::default()
+                })
+            })
+            .clone()
+    }
+
+    /// The cells of `trigger` (with any sink), if it has some.
+    pub fn find(&self, trigger: &str) -> Option<Arc<Cells>> {
+        let map = self.cells.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter()
+            .find(|((t, _), _)| t == trigger)
+            .map(|(_, c)| c.clone())
+    }
+}
+
+/// Registers `series` as a collector of a registry.
+pub(super) struct Exporter(pub Arc<TriggerSeries>);
+
+impl Collector for Exporter {
+    fn desc(&self) -> Vec<&Desc> {
+        self.0.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let cells: Vec<Arc<Cells>> = {
+            let map = self.0.cells.lock().unwrap_or_else(|e| e.into_inner());
+            map.values().cloned().collect()
+        };
+        FAMILIES
+            .iter()
+            .map(|f| {
+                let mut mf = MetricFamily::default();
+                mf.set_name(f.name.to_string());
+                mf.set_help(f.help.to_string());
+                mf.set_field_type(f.kind);
+                let metrics = mf.mut_metric();
+                for c in &cells {
+                    (f.series)(c, &mut |second, value| {
+                        let mut labels = vec![label(f.labels[0], &c.trigger)];
+                        if let (Some(name), Some(v)) = (f.labels.get(1), second) {
+                            labels.push(label(name, v));
+                        }
+                        let mut m = Metric::from_label(labels);
+                        if f.kind == MetricType::GAUGE {
+                            let mut g = Gauge::default();
+                            g.set_value(value);
+                            m.set_gauge(g);
+                        } else {
+                            let mut counter = Counter::default();
+                            counter.set_value(value);
+                            m.set_counter(counter);
+                        }
+                        metrics.push(m);
+                    });
+                }
+                mf
+            })
+            .collect()
+    }
+}
+
+fn label(name: &str, value: &str) -> LabelPair {
+    let mut l = LabelPair::default();
+    l.set_name(name.to_string());
+    l.set_value(value.to_string());
+    l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_are_exported_with_their_labels_and_kept_per_trigger() {
+        let series = Arc::new(TriggerSeries::new());
+        let a = series.cells("a", "rabbit");
+        a.forwarded.fetch_add(3, Relaxed);
+        a.retried.touch("nacked");
+        a.retried.add("timeout", 2);
+        a.backlog[1].store(7, Relaxed);
+        assert!(Arc::ptr_eq(&a, &series.cells("a", "rabbit")));
+        let families = Exporter(series.clone()).collect();
+        let find = |name: &str| families.iter().find(|f| f.name() == name).unwrap();
+        let forwarded = &find("messages_forwarded_total").get_metric()[0];
+        let labels: Vec<(&str, &str)> = forwarded
+            .get_label()
+            .iter()
+            .map(|l| (l.name(), l.value()))
+            .collect();
+        assert_eq!(labels, [("trigger", "a"), ("sink", "rabbit")]);
+        assert_eq!(forwarded.get_counter().get_value(), 3.0);
+        let retried: Vec<(String, f64)> = find("messages_retried_total")
+            .get_metric()
+            .iter()
+            .map(|m| {
+                (
+                    m.get_label()[1].value().to_string(),
+                    m.get_counter().get_value(),
+                )
+            })
+            .collect();
+        assert_eq!(retried, [("nacked".into(), 0.0), ("timeout".into(), 2.0)]);
+        assert_eq!(find("backlog_messages").get_metric().len(), 4);
+        assert!(find("dead_letters_forwarded_total").get_metric().is_empty());
+    }
+}
