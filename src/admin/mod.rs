@@ -21,7 +21,7 @@ mod routes;
 #[derive(Clone)]
 pub struct AdminTrigger {
     /// Its configuration (name, key, sink, payload mode, rate limit).
-    pub config: TriggerConfig,
+    pub config: std::sync::Arc<TriggerConfig>,
     /// Its queue over its shards.
     pub queue: crate::queue::Queue,
 }

@@ -228,7 +228,11 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         "delay-bridge running"
     );
 
-    let mut current = config.clone();
+    // The running configuration, its triggers left to `running`, which holds one copy of each.
+    let mut current = Config {
+        triggers: Vec::new(),
+        ..config
+    };
     loop {
         let requested = async {
             match &reload {
@@ -241,16 +245,19 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
             _ = requested => {
                 let path = &reload.as_ref().expect("requested").path;
                 if let Some(next) = reload_config(path, &current, &mut running, &metrics) {
-                    current = next;
+                    current = Config {
+                        triggers: Vec::new(),
+                        ..next
+                    };
                 }
             }
         }
     }
-    tracing::info!(timeout = ?config.shutdown.timeout, "stopping: no new claims; waiting for outstanding confirmations");
+    tracing::info!(timeout = ?current.shutdown.timeout, "stopping: no new claims; waiting for outstanding confirmations");
     workers.close();
     // Everything, putting back the aborted batches included, fits in shutdown.timeout:
     // confirmations may take all but a margin, the margin is for the put-back scripts.
-    let timeout = config.shutdown.timeout;
+    let timeout = current.shutdown.timeout;
     let deadline = tokio::time::Instant::now() + timeout;
     let margin = (timeout / 5).min(Duration::from_secs(2));
     tokio::select! {

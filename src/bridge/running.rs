@@ -37,7 +37,7 @@ pub(super) struct Shared {
 }
 
 struct Entry {
-    config: TriggerConfig,
+    config: Arc<TriggerConfig>,
     /// The trigger's queue over its shards.
     queue: Queue,
     /// One per shard.
@@ -76,12 +76,30 @@ impl Running {
             )
         })?;
         let queue = Queue::new(tc, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
+        let tc = &Arc::new(tc.clone());
         let shards = Trigger::shards(tc, &queue, sink.clone(), &s.metrics, s.health.clone())?;
         let (stop, abort) = (s.stop.child_token(), s.abort.child_token());
         let workers = TaskTracker::new();
+        // One worker per shard starts now; a shard's others when it first has a backlog.
+        let leads = shards.len().min(tc.workers);
+        let mut deferred: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (w, served) in worker::assign(&shards, tc.workers).into_iter().enumerate() {
-            let run = worker::run(served, w, stop.clone(), abort.clone());
-            s.workers.spawn(workers.track_future(run));
+            if w < leads {
+                let run = worker::run(served, w, stop.clone(), abort.clone());
+                s.workers.spawn(workers.track_future(run));
+            } else {
+                deferred.entry(w % shards.len()).or_default().push(w);
+            }
+        }
+        for (shard, ids) in deferred {
+            let (stop, abort) = (stop.clone(), abort.clone());
+            let (all, own) = (s.workers.clone(), workers.clone());
+            shards[shard].defer_workers(Box::new(move |t: &Arc<Trigger>| {
+                for id in ids {
+                    let run = worker::run(vec![t.clone()], id, stop.clone(), abort.clone());
+                    all.spawn(own.track_future(run));
+                }
+            }));
         }
         if tc.dead_letter.is_some() {
             for shard in &shards {
@@ -207,7 +225,7 @@ impl Running {
                     self.stop(&name, new.shutdown.timeout);
                     removed.push(name);
                 }
-                Some(tc) if section(*tc) != section(&self.entries[&name].config) => {
+                Some(tc) if section(*tc) != section(&*self.entries[&name].config) => {
                     self.stop(&name, new.shutdown.timeout);
                     self.start(tc)?;
                     replaced.push(name);

@@ -5,7 +5,7 @@
 //! idle bridge's memory. Here a trigger holds a few dozen bytes per series, and the series
 //! exist only while `/metrics` is being answered.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -14,9 +14,20 @@ use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricT
 
 /// A counter with a second label (a reason or a kind): its values by that label.
 #[derive(Default)]
-pub struct ByLabel(Mutex<BTreeMap<String, u64>>);
+pub struct ByLabel(Mutex<Vec<(&'static str, u64)>>);
 
 impl ByLabel {
+    /// Makes the series of each of `labels` exist, at 0 if new.
+    pub fn touch_all<'a>(&self, labels: impl ExactSizeIterator<Item = &'a str>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reserve_exact(labels.len());
+        for label in labels {
+            self.touch(label);
+        }
+    }
+
     /// Makes the series of `label` exist, at 0 if new.
     pub fn touch(&self, label: &str) {
         self.add(label, 0);
@@ -24,27 +35,41 @@ impl ByLabel {
 
     /// Adds `n` to the series of `label`.
     pub fn add(&self, label: &str, n: u64) {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match map.get_mut(label) {
-            Some(v) => *v += n,
-            None => {
-                map.insert(label.to_string(), n);
-            }
+        let mut values = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match values.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, v)) => *v += n,
+            None => values.push((intern(label), n)),
         }
     }
 
     /// The value of `label`'s series (0 if it does not exist).
     pub fn get(&self, label: &str) -> u64 {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(label).copied().unwrap_or(0)
+        let values = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        values
+            .iter()
+            .find(|(l, _)| *l == label)
+            .map_or(0, |(_, v)| *v)
     }
 
     fn each(&self, out: Emit<'_>) {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        for (label, v) in map.iter() {
+        let values = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        for (label, v) in values.iter() {
             out(Some(label), *v as f64);
         }
     }
+}
+
+/// `label` kept once for the whole process: reasons and kinds are a small, bounded set, shared
+/// by every trigger.
+fn intern(label: &str) -> &'static str {
+    static SEEN: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(known) = seen.get(label) {
+        return known;
+    }
+    let kept: &'static str = Box::leak(label.into());
+    seen.insert(kept);
+    kept
 }
 
 /// One trigger's counters and gauges.
@@ -362,6 +387,7 @@ mod tests {
             })
             .collect();
         assert_eq!(retried, [("nacked".into(), 0.0), ("timeout".into(), 2.0)]);
+        assert!(std::ptr::eq(intern("nacked"), intern("nacked")));
         assert_eq!(find("backlog_messages").get_metric().len(), 4);
         assert!(find("dead_letters_forwarded_total").get_metric().is_empty());
     }

@@ -62,13 +62,9 @@ impl TriggerMetrics {
     /// alerts see their first event.
     pub fn new(m: &Metrics, name: &str, sink: &str, reasons: &[&str], shards: usize) -> Self {
         let cells = m.triggers.cells(name, sink);
-        for reason in reasons {
-            cells.retried.touch(reason);
-            cells.dead_lettered.touch(reason);
-        }
-        for kind in REDIS_ERROR_KINDS {
-            cells.redis_errors.touch(kind);
-        }
+        cells.retried.touch_all(reasons.iter().copied());
+        cells.dead_lettered.touch_all(reasons.iter().copied());
+        cells.redis_errors.touch_all(REDIS_ERROR_KINDS.into_iter());
         Self {
             name: name.to_string(),
             sink: sink.to_string(),
@@ -104,9 +100,9 @@ impl TriggerMetrics {
     /// series for each of `reasons`.
     pub fn forwarding_dead_letters(&self, reasons: &[&str]) {
         self.cells.forwards_dead_letters.store(true, Relaxed);
-        for reason in reasons {
-            self.cells.dead_letter_forward_failures.touch(reason);
-        }
+        self.cells
+            .dead_letter_forward_failures
+            .touch_all(reasons.iter().copied());
     }
 
     /// `n` dead letters reached the dead-letter destination and left Redis.

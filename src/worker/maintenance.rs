@@ -13,6 +13,9 @@ use super::Trigger;
 use crate::backoff::jitter_down;
 use crate::store::QueueStats;
 
+/// Readings (and recoveries) the housekeeping has in flight at once.
+const READINGS_AT_ONCE: usize = 64;
+
 /// How often the housekeeping looks for triggers whose reading is due.
 const ROUND: Duration = Duration::from_millis(100);
 
@@ -55,6 +58,7 @@ pub async fn maintain(triggers: Vec<Arc<Trigger>>, interval: Duration, stop: Can
             empty_since: None,
         })
         .collect();
+    let permits = tokio::sync::Semaphore::new(READINGS_AT_ONCE);
     loop {
         let now = Instant::now();
         for k in &mut kept {
@@ -63,27 +67,41 @@ pub async fn maintain(triggers: Vec<Arc<Trigger>>, interval: Duration, stop: Can
                 k.next = k.next.min(now + k.busy);
             }
         }
-        let due = kept.iter_mut().filter(|k| k.next <= now).map(|k| async {
-            let written = k.t.written.swap(false, Ordering::Relaxed);
-            let quiet = k.t.health.notifications_live()
-                && !written
-                && k.empty_since
-                    .is_some_and(|since| now < since + interval * QUIET_READS);
-            if quiet {
-                k.next = now + jitter_down(interval);
-                return;
-            }
-            let (leased, empty) = read(&k.t, &mut k.cursor).await;
-            k.empty_since = empty.then_some(now);
-            let wait = if leased { k.busy } else { interval };
-            k.next = Instant::now() + jitter_down(wait);
-        });
+        // A bounded number at once: at start every trigger is due, and ten thousand readings
+        // in flight together would be a peak of memory the process keeps.
+        let at_once = &permits;
+        let due = kept
+            .iter_mut()
+            .filter(|k| k.next <= now)
+            .map(|k| async move {
+                let _permit = at_once.acquire().await;
+                // Boxed: a reading waiting for its turn holds a pointer, not the reading's state.
+                Box::pin(look(k, now, interval)).await;
+            });
         join_all(due).await;
         tokio::select! {
             _ = tokio::time::sleep(ROUND) => {}
             _ = stop.cancelled() => return,
         }
     }
+}
+
+/// Reads `k`'s sizes, unless its queue was empty, unwritten and notifications would have said
+/// otherwise; plans its next reading.
+async fn look(k: &mut Kept, now: Instant, interval: Duration) {
+    let written = k.t.written.swap(false, Ordering::Relaxed);
+    let quiet = k.t.health.notifications_live()
+        && !written
+        && k.empty_since
+            .is_some_and(|since| now < since + interval * QUIET_READS);
+    if quiet {
+        k.next = now + jitter_down(interval);
+        return;
+    }
+    let (leased, empty) = read(&k.t, &mut k.cursor).await;
+    k.empty_since = empty.then_some(now);
+    let wait = if leased { k.busy } else { interval };
+    k.next = Instant::now() + jitter_down(wait);
 }
 
 /// Reads one trigger's sizes and acts on them. Says whether it has members in flight (or the

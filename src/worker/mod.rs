@@ -33,7 +33,7 @@ pub use maintenance::maintain;
 
 /// Everything the workers of one trigger share.
 pub struct Trigger {
-    config: TriggerConfig,
+    config: Arc<TriggerConfig>,
     destination: Destination,
     /// This shard's queue (the whole queue of an unsharded trigger).
     store: Store,
@@ -63,14 +63,20 @@ pub struct Trigger {
     written: std::sync::atomic::AtomicBool,
     /// The shard was paused when last seen.
     paused: std::sync::atomic::AtomicBool,
+    /// Starts this shard's other workers: they start when a claim first leaves more due than
+    /// one worker takes, so an idle trigger holds one worker task per shard, not `workers`.
+    extra_workers: std::sync::Mutex<Option<StartWorkers>>,
 }
+
+/// Starts a shard's deferred workers (given the shard).
+pub type StartWorkers = Box<dyn FnOnce(&Arc<Trigger>) + Send>;
 
 impl Trigger {
     /// One `Trigger` per shard of `queue` (one for an unsharded trigger), sharing the trigger's
     /// metrics. Fails when the configuration was not loaded (no resolved destination) or its
     /// destination is not of the sink's kind.
     pub fn shards(
-        config: &TriggerConfig,
+        config: &Arc<TriggerConfig>,
         queue: &Queue,
         sink: Arc<Sink>,
         metrics: &Metrics,
@@ -118,6 +124,7 @@ impl Trigger {
                     claimed: std::sync::atomic::AtomicBool::new(false),
                     written: std::sync::atomic::AtomicBool::new(true),
                     paused: std::sync::atomic::AtomicBool::new(false),
+                    extra_workers: std::sync::Mutex::new(None),
                 })
             })
             .collect())
@@ -136,6 +143,24 @@ impl Trigger {
     /// The sorted set producers write to.
     pub fn source_key(&self) -> &str {
         &self.store.keys().source
+    }
+
+    /// Defers this shard's other workers: `start` runs when a claim first finds a backlog.
+    pub fn defer_workers(&self, start: StartWorkers) {
+        *self.extra_workers.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
+    }
+
+    /// Starts the deferred workers, once.
+    fn start_extra_workers(self: &Arc<Self>) {
+        let start = self
+            .extra_workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(start) = start {
+            tracing::debug!(trigger = %self.name(), shard = self.shard, "a backlog: starting the other workers");
+            start(self);
+        }
     }
 
     /// The head may have moved earlier (a producer wrote): the idle worker looks again.
@@ -262,7 +287,8 @@ pub async fn run(
 
 /// Which shards each of a trigger's `workers` serves: with no more shards than workers,
 /// worker `w` serves shard `w mod shards` (alone or with other workers); with more, shard `s`
-/// is served by worker `s mod workers` alone.
+/// is served by worker `s mod workers` alone. The first `min(shards, workers)` workers start
+/// at once; the others are started by their shard when it first has a backlog.
 pub fn assign(shards: &[Arc<Trigger>], workers: usize) -> Vec<Vec<Arc<Trigger>>> {
     let workers = workers.max(1);
     if shards.len() <= workers {
@@ -360,15 +386,10 @@ impl Worker {
     /// which publishes and settles) -> claim again while it confirms.
     async fn run(mut self) {
         if self.shards.len() > 1 {
-            return self.run_shards().await;
-        }
-        if self.id > 0 {
-            // The first worker's claim wakes the others when it finds more than it takes:
-            // an idle trigger's start costs one claim, not one per worker.
-            self.idle().await;
+            return Box::pin(self.run_shards()).await;
         }
         while !self.stop.is_cancelled() {
-            self.reap().await;
+            Box::pin(self.reap()).await;
             // The larger steps are boxed: a task is as large as its largest state, and an
             // idle trigger's workers should hold only what waiting needs.
             let Some(publisher) = Box::pin(self.publisher()).await else {
@@ -377,7 +398,7 @@ impl Worker {
             let (batch, claimed_at) = match Box::pin(self.claim()).await {
                 Claimed::Batch(batch, at) => (batch, at),
                 Claimed::Nothing => {
-                    self.idle().await;
+                    Box::pin(self.idle()).await;
                     continue;
                 }
                 Claimed::Wait(wait) => {
@@ -399,12 +420,12 @@ impl Worker {
     /// in turn, and sleep until the earliest head or guard of them all, or a notification.
     async fn run_shards(mut self) {
         while !self.stop.is_cancelled() {
-            self.reap().await;
+            Box::pin(self.reap()).await;
             let Some(publisher) = Box::pin(self.publisher()).await else {
                 continue;
             };
             if !self.pick() {
-                self.idle_shards().await;
+                Box::pin(self.idle_shards()).await;
                 continue;
             }
             match Box::pin(self.claim()).await {
@@ -565,6 +586,7 @@ impl Worker {
         let more_due = batch.items.len() >= asked
             || batch.next_head_ms.is_some_and(|h| h <= batch.now_ms as f64);
         if more_due {
+            self.t.start_extra_workers();
             self.t.backlog.notify_waiters();
         }
         Claimed::Batch(batch, claimed_at)

@@ -42,12 +42,16 @@ pub struct Tls {
     pub client_key: std::path::PathBuf,
 }
 
-/// A loopback port that is free, and whose cluster bus port (+10000) is free too.
+/// A loopback port that is free, and whose cluster bus port (+10000) is free too; both below
+/// the kernel's ephemeral range, so that no outgoing connection holds them (and a client
+/// connecting to a node not yet listening cannot connect to itself).
 fn free_cluster_port() -> u16 {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
     loop {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        if port < 55_000 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+        let port = rng.gen_range(10_000..20_000);
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 10_000) {
             return port;
         }
     }
