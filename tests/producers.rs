@@ -146,6 +146,23 @@ fn run_bounded(mut cmd: Command) -> Result<Output, String> {
     }
 }
 
+/// (body, trigger, due time) of every message `capture` received, sorted.
+fn arrivals(capture: &AmqpCapture) -> Vec<(String, String, i64)> {
+    let mut got: Vec<(String, String, i64)> = capture
+        .snapshot()
+        .into_iter()
+        .map(|m| {
+            (
+                String::from_utf8(m.body).unwrap(),
+                m.trigger.unwrap_or_default(),
+                m.due_ms.unwrap_or_default(),
+            )
+        })
+        .collect();
+    got.sort();
+    got
+}
+
 /// The bodies hash of `keys`.
 async fn bodies(r: &mut Conn, keys: &QueueKeys) -> HashMap<String, String> {
     redis::cmd("HGETALL")
@@ -240,19 +257,7 @@ async fn delivers_through_the_bridge(snippet: &Snippet) {
     )
     .await;
     assert!(settled, "{state:?}\n{}", bridge.log());
-    let mut got: Vec<(String, String, i64)> = capture
-        .snapshot()
-        .into_iter()
-        .map(|m| {
-            (
-                String::from_utf8(m.body).unwrap(),
-                m.trigger.unwrap_or_default(),
-                m.due_ms.unwrap_or_default(),
-            )
-        })
-        .collect();
-    got.sort();
-    assert_eq!(got, want, "{}", bridge.log());
+    assert_eq!(arrivals(&capture), want, "{}", bridge.log());
     assert_eq!(
         bodies(&mut r, &keys).await,
         HashMap::from([("parked".to_string(), body_of["parked"].to_string())]),
@@ -425,19 +430,7 @@ async fn every_snippet_through_the_shard_hash_on_a_cluster() {
         .await;
     // Time for a duplicate to show.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut got: Vec<(String, String, i64)> = capture
-        .snapshot()
-        .into_iter()
-        .map(|m| {
-            (
-                String::from_utf8(m.body).unwrap(),
-                m.trigger.unwrap_or_default(),
-                m.due_ms.unwrap_or_default(),
-            )
-        })
-        .collect();
-    got.sort();
-    assert_eq!(got, want, "{}", bridge.log());
+    assert_eq!(arrivals(&capture), want, "{}", bridge.log());
     for s in &snippets {
         let parked = format!("{}-parked", s.file);
         let far: f64 = redis::cmd("ZSCORE")
