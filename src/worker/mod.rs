@@ -272,6 +272,7 @@ pub async fn run(
         guard_at: vec![now; shards.len()],
         shards,
         current: 0,
+        turn: None,
         batch,
         broken_batches: 0,
         publishing: Publishing::default(),
@@ -315,6 +316,8 @@ struct Worker {
     guard_at: Vec<Instant>,
     /// Position of `t` in `shards`.
     current: usize,
+    /// A turn among the first claims at start (see [`STARTING`]), while held.
+    turn: Option<tokio::sync::SemaphorePermit<'static>>,
     batch: AdaptiveBatch,
     /// Consecutive batches that ended with the sink failing; the worker backs off by it.
     broken_batches: u32,
@@ -368,6 +371,11 @@ enum Claimed {
     Wait(Duration),
 }
 
+/// Workers getting their first publisher and making their first claim at once, over the whole
+/// bridge: with thousands of triggers, all of them at once would be a peak of memory that the
+/// allocator keeps for good (measured: 133 against 119-122 MiB at 10,000 idle triggers).
+static STARTING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(64);
+
 /// Batches one worker keeps publishing or confirming at once: it claims the next batch
 /// while the broker confirms the previous ones.
 pub const MAX_IN_FLIGHT: usize = 4;
@@ -388,14 +396,26 @@ impl Worker {
         if self.shards.len() > 1 {
             return Box::pin(self.run_shards()).await;
         }
+        let mut starting = true;
         while !self.stop.is_cancelled() {
             Box::pin(self.reap()).await;
+            if starting && self.turn.is_none() {
+                // At start the first publisher and claim of every trigger wait for a turn
+                // (see STARTING); a publisher that fails gives the turn back before its backoff.
+                self.turn = tokio::select! {
+                    turn = STARTING.acquire() => turn.ok(),
+                    _ = self.stop.cancelled() => None,
+                };
+            }
             // The larger steps are boxed: a task is as large as its largest state, and an
             // idle trigger's workers should hold only what waiting needs.
             let Some(publisher) = Box::pin(self.publisher()).await else {
                 continue;
             };
-            let (batch, claimed_at) = match Box::pin(self.claim()).await {
+            let claimed = Box::pin(self.claim()).await;
+            starting = false;
+            self.turn = None;
+            let (batch, claimed_at) = match claimed {
                 Claimed::Batch(batch, at) => (batch, at),
                 Claimed::Nothing => {
                     Box::pin(self.idle()).await;
@@ -419,16 +439,19 @@ impl Worker {
     /// The lifecycle over several shards: claim from each shard that may have something due
     /// in turn, and sleep until the earliest head or guard of them all, or a notification.
     async fn run_shards(mut self) {
+        let mut starting = true;
         while !self.stop.is_cancelled() {
             Box::pin(self.reap()).await;
             let Some(publisher) = Box::pin(self.publisher()).await else {
                 continue;
             };
             if !self.pick() {
+                // Every shard was looked at once: the start is over for this worker.
+                starting = false;
                 Box::pin(self.idle_shards()).await;
                 continue;
             }
-            match Box::pin(self.claim()).await {
+            match Box::pin(self.first_or_claim(starting)).await {
                 Claimed::Batch(batch, at) => {
                     Box::pin(self.dispatch(publisher, batch, at)).await;
                 }
@@ -525,8 +548,23 @@ impl Worker {
                 failures = failures.count(), unlogged, "sink unavailable, not claiming");
         }
         let wait = ERROR_BACKOFF.delay(failures.count());
+        // A sink down at start must not hold a start-up turn through its backoff.
+        self.turn = None;
         self.pause(wait).await;
         None
+    }
+
+    /// [`Self::claim`]; while `starting`, only among the [`STARTING`] claims at once.
+    async fn first_or_claim(&mut self, starting: bool) -> Claimed {
+        let _turn = if starting {
+            tokio::select! {
+                turn = STARTING.acquire() => turn.ok(),
+                _ = self.stop.cancelled() => return Claimed::Wait(Duration::ZERO),
+            }
+        } else {
+            None
+        };
+        self.claim().await
     }
 
     /// Claims the next batch, or says how long to wait: until the next head when there was
