@@ -73,7 +73,7 @@ impl Queue {
     }
 
     /// The first shard (the only one of an unsharded trigger).
-    pub fn first(&self) -> &Store {
+    fn first(&self) -> &Store {
         &self.shards[0]
     }
 
@@ -100,13 +100,9 @@ impl Queue {
         )
     }
 
-    /// Each shard's sizes, in shard order.
+    /// Each shard's sizes, in shard order, read at once.
     pub async fn shard_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
-        let mut out = Vec::with_capacity(self.shards.len());
-        for s in &self.shards {
-            out.push(s.stats().await?);
-        }
-        Ok(out)
+        futures_util::future::try_join_all(self.shards.iter().map(Store::stats)).await
     }
 
     /// The sizes of the whole queue: sums, the oldest due age the largest, paused if any shard is.

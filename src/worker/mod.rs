@@ -130,11 +130,6 @@ impl Trigger {
             .collect())
     }
 
-    /// The trigger's queue.
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
     /// The trigger's name.
     pub fn name(&self) -> &str {
         &self.config.name
@@ -399,13 +394,8 @@ impl Worker {
         let mut starting = true;
         while !self.stop.is_cancelled() {
             Box::pin(self.reap()).await;
-            if starting && self.turn.is_none() {
-                // At start the first publisher and claim of every trigger wait for a turn
-                // (see STARTING); a publisher that fails gives the turn back before its backoff.
-                self.turn = tokio::select! {
-                    turn = STARTING.acquire() => turn.ok(),
-                    _ = self.stop.cancelled() => None,
-                };
+            if starting {
+                self.take_turn().await;
             }
             // The larger steps are boxed: a task is as large as its largest state, and an
             // idle trigger's workers should hold only what waiting needs.
@@ -428,12 +418,7 @@ impl Worker {
             };
             Box::pin(self.dispatch(publisher, batch, claimed_at)).await;
         }
-        // Stopping: let the batches in flight be confirmed (or aborted) and settled.
-        while let Some(done) = self.in_flight.join_next().await {
-            if let Err(e) = done {
-                tracing::error!(error = %e, "a delivery task failed; its leases will be recovered");
-            }
-        }
+        self.finish().await;
     }
 
     /// The lifecycle over several shards: claim from each shard that may have something due
@@ -442,6 +427,9 @@ impl Worker {
         let mut starting = true;
         while !self.stop.is_cancelled() {
             Box::pin(self.reap()).await;
+            if starting {
+                self.take_turn().await;
+            }
             let Some(publisher) = Box::pin(self.publisher()).await else {
                 continue;
             };
@@ -451,7 +439,9 @@ impl Worker {
                 Box::pin(self.idle_shards()).await;
                 continue;
             }
-            match Box::pin(self.first_or_claim(starting)).await {
+            let claimed = Box::pin(self.claim()).await;
+            self.turn = None;
+            match claimed {
                 Claimed::Batch(batch, at) => {
                     Box::pin(self.dispatch(publisher, batch, at)).await;
                 }
@@ -459,6 +449,11 @@ impl Worker {
                 Claimed::Wait(wait) => self.pause(wait).await,
             }
         }
+        self.finish().await;
+    }
+
+    /// Stopping: lets the batches in flight be confirmed (or aborted) and settled.
+    async fn finish(&mut self) {
         while let Some(done) = self.in_flight.join_next().await {
             if let Err(e) = done {
                 tracing::error!(error = %e, "a delivery task failed; its leases will be recovered");
@@ -554,17 +549,16 @@ impl Worker {
         None
     }
 
-    /// [`Self::claim`]; while `starting`, only among the [`STARTING`] claims at once.
-    async fn first_or_claim(&mut self, starting: bool) -> Claimed {
-        let _turn = if starting {
-            tokio::select! {
+    /// Waits for a turn among the workers starting at once (see [`STARTING`]), unless it
+    /// holds one. The turn covers a publisher and a claim: it goes back after the claim, or
+    /// before the backoff when the sink is down.
+    async fn take_turn(&mut self) {
+        if self.turn.is_none() {
+            self.turn = tokio::select! {
                 turn = STARTING.acquire() => turn.ok(),
-                _ = self.stop.cancelled() => return Claimed::Wait(Duration::ZERO),
-            }
-        } else {
-            None
-        };
-        self.claim().await
+                _ = self.stop.cancelled() => None,
+            };
+        }
     }
 
     /// Claims the next batch, or says how long to wait: until the next head when there was
