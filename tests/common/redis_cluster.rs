@@ -353,31 +353,29 @@ impl RedisCluster {
         out
     }
 
-    /// The port of `master`'s replica.
+    /// The port of `master`'s replica, as the master itself reports it (`INFO replication`:
+    /// another node's `CLUSTER NODES` may not list the replica yet, gossip being behind).
     pub async fn replica_of(&self, master: u16) -> u16 {
-        let nodes = self.any_cli(&["CLUSTER", "NODES"]).await;
-        let id = nodes
-            .lines()
-            .find(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .is_some_and(|a| a.starts_with(&format!("127.0.0.1:{master}@")))
-            })
-            .and_then(|l| l.split_whitespace().next())
-            .expect("the master is listed")
-            .to_string();
-        nodes
-            .lines()
-            .find(|l| l.split_whitespace().nth(3) == Some(id.as_str()))
-            .and_then(|l| {
-                l.split_whitespace()
-                    .nth(1)?
-                    .split(['@', ':'])
-                    .nth(1)?
-                    .parse()
-                    .ok()
-            })
-            .expect("the master has a replica")
+        let (port, info) = poll(
+            Duration::from_secs(10),
+            Duration::from_millis(100),
+            async || {
+                let info = self
+                    .cli(master, &["INFO", "replication"])
+                    .await
+                    .unwrap_or_default();
+                let port = info
+                    .lines()
+                    .find(|l| l.starts_with("slave0:"))
+                    .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("port=")))
+                    .and_then(|p| p.trim().parse::<u16>().ok());
+                (port, info)
+            },
+            |(port, _)| port.is_some(),
+        )
+        .await
+        .1;
+        port.unwrap_or_else(|| panic!("the master has a replica: {info}"))
     }
 
     /// `redis-cli` against the first running node that answers.
