@@ -120,7 +120,7 @@ redis: url=string password_file=string connect_timeout=duration response_timeout
 metrics: listen=addr backlog_interval=duration
 log: format=enum level=string
 shutdown: timeout=duration
-sinks.r: url=string urls=list password_file=string declare=table reconnect_max=duration channels=count
+sinks.r: url=string urls=list password_file=string declare=table reconnect_max=duration channels=count max_unconfirmed=count
 sinks.k: brokers=string properties=table sasl_password_file=string
 triggers: name=string key=string sink=string exchange=string routing_key=string routing_key_pointer=string payload=enum workers=count batch=count lease=duration guard_interval=duration notified_guard_interval=duration publish_timeout=duration max_attempts=count backoff_initial=duration backoff_max=duration max_message_bytes=count rate_limit=string rate_burst=count dead_letter_exchange=string dead_letter_routing_key=string
 kafka_triggers: topic=string kafka_key=enum dead_letter_topic=string
@@ -174,6 +174,8 @@ shutdown: timeout = "0s"
 sinks.r: url = "kafka://x"
 sinks.r: channels = 0
 sinks.r: channels = 5000
+sinks.r: max_unconfirmed = 0
+sinks.r: max_unconfirmed = 2000000
 sinks.r: type = "smtp" => sinks.r
 sinks.r: declare = [{ exchange = "" }] => sinks.r.declare[0].exchange
 sinks.r: declare = [{ exchange = "e", kind = "weird" }] => sinks.r.declare[0].kind

@@ -363,3 +363,63 @@ async fn a_resource_alarm_pauses_the_sink_without_burning_attempts() {
     drop(bridge);
     cleanup_keys(&mut r, &key).await;
 }
+
+/// The broker never holds more than `max_unconfirmed` of the bridge's messages unconfirmed:
+/// with its confirmations held on the way back, it receives exactly that many, however many
+/// members the workers claimed; the rest wait in the bridge, where a crash would not have
+/// sent them twice. Once the confirmations flow, everything arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_holds_at_most_max_unconfirmed_messages_unconfirmed() {
+    let n = 2_000;
+    let window = 40;
+    let mut r = redis().await;
+    let tally = Tally::start(&amqp_url()).await;
+    let proxy = Proxy::start(shared_amqp_addr()).await;
+    let key = format!("{}:{{faults}}", unique("window"));
+    let port = free_port();
+    // A publish timeout far beyond the test: no confirmation times out, nothing is retried.
+    let cfg = tally
+        .config(port, &key, "workers = 4\nbatch = 100")
+        .amqp(&proxy.url(&amqp_url(), ""))
+        .sink("max_unconfirmed", &window.to_string())
+        .sink("channels", "1")
+        .lease("120s", "60s")
+        .to_string();
+    let bridge = Bridge::start(&cfg, port);
+    // One message through first: the workers' one channel (`channels = 1`) is open and in
+    // confirm mode before the broker's answers are held.
+    schedule_now(&mut r, &key, [body(n, 0)]).await;
+    tally
+        .expect_distinct(1, Duration::from_secs(30), &bridge)
+        .await;
+    proxy.set(Mode::Mute);
+    schedule(&mut r, &key, n, 0).await;
+    assert!(
+        wait_until(Duration::from_secs(30), || tally.distinct() > window).await,
+        "the broker received {} messages\n{}",
+        tally.distinct(),
+        bridge.log()
+    );
+    // Time for a bridge without a window to publish what else it claimed.
+    let (_, inflight, _) = wait_sizes(&mut r, &key, Duration::from_secs(3), |_| false).await;
+    assert!(
+        inflight >= 2 * window as i64,
+        "the workers claimed only {inflight} members"
+    );
+    assert_eq!(
+        tally.distinct(),
+        1 + window,
+        "the broker holds more than the window unconfirmed"
+    );
+    proxy.set(Mode::Pass);
+    tally
+        .expect_distinct(1 + n, Duration::from_secs(60), &bridge)
+        .await;
+    let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
+    assert_eq!(sizes, (0, 0, 0));
+    assert_eq!(tally.duplicates(), 0);
+    bridge.assert_no_panic();
+    drop(bridge);
+    cleanup_keys(&mut r, &key).await;
+    tally.cleanup().await;
+}

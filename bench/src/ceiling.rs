@@ -135,7 +135,7 @@ impl Ceiling {
                             })
                             .collect();
                         let outcomes = publisher
-                            .publish_batch(TRIGGER, &messages, timeout, &abort)
+                            .publish_batch(TRIGGER, &messages, timeout, &abort, None)
                             .await;
                         // Only a confirmation counts.
                         confirmed += outcomes.iter().filter(|o| o.is_ok()).count() as u64;

@@ -59,6 +59,8 @@ pub enum Phase {
     Lateness,
     /// Redis commands and CPU with nothing due.
     Idle,
+    /// The bridge SIGKILLed `--kills` times while draining `--crash-messages` due at once.
+    Crash,
 }
 
 /// Measure delay-bridge's forwarding rate, lateness and idle cost against the local Redis and a
@@ -127,6 +129,13 @@ pub struct BenchArgs {
     /// spread evenly enough; slots are fixed by the keys' names).
     #[arg(long, default_value_t = 48)]
     pub shards: u32,
+    /// Messages due at once in the crash phase.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub crash_messages: u64,
+    /// SIGKILLs in the crash phase: each lands once `--crash-messages / (2 * kills)` more
+    /// messages arrived since the last restart, so all of them land mid-drain.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub kills: u32,
     /// Phases to leave out (repeat or comma-separate).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub skip: Vec<Phase>,

@@ -11,7 +11,9 @@ use tokio::time::Instant;
 use super::ceiling::{Ceiling, Window};
 use super::process::{free_port, histogram_bound, BridgeProcess};
 use super::redis_ops::{self, CommandCounter};
-use super::report::{Forward, Idle, Lateness, Machine, PhaseError, Rate, Report, Rss, Settings};
+use super::report::{
+    Crash, Forward, Idle, Lateness, Machine, PhaseError, Rate, Report, Rss, Settings,
+};
 use super::tally::quantile;
 use super::{Bench, BridgeToml, Phase};
 
@@ -136,6 +138,12 @@ impl Bench {
             match self.idle().await {
                 Ok(r) => report.idle = Some(r),
                 Err(e) => fail("idle", e),
+            }
+        }
+        if run(Phase::Crash) {
+            match self.crash().await {
+                Ok(r) => report.crash = Some(r),
+                Err(e) => fail("crash", e),
             }
         }
         if self.args.big {
@@ -396,6 +404,88 @@ impl Bench {
             } else {
                 self.tally.summary(|_| false).duplicates
             },
+        })
+    }
+
+    /// Drains `--crash-messages` due at once with the bench trigger's settings, SIGKILLing the
+    /// bridge `--kills` times mid-drain and starting it again at once; the members a killed
+    /// bridge held come back when their lease expires. Counts what arrived twice.
+    async fn crash(&self) -> anyhow::Result<Crash> {
+        let n = self.args.crash_messages;
+        let kills = self.args.kills;
+        eprintln!("bench: crash, {n} messages, {kills} SIGKILLs");
+        let key = self.new_key("crash");
+        let staging = format!("{key}:staging");
+        let mut conn = self.conn.clone();
+        let due = now_ms() - 1000;
+        let base = self.next_base();
+        let shape = self.args.shape();
+        redis_ops::load(&mut conn, &shape, &key, &staging, base, n - 1, |_| due).await?;
+        let (mut bridge, _) = self
+            .start_bridge("crash", std::slice::from_ref(&key), true)
+            .await?;
+        self.tally.reset(base, n);
+        let start = Instant::now();
+        if n > 1 {
+            redis::cmd("RENAME")
+                .arg(&staging)
+                .arg(&key)
+                .query_async::<()>(&mut conn)
+                .await?;
+        }
+        let mut last = redis::pipe();
+        shape.schedule(
+            &mut last,
+            &QueueKeys::derive(&key)?,
+            &key,
+            base + n - 1,
+            due,
+        );
+        last.query_async::<()>(&mut conn).await?;
+        let step = (n / (2 * u64::from(kills))).max(1);
+        let mut mid_drain = 0;
+        for k in 1..=kills {
+            let target = (self.tally.distinct() + step).min(n);
+            self.wait_received(target, budget(n)).await?;
+            bridge.kill()?;
+            if self.tally.distinct() < n {
+                mid_drain += 1;
+            }
+            let log = self.dir.join(format!("crash-{k}.log"));
+            bridge = bridge.respawn(&log)?;
+            bridge.wait_ready(READY_TIMEOUT).await?;
+        }
+        // The killed bridges' claims come back after their lease.
+        let end = Instant::now() + self.trigger.lease + budget(n);
+        loop {
+            if self.tally.distinct() >= n && redis_ops::queue_len(&mut conn, &key).await? == 0 {
+                break;
+            }
+            if Instant::now() >= end {
+                bail!(
+                    "the consumer received {} of {n} after the kills; {}",
+                    self.tally.distinct(),
+                    bridge.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        // Copies still on their way from the broker.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        bridge.stop(STOP_TIMEOUT).await?;
+        redis_ops::unlink_queue(&mut conn, &key).await?;
+        let duplicates = self.tally.summary(|_| false).duplicates;
+        Ok(Crash {
+            messages: n,
+            kills,
+            kills_mid_drain: mid_drain,
+            duplicates,
+            duplicates_per_kill: duplicates as f64 / f64::from(kills),
+            claimed_at_most: (self.trigger.workers
+                * delay_bridge::worker::MAX_IN_FLIGHT
+                * self.trigger.batch) as u64,
+            seconds,
         })
     }
 

@@ -11,6 +11,8 @@ use tokio::time::Instant;
 /// A running `delay-bridge run --config FILE`; killed if dropped while running.
 pub struct BridgeProcess {
     child: Child,
+    exe: PathBuf,
+    config: PathBuf,
     port: u16,
     log: PathBuf,
     /// When the process was spawned.
@@ -50,6 +52,8 @@ impl BridgeProcess {
             .with_context(|| format!("starting {} run", exe.display()))?;
         Ok(Self {
             child,
+            exe: exe.to_path_buf(),
+            config: config.to_path_buf(),
             port,
             log: log.to_path_buf(),
             started: Instant::now(),
@@ -61,7 +65,6 @@ impl BridgeProcess {
         self.child.id()
     }
 
-    /// Waits until `/readyz` answers 200 (Redis and the sink connected).
     /// Waits for `/readyz` to answer 200; returns how long after spawning it did.
     pub async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<Duration> {
         let end = Instant::now() + timeout;
@@ -151,6 +154,18 @@ impl BridgeProcess {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         bail!("the bridge did not stop within {timeout:?}; killed it")
+    }
+
+    /// SIGKILL: the process dies wherever it was, as in a crash or an OOM kill.
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// A new process of the same binary and configuration, logging to `log`.
+    pub fn respawn(&self, log: &Path) -> anyhow::Result<Self> {
+        Self::spawn(&self.exe, &self.config, self.port, log)
     }
 
     /// The last lines of the bridge's log, for error messages.

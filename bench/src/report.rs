@@ -25,6 +25,8 @@ pub struct Report {
     pub lateness: Vec<Lateness>,
     /// Nothing due.
     pub idle: Option<Idle>,
+    /// The bridge SIGKILLed mid-drain.
+    pub crash: Option<Crash>,
     /// A large schedule held in Redis.
     pub rss: Option<Rss>,
     /// Phases that failed, with why.
@@ -170,6 +172,26 @@ pub struct Idle {
     pub rss_bytes: u64,
 }
 
+/// The bridge SIGKILLed mid-drain and started again each time.
+#[derive(Debug, Serialize)]
+pub struct Crash {
+    /// Messages due at once.
+    pub messages: u64,
+    /// SIGKILLs.
+    pub kills: u32,
+    /// Kills that landed before the consumer had every message.
+    pub kills_mid_drain: u32,
+    /// Messages the consumer received more than once.
+    pub duplicates: u64,
+    /// duplicates / kills.
+    pub duplicates_per_kill: f64,
+    /// The most a bridge holds claimed but not settled (workers x batches in flight x batch):
+    /// what a kill could re-send if nothing were settled before its whole batch was confirmed.
+    pub claimed_at_most: u64,
+    /// From the first due member to the consumer holding all of them and Redis empty.
+    pub seconds: f64,
+}
+
 /// Bridge memory while many messages wait in Redis.
 #[derive(Debug, Serialize)]
 pub struct Rss {
@@ -223,6 +245,8 @@ const IDLE_CPU_SHARE: f64 = 0.02;
 const IDLE_RSS_MIB: f64 = 128.0;
 const IDLE_STARTUP_S: f64 = 2.0;
 const RSS_LIMIT_MIB: f64 = 64.0;
+/// Messages received twice per SIGKILL of a bridge draining at full speed.
+const DUPLICATES_PER_KILL: f64 = 300.0;
 
 fn rate(r: f64) -> String {
     format!("{r:.0} msg/s")
@@ -475,6 +499,24 @@ impl Report {
                 goal: format!("<= {IDLE_STARTUP_S} s"),
                 result: verdict(i.startup_s <= IDLE_STARTUP_S),
                 ..Row::default()
+            });
+        }
+        if let Some(c) = &self.crash {
+            rows.push(Row {
+                measurement: format!(
+                    "duplicates per SIGKILL ({} kills, {} mid-drain, {} messages due at once)",
+                    c.kills, c.kills_mid_drain, c.messages
+                ),
+                bridge: format!("{:.0}", c.duplicates_per_kill),
+                ceiling: format!("{} claimed at most", c.claimed_at_most),
+                ratio: format!(
+                    "{:.0}%",
+                    100.0 * c.duplicates_per_kill / c.claimed_at_most.max(1) as f64
+                ),
+                goal: format!("<= {DUPLICATES_PER_KILL:.0}"),
+                result: verdict(
+                    c.duplicates_per_kill <= DUPLICATES_PER_KILL && c.kills_mid_drain == c.kills,
+                ),
             });
         }
         if let Some(r) = &self.rss {

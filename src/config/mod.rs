@@ -288,6 +288,14 @@ pub struct AmqpSinkConfig {
     /// default `channel_max` is 2,047).
     #[serde(default = "default_channels")]
     pub channels: usize,
+    /// Most messages published on the connection and not yet confirmed by the broker; a
+    /// publish beyond it waits for a confirmation. What the broker holds unconfirmed is what
+    /// a crash of the bridge sends again (those members are still in Redis), so this bounds
+    /// the duplicates per crash; too small a window leaves the broker idle between
+    /// confirmations. Claimed members waiting for room are not at the broker: a crash
+    /// redelivers them without a duplicate.
+    #[serde(default = "default_max_unconfirmed")]
+    pub max_unconfirmed: usize,
     /// `[sinks.NAME.tls]`: how an `amqps://` connection verifies the broker and identifies
     /// itself. Without it, `amqps://` trusts the system's CAs and checks the URL's host name.
     #[serde(default)]
@@ -340,6 +348,9 @@ fn default_reconnect_max() -> Duration {
 }
 fn default_channels() -> usize {
     32
+}
+fn default_max_unconfirmed() -> usize {
+    256
 }
 
 impl AmqpSinkConfig {
@@ -628,8 +639,6 @@ pub fn parse_rate(text: &str) -> Result<f64, String> {
 }
 
 impl TriggerConfig {
-    /// The idle sleep while keyspace notifications are subscribed: never below
-    /// `guard_interval`.
     /// Every key the bridge serves for this trigger: the shard keys of `shards`, then those of
     /// `drain_shards` not among them. Empty when the key cannot be sharded (validation says why).
     pub fn shard_keys(&self) -> Vec<String> {
@@ -648,6 +657,8 @@ impl TriggerConfig {
         keys
     }
 
+    /// The idle sleep while keyspace notifications are subscribed: never below
+    /// `guard_interval`.
     pub fn notified_guard(&self) -> Duration {
         self.notified_guard_interval.max(self.guard_interval)
     }

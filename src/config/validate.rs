@@ -13,6 +13,8 @@ pub const MAX_BATCH: usize = 10_000;
 pub const MAX_SHARDS: u32 = 1024;
 /// Most workers per trigger.
 pub const MAX_WORKERS: usize = 1024;
+/// Largest `max_unconfirmed` of an AMQP sink.
+pub const MAX_UNCONFIRMED: usize = 1_000_000;
 /// Largest `channels` of an AMQP sink (RabbitMQ's default `channel_max` is 2,047).
 pub const MAX_CHANNELS: usize = 2000;
 /// Largest `max_message_bytes`: RabbitMQ's own ceiling for `max_message_size` (a claim
@@ -248,6 +250,15 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
                         format!(
                             "must be between 1 and {MAX_CHANNELS}, got {}",
                             amqp.channels
+                        ),
+                    );
+                }
+                if amqp.max_unconfirmed == 0 || amqp.max_unconfirmed > MAX_UNCONFIRMED {
+                    push(
+                        format!("sinks.{name}.max_unconfirmed"),
+                        format!(
+                            "must be between 1 and {MAX_UNCONFIRMED}, got {}",
+                            amqp.max_unconfirmed
                         ),
                     );
                 }

@@ -53,6 +53,11 @@ impl Confirmed {
 /// What became of one published message.
 pub type Outcome = Result<Confirmed, PublishError>;
 
+/// Where a publisher reports each message the broker confirmed, by its position in the
+/// batch, the moment the confirmation arrives: the worker can settle it before the rest of
+/// the batch is confirmed.
+pub type Confirms = tokio::sync::mpsc::UnboundedSender<usize>;
+
 /// Why a message was not confirmed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PublishError {
@@ -352,17 +357,25 @@ pub enum Publisher {
 
 impl Publisher {
     /// Publishes every message to the publisher's route and waits for each confirmation, at
-    /// most `timeout`, or until `abort` fires. Returns one outcome per message, in order.
+    /// most `timeout`, or until `abort` fires. Returns one outcome per message, in order;
+    /// each confirmation is also sent to `confirms` as it arrives.
     pub async fn publish_batch(
         &mut self,
         trigger: &str,
         messages: &[OutMessage<'_>],
         timeout: Duration,
         abort: &CancellationToken,
+        confirms: Option<&Confirms>,
     ) -> Vec<Outcome> {
         match self {
-            Publisher::Amqp(p) => p.publish_batch(trigger, messages, timeout, abort).await,
-            Publisher::Kafka(p) => p.publish_batch(trigger, messages, timeout, abort).await,
+            Publisher::Amqp(p) => {
+                p.publish_batch(trigger, messages, timeout, abort, confirms)
+                    .await
+            }
+            Publisher::Kafka(p) => {
+                p.publish_batch(trigger, messages, timeout, abort, confirms)
+                    .await
+            }
         }
     }
 
@@ -375,12 +388,22 @@ impl Publisher {
     }
 }
 
+/// Records one message's result, reporting a confirmation to `confirms` at once.
+fn record_outcome(results: &mut [Outcome], i: usize, r: Outcome, confirms: Option<&Confirms>) {
+    if let (Ok(_), Some(c)) = (&r, confirms) {
+        // The receiver is gone only when nobody settles early: the result still counts.
+        let _ = c.send(i);
+    }
+    results[i] = r;
+}
+
 /// Collects per-message results while confirmations arrive, with a deadline and an abort.
 async fn await_confirms<F>(
     results: &mut [Outcome],
     pending: F,
     timeout: Duration,
     abort: &CancellationToken,
+    confirms: Option<&Confirms>,
 ) where
     F: futures_util::Stream<Item = (usize, Outcome)>,
 {
@@ -391,7 +414,7 @@ async fn await_confirms<F>(
     loop {
         tokio::select! {
             next = pending.next() => match next {
-                Some((i, r)) => results[i] = r,
+                Some((i, r)) => record_outcome(results, i, r, confirms),
                 None => return,
             },
             _ = &mut deadline => return,

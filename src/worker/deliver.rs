@@ -10,8 +10,8 @@ use super::prepare::prepare;
 use super::settlement::{plan, Plan};
 use super::{Trigger, ERROR_BACKOFF};
 use crate::backoff::Backoff;
-use crate::sink::{MessageId, OutMessage, Outcome, Publisher};
-use crate::store::{ClaimBatch, FailOutcome};
+use crate::sink::{Confirms, MessageId, OutMessage, Outcome, Publisher};
+use crate::store::{ClaimBatch, FailOutcome, Settled, Settlement, StoreError};
 
 /// How a delivered batch went, for the worker that claimed it.
 pub(super) enum Verdict {
@@ -24,6 +24,9 @@ pub(super) enum Verdict {
 
 /// Publishes a claimed batch and settles every member: ack, retry, dead-letter or put
 /// back. Runs as its own task so the worker can claim again while the broker confirms.
+/// Members the broker confirms while others of the batch are still in flight are acked at
+/// once (one settle call at a time, taking what was confirmed meanwhile), so a crash
+/// re-sends little more than what the broker had not confirmed.
 pub(super) async fn deliver(
     t: Arc<Trigger>,
     mut publisher: Publisher,
@@ -36,12 +39,34 @@ pub(super) async fn deliver(
         .iter()
         .map(|c| MessageId::new(&t.config.key, &c.member))
         .collect();
-    let outcomes = publish(&t, &mut publisher, &batch, &ids, &abort).await;
+    let mut early = Early::new(&t, &batch, claimed_at);
+    let outcomes = {
+        let (confirms, mut confirmed) = tokio::sync::mpsc::unbounded_channel();
+        let publishing = publish(&t, &mut publisher, &batch, &ids, &abort, &confirms);
+        tokio::pin!(publishing);
+        loop {
+            tokio::select! {
+                outcomes = &mut publishing => break outcomes,
+                Some(i) = confirmed.recv() => early.confirmed(i),
+                done = early.settled() => {
+                    early.finish(done);
+                    early.start();
+                }
+            }
+        }
+    };
+    early.wait().await;
     let backoff = Backoff {
         initial: t.config.backoff_initial,
         max: t.config.backoff_max,
     };
-    let plan = plan(&batch.items, &outcomes, &backoff, t.config.on_expired);
+    let plan = plan(
+        &batch.items,
+        &outcomes,
+        &early.acked,
+        &backoff,
+        t.config.on_expired,
+    );
     // Confirmation time on the Redis clock: claim time plus what elapsed locally since.
     // Counted at confirmation: a member whose lease was lost meanwhile is redelivered and
     // counted again (a duplicate the broker really received twice).
@@ -57,14 +82,114 @@ pub(super) async fn deliver(
     }
 }
 
+/// The acks of a batch settled while the rest of it is in flight.
+struct Early<'a> {
+    t: &'a Trigger,
+    batch: &'a ClaimBatch,
+    claimed_at: Instant,
+    /// Members acked early, by position in the batch: the final settle leaves them out.
+    acked: Vec<bool>,
+    /// Confirmed, not yet in a settle call.
+    pending: Vec<usize>,
+    /// The settle call under way, with the members it acks.
+    running: Option<EarlySettle<'a>>,
+}
+
+type EarlySettle<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = (Vec<usize>, Result<Settled, StoreError>)> + Send + 'a>,
+>;
+
+impl<'a> Early<'a> {
+    fn new(t: &'a Trigger, batch: &'a ClaimBatch, claimed_at: Instant) -> Self {
+        Self {
+            t,
+            batch,
+            claimed_at,
+            acked: vec![false; batch.items.len()],
+            pending: Vec::new(),
+            running: None,
+        }
+    }
+
+    /// The broker confirmed the member at position `i`.
+    fn confirmed(&mut self, i: usize) {
+        self.pending.push(i);
+        self.start();
+    }
+
+    /// Starts a settle call for the pending confirmations unless one is under way (it takes
+    /// what arrives meanwhile when it returns) or none are pending.
+    fn start(&mut self) {
+        if self.running.is_some() || self.pending.is_empty() {
+            return;
+        }
+        let members = std::mem::take(&mut self.pending);
+        let (t, batch) = (self.t, self.batch);
+        self.running = Some(Box::pin(async move {
+            let settlement = Settlement {
+                ack: members
+                    .iter()
+                    .map(|&i| batch.items[i].member.as_slice())
+                    .collect(),
+                ..Settlement::default()
+            };
+            let done = t
+                .store
+                .settle(batch.deadline_ms, t.config.max_attempts, &settlement)
+                .await;
+            (members, done)
+        }));
+    }
+
+    /// Resolves when the settle call under way returns (never when none is).
+    async fn settled(&mut self) -> (Vec<usize>, Result<Settled, StoreError>) {
+        match self.running.as_mut() {
+            Some(call) => call.await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// A settle call returned: its members are acked, or on an error left to the final
+    /// settle (which retries), as are those still pending.
+    fn finish(&mut self, (members, done): (Vec<usize>, Result<Settled, StoreError>)) {
+        self.running = None;
+        match done {
+            Ok(_) => {
+                let due: Vec<i64> = members
+                    .iter()
+                    .map(|&i| self.batch.items[i].due_ms)
+                    .collect();
+                let confirmed_ms = self.batch.now_ms + self.claimed_at.elapsed().as_millis() as i64;
+                self.t.metrics.confirmed(&due, confirmed_ms);
+                for i in members {
+                    self.acked[i] = true;
+                }
+            }
+            Err(e) => {
+                self.t.redis_error(&e);
+            }
+        }
+    }
+
+    /// Waits for the settle call under way, if any.
+    async fn wait(&mut self) {
+        if self.running.is_some() {
+            let done = self.settled().await;
+            self.finish(done);
+        }
+    }
+}
+
 /// One outcome slot per member: members refused before publishing get their error, the
 /// rest what the sink answered. A slot the sink did not fill stays `None` (unconfirmed).
+/// Each confirmation is also sent to `confirms` by the member's position in the batch.
 async fn publish(
     t: &Trigger,
     publisher: &mut Publisher,
     batch: &ClaimBatch,
     ids: &[MessageId],
     abort: &CancellationToken,
+    confirms: &Confirms,
 ) -> Vec<Option<Outcome>> {
     let cfg = &t.config;
     let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.items.len()];
@@ -100,9 +225,20 @@ async fn publish(
         })
         .collect();
     let started = Instant::now();
-    let published = publisher
-        .publish_batch(t.name(), &out, cfg.publish_timeout, abort)
-        .await;
+    // The publisher reports positions among the prepared messages; the worker needs the
+    // member's position in the batch.
+    let (by_slot, mut confirmed) = tokio::sync::mpsc::unbounded_channel();
+    let publishing =
+        publisher.publish_batch(t.name(), &out, cfg.publish_timeout, abort, Some(&by_slot));
+    tokio::pin!(publishing);
+    let published = loop {
+        tokio::select! {
+            published = &mut publishing => break published,
+            Some(k) = confirmed.recv() => {
+                let _ = confirms.send(slots[k]);
+            }
+        }
+    };
     t.metrics.published(started.elapsed());
     for (slot, outcome) in slots.into_iter().zip(published) {
         outcomes[slot] = Some(outcome);
@@ -116,7 +252,12 @@ async fn settle(t: &Trigger, abort: &CancellationToken, batch: &ClaimBatch, plan
     let s = &plan.settlement;
     let give_up = Instant::now() + t.config.lease;
     let mut failures = 0u32;
+    let empty = s.ack.is_empty() && s.fail.is_empty() && s.put_back.is_empty() && s.drop.is_empty();
     let settled = loop {
+        if empty {
+            // Every member was acked early.
+            break Settled::default();
+        }
         match t
             .store
             .settle(batch.deadline_ms, t.config.max_attempts, s)

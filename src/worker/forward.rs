@@ -203,7 +203,13 @@ impl Forwarder {
             Vec::new()
         } else {
             publisher
-                .publish_batch(self.t.name(), &messages, cfg.publish_timeout, &self.abort)
+                .publish_batch(
+                    self.t.name(),
+                    &messages,
+                    cfg.publish_timeout,
+                    &self.abort,
+                    None,
+                )
                 .await
         };
         for ((item, ..), outcome) in sendable.iter().zip(outcomes) {

@@ -20,9 +20,11 @@ pub(super) struct Plan<'a> {
 /// with no outcome, or with a slot left `None`, was not confirmed: it is failed like a
 /// timeout, never acked. Only a [`crate::sink::Confirmed`] outcome acks.
 /// An expired member is dead-lettered, or with `on_expired = "drop"` removed unpublished.
+/// Members marked in `early` were acked while the rest of the batch was in flight: left out.
 pub(super) fn plan<'a>(
     items: &'a [Claimed],
     outcomes: &[Option<Outcome>],
+    early: &[bool],
     backoff: &Backoff,
     on_expired: OnExpired,
 ) -> Plan<'a> {
@@ -33,6 +35,9 @@ pub(super) fn plan<'a>(
     };
     const UNCONFIRMED: Outcome = Err(PublishError::Timeout);
     for (i, c) in items.iter().enumerate() {
+        if early.get(i).copied().unwrap_or(false) {
+            continue;
+        }
         let outcome = outcomes
             .get(i)
             .and_then(Option::as_ref)
@@ -98,12 +103,12 @@ mod tests {
             Some(Err(PublishError::Expired)),
             Some(Ok(crate::sink::Confirmed::for_tests())),
         ];
-        let dead = plan(&items, &outcomes, &BACKOFF, OnExpired::DeadLetter);
+        let dead = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::DeadLetter);
         assert_eq!(dead.settlement.fail.len(), 1);
         assert_eq!(dead.settlement.fail[0].reason, "expired");
         assert!(dead.settlement.fail[0].permanent);
         assert!(dead.settlement.drop.is_empty());
-        let dropped = plan(&items, &outcomes, &BACKOFF, OnExpired::Drop);
+        let dropped = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::Drop);
         assert_eq!(members(dropped.settlement.drop.iter().copied()), ["old"]);
         assert_eq!(members(dropped.settlement.ack.iter().copied()), ["ok"]);
         assert!(dropped.settlement.fail.is_empty());
@@ -119,7 +124,7 @@ mod tests {
         let items = [item("a", 1), item("b", 1), item("c", 1)];
         // A publisher that answered for the first member only.
         let outcomes = [Some(Ok(crate::sink::Confirmed::for_tests()))];
-        let p = plan(&items, &outcomes, &BACKOFF, OnExpired::DeadLetter);
+        let p = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::DeadLetter);
         assert_eq!(members(p.settlement.ack.iter().copied()), ["a"]);
         let failed = members(p.settlement.fail.iter().map(|f| f.member));
         assert_eq!(failed, ["b", "c"]);
@@ -128,7 +133,7 @@ mod tests {
 
         // A slot left empty counts the same as a missing one.
         let outcomes = [None, Some(Ok(crate::sink::Confirmed::for_tests())), None];
-        let p = plan(&items, &outcomes, &BACKOFF, OnExpired::DeadLetter);
+        let p = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::DeadLetter);
         assert_eq!(members(p.settlement.ack.iter().copied()), ["b"]);
         assert_eq!(p.settlement.fail.len(), 2);
     }
@@ -151,7 +156,7 @@ mod tests {
             Some(Err(PublishError::Refused("406".into()))),
             Some(Err(PublishError::Blocked)),
         ];
-        let p = plan(&items, &outcomes, &BACKOFF, OnExpired::DeadLetter);
+        let p = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::DeadLetter);
         assert_eq!(members(p.settlement.ack.iter().copied()), ["ok"]);
         assert_eq!(p.confirmed_due_ms, [1000]);
         let fail: Vec<(&str, &str, bool)> = p
@@ -183,13 +188,30 @@ mod tests {
     }
 
     #[test]
+    fn members_acked_early_are_left_out() {
+        let items = [item("a", 1), item("b", 1), item("c", 1)];
+        let ok = || Some(Ok(crate::sink::Confirmed::for_tests()));
+        let outcomes = [ok(), ok(), None];
+        let p = plan(
+            &items,
+            &outcomes,
+            &[true, false, false],
+            &BACKOFF,
+            OnExpired::DeadLetter,
+        );
+        assert_eq!(members(p.settlement.ack.iter().copied()), ["b"]);
+        assert_eq!(p.confirmed_due_ms.len(), 1, "counted when acked early");
+        assert_eq!(members(p.settlement.fail.iter().map(|f| f.member)), ["c"]);
+    }
+
+    #[test]
     fn a_message_error_does_not_break_the_sink() {
         let items = [item("a", 1), item("b", 1)];
         let outcomes = [
             Some(Err(PublishError::Refused("406".into()))),
             Some(Err(PublishError::BadPayload("x".into()))),
         ];
-        let p = plan(&items, &outcomes, &BACKOFF, OnExpired::DeadLetter);
+        let p = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::DeadLetter);
         assert!(!p.sink_broken);
         assert!(p.settlement.ack.is_empty());
         assert_eq!(p.settlement.fail.len(), 2);

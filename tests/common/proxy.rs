@@ -20,6 +20,9 @@ pub enum Mode {
     /// Accept connections but forward nothing: bytes stay where they are (a blackhole, or a
     /// broker that stopped reading). Switching back to `Pass` delivers what was held.
     Stall,
+    /// Forward what the client sends, hold what the server answers: a broker that takes
+    /// every message while its confirmations are held on the way back.
+    Mute,
 }
 
 /// A proxy listening on a loopback port, forwarding to `upstream`.
@@ -108,13 +111,15 @@ fn reset(stream: &TcpStream) {
     let _ = stream.set_linger(Some(Duration::ZERO));
 }
 
-/// Waits until the mode is `Pass` (true) or `Drop` / proxy gone (false).
-async fn wait_pass(mode: &mut watch::Receiver<Mode>) -> bool {
+/// Waits until bytes may flow in this direction (`upstream`: from the client to the server):
+/// true, or false on `Drop` or the proxy gone.
+async fn wait_pass(mode: &mut watch::Receiver<Mode>, upstream: bool) -> bool {
     loop {
         match *mode.borrow_and_update() {
             Mode::Pass => return true,
+            Mode::Mute if upstream => return true,
             Mode::Drop => return false,
-            Mode::Stall => {}
+            Mode::Stall | Mode::Mute => {}
         }
         if mode.changed().await.is_err() {
             return false;
@@ -124,7 +129,7 @@ async fn wait_pass(mode: &mut watch::Receiver<Mode>) -> bool {
 
 async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>) {
     // A connection accepted during a stall is held before it even reaches the upstream.
-    if !wait_pass(&mut mode).await {
+    if !wait_pass(&mut mode, false).await {
         reset(&client);
         return;
     }
@@ -137,8 +142,8 @@ async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Re
     let (client_rd, mut client_wr) = client.into_split();
     let (server_rd, mut server_wr) = server.into_split();
     let dropped = tokio::select! {
-        d = pump(client_rd, &mut server_wr, mode.clone()) => d,
-        d = pump(server_rd, &mut client_wr, mode.clone()) => d,
+        d = pump(client_rd, &mut server_wr, mode.clone(), true) => d,
+        d = pump(server_rd, &mut client_wr, mode.clone(), false) => d,
     };
     if dropped {
         reset(client_wr.as_ref());
@@ -146,16 +151,17 @@ async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Re
     }
 }
 
-/// Copies `from` into `to` while the mode allows; returns true when cut by `Drop`,
-/// false when a side closed by itself.
+/// Copies `from` into `to` (`upstream`: client to server) while the mode allows; returns
+/// true when cut by `Drop`, false when a side closed by itself.
 async fn pump(
     mut from: OwnedReadHalf,
     to: &mut OwnedWriteHalf,
     mut mode: watch::Receiver<Mode>,
+    upstream: bool,
 ) -> bool {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        if !wait_pass(&mut mode).await {
+        if !wait_pass(&mut mode, upstream).await {
             return true;
         }
         let n = tokio::select! {
@@ -171,7 +177,7 @@ async fn pump(
             }
         };
         // Bytes read just before a stall are held, not forwarded, until it ends.
-        if !wait_pass(&mut mode).await {
+        if !wait_pass(&mut mode, upstream).await {
             return true;
         }
         tokio::select! {

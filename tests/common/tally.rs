@@ -338,6 +338,12 @@ impl FaultConfig {
         self
     }
 
+    /// `key = value` (TOML) in the RabbitMQ sink's table.
+    pub fn sink(mut self, key: &str, value: &str) -> Self {
+        self.settings = self.settings.set("sinks.rabbit", key, value);
+        self
+    }
+
     /// Another `shutdown.timeout` (5 s by default).
     pub fn shutdown(mut self, timeout: &str) -> Self {
         self.settings = self.settings.set_str("shutdown", "timeout", timeout);

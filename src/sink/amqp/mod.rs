@@ -67,6 +67,10 @@ pub struct AmqpSink {
     channels: usize,
     /// The channels publishers share.
     pool: tokio::sync::Mutex<Pool>,
+    /// One permit per message that may be published and not yet confirmed.
+    unconfirmed: Arc<tokio::sync::Semaphore>,
+    /// `max_unconfirmed`.
+    unconfirmed_max: usize,
 }
 
 /// Confirm-mode channels on one connection, handed out in turn: however many triggers and
@@ -109,6 +113,8 @@ impl AmqpSink {
             refused: OnceLock::new(),
             channels: config.channels,
             pool: tokio::sync::Mutex::new(Pool::default()),
+            unconfirmed: Arc::new(tokio::sync::Semaphore::new(config.max_unconfirmed)),
+            unconfirmed_max: config.max_unconfirmed,
         })
     }
 
@@ -363,6 +369,8 @@ impl AmqpSink {
                     channel,
                     conn,
                     route: route.clone(),
+                    unconfirmed: self.unconfirmed.clone(),
+                    unconfirmed_max: self.unconfirmed_max,
                 })
             }
             Ok(Ok(Err(missing))) => return Err(missing),

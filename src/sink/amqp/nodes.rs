@@ -117,6 +117,7 @@ mod tests {
             declare: Vec::new(),
             reconnect_max: std::time::Duration::from_secs(1),
             channels: 4,
+            max_unconfirmed: 256,
             tls: None,
         }
     }

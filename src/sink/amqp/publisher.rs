@@ -5,16 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
+use futures_util::StreamExt;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::publisher_confirm::Confirmation;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::envelope::HeaderValue;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{AmqpRoute, AmqpRouting};
-use crate::sink::{await_confirms, Confirmed, OutMessage, Outcome, PublishError};
+use crate::sink::{
+    await_confirms, record_outcome, Confirmed, Confirms, OutMessage, Outcome, PublishError,
+};
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_TRIGGER};
 
 /// A confirm-mode channel from the sink's pool, bound to one route (workers may share a
@@ -24,7 +28,15 @@ pub struct AmqpPublisher {
     pub(super) channel: Channel,
     pub(super) conn: Arc<Connection>,
     pub(super) route: AmqpRoute,
+    /// The sink's window of unconfirmed messages (`max_unconfirmed`), shared by every
+    /// publisher on its connection.
+    pub(super) unconfirmed: Arc<Semaphore>,
+    /// The window's size (`max_unconfirmed`).
+    pub(super) unconfirmed_max: usize,
 }
+
+/// Most room in the window a batch takes at once.
+const WINDOW_RUN: usize = 64;
 
 impl AmqpPublisher {
     /// False once the channel was closed by the broker or the connection dropped.
@@ -32,13 +44,15 @@ impl AmqpPublisher {
         self.channel.status().connected()
     }
 
-    /// Publishes the whole batch back to back, then collects the confirmations.
+    /// Publishes the whole batch back to back, then collects the confirmations (each also to
+    /// `confirms` as it arrives).
     pub async fn publish_batch(
         &mut self,
         trigger: &str,
         messages: &[OutMessage<'_>],
         timeout: Duration,
         abort: &CancellationToken,
+        confirms: Option<&Confirms>,
     ) -> Vec<Outcome> {
         let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
         let exchange = self.route.exchange.as_str();
@@ -47,12 +61,39 @@ impl AmqpPublisher {
             // Each message brings its own; none is missing (the worker dead-letters those).
             AmqpRouting::Pointer(_) => "",
         };
-        let pending = FuturesUnordered::new();
+        let mut pending = FuturesUnordered::new();
         let trigger_value = AMQPValue::LongString(trigger.into());
         // The timeout covers writing the batch too: a broker that stops reading fills the
         // socket buffers and the publish itself blocks, past the lease and past shutdown.
         let deadline = tokio::time::Instant::now() + timeout;
+        // Room in the window, taken a run of messages at a time: a run goes out back to back
+        // on the channel, and the broker confirms it with a few multiple-acks.
+        let mut room: Option<OwnedSemaphorePermit> = None;
         for (i, m) in messages.iter().enumerate() {
+            if room.as_ref().is_none_or(|r| r.num_permits() == 0) {
+                // Runs of a quarter of the window at most, so that four batches can fill it.
+                let run = (messages.len() - i)
+                    .min(WINDOW_RUN)
+                    .min(self.unconfirmed_max.div_ceil(4)) as u32;
+                room = loop {
+                    tokio::select! {
+                        // Never closed: the error cannot happen.
+                        got = self.unconfirmed.clone().acquire_many_owned(run) => break got.ok(),
+                        // This batch's own confirmations free room too.
+                        Some((j, r)) = pending.next(), if !pending.is_empty() => {
+                            record_outcome(&mut results, j, r, confirms);
+                        }
+                        _ = tokio::time::sleep_until(deadline) => break None,
+                        _ = abort.cancelled() => {
+                            results[i..].fill(Err(PublishError::Aborted));
+                            break None;
+                        }
+                    }
+                };
+            }
+            let Some(permit) = room.as_mut().and_then(|r| r.split(1)) else {
+                break;
+            };
             let publish = self.channel.basic_publish(
                 exchange,
                 m.routing_key.unwrap_or(routing_key),
@@ -72,7 +113,11 @@ impl AmqpPublisher {
                 }
             };
             match sent {
-                Ok(confirm) => pending.push(async move { (i, confirmation(confirm.await)) }),
+                Ok(confirm) => pending.push(async move {
+                    let outcome = confirmation(confirm.await);
+                    drop(permit);
+                    (i, outcome)
+                }),
                 Err(e) => {
                     // The channel is gone: nothing after this message was sent either.
                     results[i..].fill(Err(classify(e)));
@@ -81,7 +126,7 @@ impl AmqpPublisher {
             }
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        await_confirms(&mut results, pending, left, abort).await;
+        await_confirms(&mut results, pending, left, abort, confirms).await;
         self.isolate_refusals(
             exchange,
             routing_key,

@@ -14,7 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::{down, Current, Shared};
 use crate::config::{KafkaKey, KafkaRoute};
-use crate::sink::{await_confirms, Confirmed, Disposition, OutMessage, Outcome, PublishError};
+use crate::sink::{
+    await_confirms, record_outcome, Confirmed, Confirms, Disposition, OutMessage, Outcome,
+    PublishError,
+};
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_ID, HEADER_TRIGGER};
 
 /// A worker's handle on the sink's producer (whichever instance is current).
@@ -30,13 +33,15 @@ impl KafkaPublisher {
         self.shared.current().health.is_up()
     }
 
-    /// Enqueues every record (waiting for room on `QueueFull`), then awaits the delivery reports.
+    /// Enqueues every record (waiting for room on `QueueFull`), then awaits the delivery
+    /// reports (each also to `confirms` as it arrives).
     pub async fn publish_batch(
         &mut self,
         trigger: &str,
         messages: &[OutMessage<'_>],
         timeout: Duration,
         abort: &CancellationToken,
+        confirms: Option<&Confirms>,
     ) -> Vec<Outcome> {
         let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
         let KafkaRoute { topic, key } = &self.route;
@@ -138,7 +143,7 @@ impl KafkaPublisher {
                         // librdkafka's queue is full (shared by every worker): wait until a
                         // delivery report, ours or another worker's, frees a slot.
                         tokio::select! {
-                            Some((j, r)) = pending.next() => results[j] = r,
+                            Some((j, r)) = pending.next() => record_outcome(&mut results, j, r, confirms),
                             _ = &mut freed => {}
                             _ = tokio::time::sleep_until(deadline) => break 'messages,
                             _ = abort.cancelled() => break 'messages,
@@ -155,7 +160,7 @@ impl KafkaPublisher {
             }
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        await_confirms(&mut results, pending, left, abort).await;
+        await_confirms(&mut results, pending, left, abort, confirms).await;
         if producer.client().fatal_error().is_some() {
             health.fatal.store(true, Ordering::Relaxed);
         }
