@@ -344,22 +344,7 @@ impl Bench {
         self.tally.reset(base, n);
         let cpu_before = bridge.cpu_seconds()?;
         let start = Instant::now();
-        if n > 1 {
-            redis::cmd("RENAME")
-                .arg(&staging)
-                .arg(&key)
-                .query_async::<()>(&mut conn)
-                .await?;
-        }
-        let mut last = redis::pipe();
-        shape.schedule(
-            &mut last,
-            &QueueKeys::derive(&key)?,
-            &key,
-            base + n - 1,
-            due,
-        );
-        last.query_async::<()>(&mut conn).await?;
+        self.release(&key, &staging, base, n, due).await?;
         let end = start + budget(n);
         loop {
             let received = backlog || self.tally.distinct() >= n;
@@ -407,6 +392,33 @@ impl Bench {
         })
     }
 
+    /// Renames the `n - 1` members loaded in `staging` into `key`, then schedules the last one
+    /// (`base + n - 1`, due at `due`), whose `ZADD` wakes the idle workers (a rename is a
+    /// generic keyspace event).
+    async fn release(
+        &self,
+        key: &str,
+        staging: &str,
+        base: u64,
+        n: u64,
+        due: i64,
+    ) -> anyhow::Result<()> {
+        let mut conn = self.conn.clone();
+        if n > 1 {
+            redis::cmd("RENAME")
+                .arg(staging)
+                .arg(key)
+                .query_async::<()>(&mut conn)
+                .await?;
+        }
+        let mut last = redis::pipe();
+        self.args
+            .shape()
+            .schedule(&mut last, &QueueKeys::derive(key)?, key, base + n - 1, due);
+        last.query_async::<()>(&mut conn).await?;
+        Ok(())
+    }
+
     /// Drains `--crash-messages` due at once with the bench trigger's settings, SIGKILLing the
     /// bridge `--kills` times mid-drain and starting it again at once; the members a killed
     /// bridge held come back when their lease expires. Counts what arrived twice.
@@ -426,22 +438,7 @@ impl Bench {
             .await?;
         self.tally.reset(base, n);
         let start = Instant::now();
-        if n > 1 {
-            redis::cmd("RENAME")
-                .arg(&staging)
-                .arg(&key)
-                .query_async::<()>(&mut conn)
-                .await?;
-        }
-        let mut last = redis::pipe();
-        shape.schedule(
-            &mut last,
-            &QueueKeys::derive(&key)?,
-            &key,
-            base + n - 1,
-            due,
-        );
-        last.query_async::<()>(&mut conn).await?;
+        self.release(&key, &staging, base, n, due).await?;
         let step = (n / (2 * u64::from(kills))).max(1);
         let mut mid_drain = 0;
         for k in 1..=kills {
