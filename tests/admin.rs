@@ -78,9 +78,33 @@ fn admin_config(
     capture: &AmqpCapture,
     extra: &str,
 ) -> String {
+    admin_config_with(metrics_port, admin_port, key, capture, extra, "")
+}
+
+/// [`admin_config`] with `trigger_extra` lines in the trigger `api`.
+fn admin_config_with(
+    metrics_port: u16,
+    admin_port: u16,
+    key: &str,
+    capture: &AmqpCapture,
+    extra: &str,
+    trigger_extra: &str,
+) -> String {
     base_config(metrics_port)
         + &format!("\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n{extra}\n")
-        + &amqp_trigger("api", key, capture, "")
+        + &amqp_trigger("api", key, capture, trigger_extra)
+}
+
+/// Starts a bridge on `config` with the admin token set, and a client for its API.
+async fn start_with_api(config: &str, port: u16, admin_port: u16) -> (Bridge, Api) {
+    let bridge = Bridge::start_with_env(config, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)])
+        .ready(Duration::from_secs(20))
+        .await;
+    let api = Api {
+        port: admin_port,
+        calls: Vec::new(),
+    };
+    (bridge, api)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,13 +114,7 @@ async fn the_admin_api_reads_and_acts_on_a_queue_as_its_openapi_file_says() {
     let key = format!("{}:{{admin}}", unique("api"));
     let (port, admin_port) = (free_port(), free_port());
     let config = admin_config(port, admin_port, &key, &capture, "");
-    let bridge = Bridge::start_with_env(&config, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)])
-        .ready(Duration::from_secs(20))
-        .await;
-    let mut api = Api {
-        port: admin_port,
-        calls: Vec::new(),
-    };
+    let (bridge, mut api) = start_with_api(&config, port, admin_port).await;
 
     // The token: missing or wrong is 401 with a challenge, and counted.
     let r401 = api.call("GET", TRIGGERS, "", "", None, None).await;
@@ -422,16 +440,9 @@ async fn the_admin_api_serves_a_sharded_trigger_as_one_queue() {
     let capture = AmqpCapture::start("admin-shards").await;
     let key = format!("{}:{{admin}}", unique("sharded"));
     let (port, admin_port) = (free_port(), free_port());
-    let config = base_config(port)
-        + &format!("\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n")
-        + &amqp_trigger("api", &key, &capture, &format!("shards = {SHARDS}"));
-    let bridge = Bridge::start_with_env(&config, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)])
-        .ready(Duration::from_secs(20))
-        .await;
-    let mut api = Api {
-        port: admin_port,
-        calls: Vec::new(),
-    };
+    let trigger = format!("shards = {SHARDS}");
+    let config = admin_config_with(port, admin_port, &key, &capture, "", &trigger);
+    let (bridge, mut api) = start_with_api(&config, port, admin_port).await;
     // 30 members far ahead, spread by the shard hash, with ties in due time.
     let later = now_ms() + 3_600_000;
     let mut expected: Vec<(i64, String)> = Vec::new();

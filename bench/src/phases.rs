@@ -43,6 +43,17 @@ fn now_ms() -> i64 {
     super::tally::now_us() / 1000
 }
 
+/// A queue loaded beside its key by [`Bench::stage`], waiting for [`Bench::release`].
+struct Staged {
+    key: String,
+    staging: String,
+    /// Sequence number of the first member.
+    base: u64,
+    n: u64,
+    /// Due time of every member, epoch ms.
+    due: i64,
+}
+
 /// Time allowed for moving `n` messages: generous, so only a stall fails a phase.
 fn budget(n: u64) -> Duration {
     Duration::from_secs(60) + Duration::from_millis(n)
@@ -329,22 +340,15 @@ impl Bench {
         let n = self.args.messages;
         let what = if backlog { "backlog" } else { "forward" };
         eprintln!("bench: {what}, {n} messages");
-        let key = self.new_key(what);
-        // Loaded beside the queue and renamed into it once the bridge is ready, so neither
-        // loading nor start-up is timed; the last member's ZADD wakes the idle workers.
-        let staging = format!("{key}:staging");
-        let mut conn = self.conn.clone();
-        let due = now_ms() - 1000;
-        let base = self.next_base();
-        let shape = self.args.shape();
-        redis_ops::load(&mut conn, &shape, &key, &staging, base, n - 1, |_| due).await?;
+        let staged = self.stage(what, n).await?;
+        let (key, mut conn) = (staged.key.clone(), self.conn.clone());
         let (bridge, _) = self
             .start_bridge_to(what, std::slice::from_ref(&key), true, backlog)
             .await?;
-        self.tally.reset(base, n);
+        self.tally.reset(staged.base, n);
         let cpu_before = bridge.cpu_seconds()?;
         let start = Instant::now();
-        self.release(&key, &staging, base, n, due).await?;
+        self.release(&staged).await?;
         let end = start + budget(n);
         loop {
             let received = backlog || self.tally.distinct() >= n;
@@ -392,29 +396,50 @@ impl Bench {
         })
     }
 
-    /// Renames the `n - 1` members loaded in `staging` into `key`, then schedules the last one
-    /// (`base + n - 1`, due at `due`), whose `ZADD` wakes the idle workers (a rename is a
-    /// generic keyspace event).
-    async fn release(
-        &self,
-        key: &str,
-        staging: &str,
-        base: u64,
-        n: u64,
-        due: i64,
-    ) -> anyhow::Result<()> {
+    /// A new queue for `what` with `n` members due a second ago, all but the last loaded
+    /// beside it and renamed into it by [`Self::release`] once the bridge is ready, so that
+    /// neither loading nor start-up is timed.
+    async fn stage(&self, what: &str, n: u64) -> anyhow::Result<Staged> {
+        let key = self.new_key(what);
+        let staged = Staged {
+            staging: format!("{key}:staging"),
+            key,
+            base: self.next_base(),
+            n,
+            due: now_ms() - 1000,
+        };
         let mut conn = self.conn.clone();
-        if n > 1 {
+        let shape = self.args.shape();
+        let Staged {
+            key,
+            staging,
+            base,
+            due,
+            ..
+        } = &staged;
+        redis_ops::load(&mut conn, &shape, key, staging, *base, n - 1, |_| *due).await?;
+        Ok(staged)
+    }
+
+    /// Renames the staged members into the queue, then schedules the last one, whose `ZADD`
+    /// wakes the idle workers (a rename is a generic keyspace event).
+    async fn release(&self, s: &Staged) -> anyhow::Result<()> {
+        let mut conn = self.conn.clone();
+        if s.n > 1 {
             redis::cmd("RENAME")
-                .arg(staging)
-                .arg(key)
+                .arg(&s.staging)
+                .arg(&s.key)
                 .query_async::<()>(&mut conn)
                 .await?;
         }
         let mut last = redis::pipe();
-        self.args
-            .shape()
-            .schedule(&mut last, &QueueKeys::derive(key)?, key, base + n - 1, due);
+        self.args.shape().schedule(
+            &mut last,
+            &QueueKeys::derive(&s.key)?,
+            &s.key,
+            s.base + s.n - 1,
+            s.due,
+        );
         last.query_async::<()>(&mut conn).await?;
         Ok(())
     }
@@ -426,19 +451,14 @@ impl Bench {
         let n = self.args.crash_messages;
         let kills = self.args.kills;
         eprintln!("bench: crash, {n} messages, {kills} SIGKILLs");
-        let key = self.new_key("crash");
-        let staging = format!("{key}:staging");
-        let mut conn = self.conn.clone();
-        let due = now_ms() - 1000;
-        let base = self.next_base();
-        let shape = self.args.shape();
-        redis_ops::load(&mut conn, &shape, &key, &staging, base, n - 1, |_| due).await?;
+        let staged = self.stage("crash", n).await?;
+        let (key, mut conn) = (staged.key.clone(), self.conn.clone());
         let (mut bridge, _) = self
             .start_bridge("crash", std::slice::from_ref(&key), true)
             .await?;
-        self.tally.reset(base, n);
+        self.tally.reset(staged.base, n);
         let start = Instant::now();
-        self.release(&key, &staging, base, n, due).await?;
+        self.release(&staged).await?;
         let step = (n / (2 * u64::from(kills))).max(1);
         let mut mid_drain = 0;
         for k in 1..=kills {
