@@ -145,6 +145,14 @@ pub struct Settlement<'a> {
 }
 
 impl<'a> Settlement<'a> {
+    /// Nothing to do: every member was settled already.
+    pub fn is_empty(&self) -> bool {
+        self.ack.is_empty()
+            && self.fail.is_empty()
+            && self.put_back.is_empty()
+            && self.drop.is_empty()
+    }
+
     /// Acks every member without anything having been published: only for measuring what
     /// the scripts alone can do (the benchmark's Redis ceiling), never for delivery.
     pub fn ack_unpublished(items: &'a [Claimed]) -> Self {

@@ -10,7 +10,7 @@ use super::prepare::prepare;
 use super::settlement::{plan, Plan};
 use super::{Trigger, ERROR_BACKOFF};
 use crate::backoff::Backoff;
-use crate::sink::{Confirms, MessageId, OutMessage, Outcome, Publisher};
+use crate::sink::{MessageId, OutMessage, Outcome, Publisher};
 use crate::store::{ClaimBatch, FailOutcome, Settled, Settlement, StoreError};
 
 /// How a delivered batch went, for the worker that claimed it.
@@ -40,21 +40,7 @@ pub(super) async fn deliver(
         .map(|c| MessageId::new(&t.config.key, &c.member))
         .collect();
     let mut early = Early::new(&t, &batch, claimed_at);
-    let outcomes = {
-        let (confirms, mut confirmed) = tokio::sync::mpsc::unbounded_channel();
-        let publishing = publish(&t, &mut publisher, &batch, &ids, &abort, &confirms);
-        tokio::pin!(publishing);
-        loop {
-            tokio::select! {
-                outcomes = &mut publishing => break outcomes,
-                Some(i) = confirmed.recv() => early.confirmed(i),
-                done = early.settled() => {
-                    early.finish(done);
-                    early.start();
-                }
-            }
-        }
-    };
+    let outcomes = publish(&t, &mut publisher, &batch, &ids, &abort, &mut early).await;
     early.wait().await;
     let backoff = Backoff {
         initial: t.config.backoff_initial,
@@ -67,11 +53,10 @@ pub(super) async fn deliver(
         &backoff,
         t.config.on_expired,
     );
-    // Confirmation time on the Redis clock: claim time plus what elapsed locally since.
     // Counted at confirmation: a member whose lease was lost meanwhile is redelivered and
     // counted again (a duplicate the broker really received twice).
-    let confirmed_ms = batch.now_ms + claimed_at.elapsed().as_millis() as i64;
-    t.metrics.confirmed(&plan.confirmed_due_ms, confirmed_ms);
+    t.metrics
+        .confirmed(&plan.confirmed_due_ms, redis_now_ms(&batch, claimed_at));
     settle(&t, &abort, &batch, &plan).await;
     if plan.sink_broken {
         tracing::warn!(sink = %t.sink.name(), confirmed = plan.settlement.ack.len(),
@@ -80,6 +65,11 @@ pub(super) async fn deliver(
     } else {
         Verdict::Settled
     }
+}
+
+/// Now on the Redis clock: the batch's claim time plus what elapsed locally since.
+fn redis_now_ms(batch: &ClaimBatch, claimed_at: Instant) -> i64 {
+    batch.now_ms + claimed_at.elapsed().as_millis() as i64
 }
 
 /// The acks of a batch settled while the rest of it is in flight.
@@ -159,8 +149,9 @@ impl<'a> Early<'a> {
                     .iter()
                     .map(|&i| self.batch.items[i].due_ms)
                     .collect();
-                let confirmed_ms = self.batch.now_ms + self.claimed_at.elapsed().as_millis() as i64;
-                self.t.metrics.confirmed(&due, confirmed_ms);
+                self.t
+                    .metrics
+                    .confirmed(&due, redis_now_ms(self.batch, self.claimed_at));
                 for i in members {
                     self.acked[i] = true;
                 }
@@ -182,14 +173,14 @@ impl<'a> Early<'a> {
 
 /// One outcome slot per member: members refused before publishing get their error, the
 /// rest what the sink answered. A slot the sink did not fill stays `None` (unconfirmed).
-/// Each confirmation is also sent to `confirms` by the member's position in the batch.
+/// Confirmations are handed to `early` as they arrive, which acks them meanwhile.
 async fn publish(
     t: &Trigger,
     publisher: &mut Publisher,
     batch: &ClaimBatch,
     ids: &[MessageId],
     abort: &CancellationToken,
-    confirms: &Confirms,
+    early: &mut Early<'_>,
 ) -> Vec<Option<Outcome>> {
     let cfg = &t.config;
     let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.items.len()];
@@ -225,17 +216,19 @@ async fn publish(
         })
         .collect();
     let started = Instant::now();
-    // The publisher reports positions among the prepared messages; the worker needs the
-    // member's position in the batch.
-    let (by_slot, mut confirmed) = tokio::sync::mpsc::unbounded_channel();
+    // The publisher reports positions among the prepared messages, `slots` maps them to the
+    // batch.
+    let (confirms, mut confirmed) = tokio::sync::mpsc::unbounded_channel();
     let publishing =
-        publisher.publish_batch(t.name(), &out, cfg.publish_timeout, abort, Some(&by_slot));
+        publisher.publish_batch(t.name(), &out, cfg.publish_timeout, abort, Some(&confirms));
     tokio::pin!(publishing);
     let published = loop {
         tokio::select! {
             published = &mut publishing => break published,
-            Some(k) = confirmed.recv() => {
-                let _ = confirms.send(slots[k]);
+            Some(k) = confirmed.recv() => early.confirmed(slots[k]),
+            done = early.settled() => {
+                early.finish(done);
+                early.start();
             }
         }
     };
@@ -252,9 +245,8 @@ async fn settle(t: &Trigger, abort: &CancellationToken, batch: &ClaimBatch, plan
     let s = &plan.settlement;
     let give_up = Instant::now() + t.config.lease;
     let mut failures = 0u32;
-    let empty = s.ack.is_empty() && s.fail.is_empty() && s.put_back.is_empty() && s.drop.is_empty();
     let settled = loop {
-        if empty {
+        if s.is_empty() {
             // Every member was acked early.
             break Settled::default();
         }

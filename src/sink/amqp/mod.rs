@@ -69,8 +69,8 @@ pub struct AmqpSink {
     pool: tokio::sync::Mutex<Pool>,
     /// One permit per message that may be published and not yet confirmed.
     unconfirmed: Arc<tokio::sync::Semaphore>,
-    /// `max_unconfirmed`.
-    unconfirmed_max: usize,
+    /// Most of the window a batch takes at once (see [`AmqpPublisher`]).
+    window_run: u32,
 }
 
 /// Confirm-mode channels on one connection, handed out in turn: however many triggers and
@@ -114,7 +114,7 @@ impl AmqpSink {
             channels: config.channels,
             pool: tokio::sync::Mutex::new(Pool::default()),
             unconfirmed: Arc::new(tokio::sync::Semaphore::new(config.max_unconfirmed)),
-            unconfirmed_max: config.max_unconfirmed,
+            window_run: publisher::window_run(config.max_unconfirmed),
         })
     }
 
@@ -370,7 +370,7 @@ impl AmqpSink {
                     conn,
                     route: route.clone(),
                     unconfirmed: self.unconfirmed.clone(),
-                    unconfirmed_max: self.unconfirmed_max,
+                    window_run: self.window_run,
                 })
             }
             Ok(Ok(Err(missing))) => return Err(missing),

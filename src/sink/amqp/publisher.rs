@@ -31,12 +31,16 @@ pub struct AmqpPublisher {
     /// The sink's window of unconfirmed messages (`max_unconfirmed`), shared by every
     /// publisher on its connection.
     pub(super) unconfirmed: Arc<Semaphore>,
-    /// The window's size (`max_unconfirmed`).
-    pub(super) unconfirmed_max: usize,
+    /// Most room in the window a batch takes at once ([`window_run`]).
+    pub(super) window_run: u32,
 }
 
-/// Most room in the window a batch takes at once.
-const WINDOW_RUN: usize = 64;
+/// Most room in a window of `max_unconfirmed` a batch takes at once: 64 messages, or a
+/// quarter of the window so that four batches can fill it. A run goes out back to back on
+/// the channel, and the broker confirms it with a few multiple-acks.
+pub(super) fn window_run(max_unconfirmed: usize) -> u32 {
+    max_unconfirmed.div_ceil(4).clamp(1, 64) as u32
+}
 
 impl AmqpPublisher {
     /// False once the channel was closed by the broker or the connection dropped.
@@ -66,15 +70,11 @@ impl AmqpPublisher {
         // The timeout covers writing the batch too: a broker that stops reading fills the
         // socket buffers and the publish itself blocks, past the lease and past shutdown.
         let deadline = tokio::time::Instant::now() + timeout;
-        // Room in the window, taken a run of messages at a time: a run goes out back to back
-        // on the channel, and the broker confirms it with a few multiple-acks.
+        // Room in the window, taken a run of messages at a time.
         let mut room: Option<OwnedSemaphorePermit> = None;
         for (i, m) in messages.iter().enumerate() {
             if room.as_ref().is_none_or(|r| r.num_permits() == 0) {
-                // Runs of a quarter of the window at most, so that four batches can fill it.
-                let run = (messages.len() - i)
-                    .min(WINDOW_RUN)
-                    .min(self.unconfirmed_max.div_ceil(4)) as u32;
+                let run = self.window_run.min((messages.len() - i) as u32);
                 room = loop {
                     tokio::select! {
                         // Never closed: the error cannot happen.
