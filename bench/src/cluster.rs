@@ -18,7 +18,6 @@ use super::{Bench, BridgeToml};
 /// How long the cluster bridge may take to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
-const POLL: Duration = Duration::from_millis(2);
 
 impl Bench {
     /// Measures on the cluster at `--redis-cluster`, with `--messages` each time.
@@ -185,25 +184,7 @@ impl Bench {
             last.query_async::<()>(&mut conn.clone()).await?;
         }
         let end = start + Duration::from_secs(60) + Duration::from_millis(n);
-        loop {
-            if self.tally.distinct() >= n {
-                let mut left = 0;
-                for key in keys {
-                    left += redis_ops::queue_len(&mut conn.clone(), key).await?;
-                }
-                if left == 0 {
-                    break;
-                }
-            }
-            if Instant::now() >= end {
-                bail!(
-                    "the consumer received {} of {n}; {}",
-                    self.tally.distinct(),
-                    bridge.log_tail()
-                );
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        self.wait_drained(conn, keys, n, &bridge, end).await?;
         let secs = start.elapsed().as_secs_f64();
         bridge.stop(STOP_TIMEOUT).await?;
         Ok(Rate::new(n, secs))

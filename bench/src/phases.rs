@@ -217,6 +217,40 @@ impl Bench {
         Ok((bridge, config, took))
     }
 
+    /// Waits until the consumer holds `expected` distinct messages of the current phase and
+    /// every queue of `keys` is empty; fails at `end` with what arrived and the bridge's log.
+    pub(super) async fn wait_drained<C>(
+        &self,
+        conn: &C,
+        keys: &[String],
+        expected: u64,
+        bridge: &BridgeProcess,
+        end: Instant,
+    ) -> anyhow::Result<()>
+    where
+        C: redis::aio::ConnectionLike + Clone,
+    {
+        loop {
+            if self.tally.distinct() >= expected {
+                let mut left = 0;
+                for key in keys {
+                    left += redis_ops::queue_len(&mut conn.clone(), key).await?;
+                }
+                if left == 0 {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= end {
+                bail!(
+                    "the consumer received {} of {expected} and Redis still held messages; {}",
+                    self.tally.distinct(),
+                    bridge.log_tail()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     /// Waits until the consumer holds `n` distinct messages of the current phase.
     async fn wait_received(&self, n: u64, timeout: Duration) -> anyhow::Result<()> {
         let end = Instant::now() + timeout;
@@ -349,22 +383,16 @@ impl Bench {
         let cpu_before = bridge.cpu_seconds()?;
         let start = Instant::now();
         self.release(&staged).await?;
-        let end = start + budget(n);
-        loop {
-            let received = backlog || self.tally.distinct() >= n;
-            if received && redis_ops::queue_len(&mut conn, &key).await? == 0 {
-                break;
-            }
-            if Instant::now() >= end {
-                bail!(
-                    "the consumer received {} of {n} within {:?}; {}",
-                    self.tally.distinct(),
-                    budget(n),
-                    bridge.log_tail()
-                );
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        // The backlog is done once Redis is empty: every message confirmed, none consumed.
+        let expected = if backlog { 0 } else { n };
+        self.wait_drained(
+            &conn,
+            std::slice::from_ref(&key),
+            expected,
+            &bridge,
+            start + budget(n),
+        )
+        .await?;
         let secs = start.elapsed().as_secs_f64();
         let cpu = bridge.cpu_seconds()? - cpu_before;
         let memory = bridge.memory()?;
@@ -474,19 +502,8 @@ impl Bench {
         }
         // The killed bridges' claims come back after their lease.
         let end = Instant::now() + self.trigger.lease + budget(n);
-        loop {
-            if self.tally.distinct() >= n && redis_ops::queue_len(&mut conn, &key).await? == 0 {
-                break;
-            }
-            if Instant::now() >= end {
-                bail!(
-                    "the consumer received {} of {n} after the kills; {}",
-                    self.tally.distinct(),
-                    bridge.log_tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.wait_drained(&conn, std::slice::from_ref(&key), n, &bridge, end)
+            .await?;
         let seconds = start.elapsed().as_secs_f64();
         // Copies still on their way from the broker.
         tokio::time::sleep(Duration::from_secs(1)).await;
