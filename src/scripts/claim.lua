@@ -131,9 +131,11 @@ if n > 0 then
   else
     each_chunk('ZREM', KEYS[1], members)
   end
+  -- Formatted once: a number argument would be formatted again for every member.
+  local score = tostring(deadline)
   local args = {}
   for i = 1, n do
-    args[#args + 1] = deadline
+    args[#args + 1] = score
     args[#args + 1] = members[i]
     if #args >= 1000 then
       redis.call('ZADD', KEYS[2], unpack(args))

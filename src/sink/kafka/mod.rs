@@ -1,5 +1,6 @@
 //! Kafka sink: an idempotent `acks=all` producer; a record counts only once its delivery report is in.
 
+mod delivery;
 mod health;
 mod publisher;
 
@@ -8,13 +9,13 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
-use rdkafka::producer::{FutureProducer, Producer, PurgeConfig};
-use tokio::sync::Notify;
+use rdkafka::producer::{Producer, PurgeConfig, ThreadedProducer};
 use tokio_util::sync::CancellationToken;
 
 use super::PublishError;
 use crate::config::{KafkaRoute, KafkaSinkConfig};
 use crate::metrics::Metrics;
+use delivery::Room;
 use health::{Health, HealthContext};
 pub use publisher::KafkaPublisher;
 
@@ -42,7 +43,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Shortest time between two producer rebuilds after fatal errors.
 const REBUILD_BACKOFF: Duration = Duration::from_secs(2);
 
-type KafkaProducer = FutureProducer<HealthContext>;
+type KafkaProducer = ThreadedProducer<HealthContext>;
 
 /// The producer in use and the health of that very instance.
 #[derive(Clone)]
@@ -56,8 +57,8 @@ struct Shared {
     name: String,
     config: ClientConfig,
     current: RwLock<Current>,
-    /// Woken whenever a delivery report frees a slot in librdkafka's queue.
-    room: Notify,
+    /// Room in librdkafka's queue, freed by delivery reports.
+    room: Arc<Room>,
 }
 
 impl Shared {
@@ -68,11 +69,12 @@ impl Shared {
             .clone()
     }
 
-    fn build(name: &str, config: &ClientConfig) -> anyhow::Result<Current> {
+    fn build(name: &str, config: &ClientConfig, room: &Arc<Room>) -> anyhow::Result<Current> {
         let health = Arc::new(Health::default());
         let producer = config.create_with_context(HealthContext {
             health: health.clone(),
             name: name.to_string(),
+            room: room.clone(),
         })?;
         Ok(Current { producer, health })
     }
@@ -88,13 +90,14 @@ impl KafkaSink {
     pub fn new(name: &str, config: &KafkaSinkConfig) -> anyhow::Result<Self> {
         let mut cc = client_config(config)?;
         cc.set("client.id", format!("delay-bridge-{name}"));
-        let current = Shared::build(name, &cc)?;
+        let room = Arc::new(Room::default());
+        let current = Shared::build(name, &cc, &room)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 name: name.to_string(),
                 config: cc,
                 current: RwLock::new(current),
-                room: Notify::new(),
+                room,
             }),
         })
     }
@@ -157,7 +160,7 @@ impl KafkaSink {
 
     /// Swaps in a fresh producer; records still held by the old one fail and are put back.
     async fn rebuild(&self) {
-        let fresh = match Shared::build(&self.shared.name, &self.shared.config) {
+        let fresh = match Shared::build(&self.shared.name, &self.shared.config, &self.shared.room) {
             Ok(fresh) => fresh,
             Err(e) => {
                 tracing::warn!(sink = %self.shared.name, error = %e, "could not create a new Kafka producer");
@@ -175,7 +178,7 @@ impl KafkaSink {
         tracing::warn!(sink = %self.shared.name, "replaced the Kafka producer after a fatal error");
         // Dropping a producer purges and briefly flushes it: keep that off the runtime threads.
         let _ = tokio::task::spawn_blocking(move || drop(old)).await;
-        self.shared.room.notify_waiters();
+        self.shared.room.reset();
     }
 
     /// A handle for one worker producing to `route`; fails while no broker is up, so

@@ -5,20 +5,21 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::stream::FuturesUnordered;
-use futures_util::StreamExt;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureRecord, Producer};
+use rdkafka::producer::{BaseRecord, Producer};
 use tokio_util::sync::CancellationToken;
 
+use super::delivery::Report;
 use super::{down, Current, Shared};
 use crate::config::{KafkaKey, KafkaRoute};
 use crate::sink::{
-    await_confirms, record_outcome, Confirmed, Confirms, Disposition, OutMessage, Outcome,
-    PublishError,
+    await_confirms, record_outcome, Confirms, Disposition, OutMessage, Outcome, PublishError,
 };
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_ID, HEADER_TRIGGER};
+
+/// How long a publisher that found librdkafka's queue full waits at most before trying again.
+const QUEUE_FULL_RETRY: Duration = Duration::from_millis(5);
 
 /// A worker's handle on the sink's producer (whichever instance is current).
 #[derive(Clone)]
@@ -52,11 +53,10 @@ impl KafkaPublisher {
             return results;
         }
         let room = &self.shared.room;
-        let mut pending = FuturesUnordered::new();
+        let (reports, mut reported) = tokio::sync::mpsc::unbounded_channel();
         let deadline = tokio::time::Instant::now() + timeout;
+        let (mut due, mut attempt) = (itoa::Buffer::new(), itoa::Buffer::new());
         'messages: for (i, m) in messages.iter().enumerate() {
-            let due = m.due_ms.to_string();
-            let attempt = m.attempt.to_string();
             let mut headers = OwnedHeaders::new_with_capacity(4);
             let mut own_key = None;
             if let Some(p) = m.properties {
@@ -99,68 +99,79 @@ impl KafkaPublisher {
                 })
                 .insert(Header {
                     key: HEADER_DUE_MS,
-                    value: Some(&due),
+                    value: Some(due.format(m.due_ms)),
                 })
                 .insert(Header {
                     key: HEADER_ATTEMPT,
-                    value: Some(&attempt),
+                    value: Some(attempt.format(m.attempt)),
                 })
                 .insert(Header {
                     key: HEADER_ID,
                     value: Some(m.id),
                 });
-            let mut record = FutureRecord::<[u8], [u8]>::to(topic)
-                .payload(m.payload)
-                .headers(headers);
+            let mut record = BaseRecord::<[u8], [u8], Box<Report>>::with_opaque_to(
+                topic,
+                Report::new(&reports, i),
+            )
+            .payload(m.payload)
+            .headers(headers);
             if let Some(own) = own_key {
                 record = record.key(own);
             } else if *key == KafkaKey::Member {
                 // Every copy of one member (payload or id) hashes to one partition.
                 record = record.key(m.member);
             }
+            let mut freed = None;
             loop {
-                // Registered before the attempt so a report arriving in between is not missed.
-                let freed = room.notified();
-                tokio::pin!(freed);
-                freed.as_mut().enable();
-                match producer.send_result(record) {
-                    Ok(delivery) => {
-                        pending.push(async move {
-                            let r = match delivery.await {
-                                Ok(Ok(_)) => Ok(Confirmed::by_broker()),
-                                Ok(Err((e, _))) => Err(classify(&e)),
-                                Err(_) => Err(PublishError::Connection(
-                                    "the producer dropped the record".into(),
-                                )),
-                            };
-                            room.notify_waiters();
-                            (i, r)
-                        });
-                        break;
-                    }
+                match producer.send(record) {
+                    Ok(()) => break,
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                         record = back;
                         // librdkafka's queue is full (shared by every worker): wait until a
                         // delivery report, ours or another worker's, frees a slot.
-                        tokio::select! {
-                            Some((j, r)) = pending.next() => record_outcome(&mut results, j, r, confirms),
-                            _ = &mut freed => {}
-                            _ = tokio::time::sleep_until(deadline) => break 'messages,
-                            _ = abort.cancelled() => break 'messages,
+                        let Some(wait) = freed.as_mut() else {
+                            freed = Some(room.wait());
+                            continue;
+                        };
+                        let look_again = tokio::select! {
+                            Some((j, r)) = reported.recv() => {
+                                record_outcome(&mut results, j, r, confirms);
+                                false
+                            }
+                            _ = wait => true,
+                            // A slot frees only once the report's event is done with: look
+                            // again after a while even if no other report comes.
+                            _ = tokio::time::sleep(QUEUE_FULL_RETRY) => true,
+                            _ = tokio::time::sleep_until(deadline) => {
+                                record.delivery_opaque.disarm();
+                                break 'messages;
+                            }
+                            _ = abort.cancelled() => {
+                                record.delivery_opaque.disarm();
+                                break 'messages;
+                            }
+                        };
+                        if look_again {
+                            freed = None;
                         }
                     }
-                    Err((e, _)) => {
+                    Err((e, mut back)) => {
                         if e.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
                             health.fatal.store(true, Ordering::Relaxed);
                         }
+                        // Never enqueued: its outcome is this error, not a dropped record.
+                        back.delivery_opaque.disarm();
                         results[i] = Err(classify(&e));
                         break;
                     }
                 }
             }
         }
+        // Only the records' own senders are left: the channel ends when the last report is in.
+        drop(reports);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        await_confirms(&mut results, pending, left, abort, confirms).await;
+        let reported = futures_util::stream::poll_fn(|cx| reported.poll_recv(cx));
+        await_confirms(&mut results, reported, left, abort, confirms).await;
         if producer.client().fatal_error().is_some() {
             health.fatal.store(true, Ordering::Relaxed);
         }
