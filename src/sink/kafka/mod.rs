@@ -2,6 +2,7 @@
 
 mod delivery;
 mod health;
+mod poller;
 mod publisher;
 
 use std::sync::atomic::Ordering;
@@ -9,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
-use rdkafka::producer::{Producer, PurgeConfig, ThreadedProducer};
+use rdkafka::producer::{Producer, PurgeConfig};
 use tokio_util::sync::CancellationToken;
 
 use super::PublishError;
@@ -43,7 +44,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Shortest time between two producer rebuilds after fatal errors.
 const REBUILD_BACKOFF: Duration = Duration::from_secs(2);
 
-type KafkaProducer = ThreadedProducer<HealthContext>;
+type KafkaProducer = poller::Polled;
 
 /// The producer in use and the health of that very instance.
 #[derive(Clone)]
@@ -71,11 +72,14 @@ impl Shared {
 
     fn build(name: &str, config: &ClientConfig, room: &Arc<Room>) -> anyhow::Result<Current> {
         let health = Arc::new(Health::default());
-        let producer = config.create_with_context(HealthContext {
-            health: health.clone(),
-            name: name.to_string(),
-            room: room.clone(),
-        })?;
+        let producer = poller::Polled::create(
+            config,
+            HealthContext {
+                health: health.clone(),
+                name: name.to_string(),
+                room: room.clone(),
+            },
+        )?;
         Ok(Current { producer, health })
     }
 }
@@ -176,8 +180,8 @@ impl KafkaSink {
             fresh,
         );
         tracing::warn!(sink = %self.shared.name, "replaced the Kafka producer after a fatal error");
-        // Dropping a producer purges and briefly flushes it: keep that off the runtime threads.
-        let _ = tokio::task::spawn_blocking(move || drop(old)).await;
+        // Its event thread destroys it (purging what it holds) once no batch uses it.
+        drop(old);
         self.shared.room.reset();
     }
 
