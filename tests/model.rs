@@ -544,6 +544,10 @@ struct Model {
     next_schedule: u64,
     /// Hash mode only.
     bodies: Option<Bodies>,
+    /// Failed-attempt entries gone stale with a count, by member: (count, stamp). The hash
+    /// keeps one until a script rewrites or deletes the member's entry or a sweep removes it,
+    /// and it counts again for a copy whose score comes back to its stamp.
+    left: HashMap<Vec<u8>, (i64, f64)>,
     /// Paused by an operator: claims take nothing.
     paused: bool,
     /// The rate limit's bucket (tokens, as of Redis time ms), once a rate-limited claim took
@@ -565,6 +569,33 @@ struct Bodies {
 }
 
 impl Model {
+    /// The member's entry went stale carrying `failures` under `stamp`.
+    fn leave(&mut self, member: &[u8], failures: i64, stamp: f64) {
+        if failures > 0 {
+            self.left.insert(member.to_vec(), (failures, stamp));
+        }
+    }
+
+    /// The count the member's stale entry gives back to a copy scheduled at `score`.
+    fn revive(&mut self, member: &[u8], score: f64) -> i64 {
+        match self.left.get(member) {
+            Some(&(count, stamp)) if stamp == score => {
+                self.left.remove(member);
+                count
+            }
+            _ => 0,
+        }
+    }
+
+    /// A script deleted the member's entry (an ack or a dead letter): a scheduled copy's
+    /// count, if it had one, went with it.
+    fn entry_deleted(&mut self, member: &[u8]) {
+        self.left.remove(member);
+        if let Some(s) = self.source.get_mut(member) {
+            s.failures = 0;
+        }
+    }
+
     /// The dead letters with their `K:dead` scores, in Redis's order.
     fn dead_by_score(&self) -> Vec<(Vec<u8>, f64)> {
         let mut dead: Vec<(Vec<u8>, f64)> = self
@@ -586,6 +617,8 @@ impl Model {
         failures: i64,
         schedules: Schedules,
     ) -> bool {
+        // The script rewrites the member's entry (or deletes it): nothing stale is left.
+        self.left.remove(member);
         match self.source.get_mut(member) {
             Some(s) => {
                 s.schedules.extend(schedules);
@@ -810,22 +843,27 @@ impl Case {
     fn scheduled(&mut self, member: &[u8], score: f64) {
         match self.m.source.get_mut(member) {
             // A reschedule: the same schedule, a new time, a fresh count (the stamp no longer
-            // matches, unless the producer happened to write the very score it had).
+            // matches, unless the producer happened to write the very score it had, or
+            // writes back the score a stale count was stamped with).
             Some(s) => {
                 if s.score != score {
-                    s.failures = 0;
+                    let (failures, stamp) = (s.failures, s.score);
+                    s.score = score;
+                    self.m.leave(member, failures, stamp);
+                    let revived = self.m.revive(member, score);
+                    self.m.source.get_mut(member).expect("scheduled").failures = revived;
                 }
-                s.score = score;
             }
             None => {
                 let id = self.m.next_schedule;
                 self.m.next_schedule += 1;
                 self.m.started.push(id);
+                let failures = self.m.revive(member, score);
                 self.m.source.insert(
                     member.to_vec(),
                     Scheduled {
                         score,
-                        failures: 0,
+                        failures,
                         schedules: vec![id],
                     },
                 );
@@ -929,6 +967,8 @@ impl Case {
         let was = self.m.source.remove(member);
         check_eq!(n == 1, was.is_some(), "ZREM of {member:?}");
         if let Some(s) = was {
+            // The count stays in the hash under the cancelled score.
+            self.m.leave(member, s.failures, s.score);
             self.m.cancelled.extend(s.schedules);
             if let Some(b) = &mut self.m.bodies {
                 if self.m.inflight.contains_key(member) || self.m.dead.contains_key(member) {
@@ -970,6 +1010,12 @@ impl Case {
         let want = match self.m.source.get_mut(member) {
             Some(s) if s.score != score && (!earlier || s.score > score) => {
                 s.score = score;
+                // A count moves with the copy; without one, a stale count stamped with the
+                // new score counts again.
+                if s.failures == 0 {
+                    let revived = self.m.revive(member, score);
+                    self.m.source.get_mut(member).expect("scheduled").failures = revived;
+                }
                 true
             }
             _ => false,
@@ -1053,6 +1099,10 @@ impl Case {
                 // With its forward's lease, if any.
                 self.m.dead.remove(m).map(|d| d.schedules)
             } else {
+                if !self.m.inflight.contains_key(m) {
+                    // Its entry goes too, stale or not; a copy in flight keeps its own.
+                    self.m.left.remove(m);
+                }
                 self.m.source.remove(m).map(|s| s.schedules)
             };
             self.m.cancelled.extend(schedules.unwrap_or_default());
@@ -1375,6 +1425,7 @@ impl Case {
             self.m.delivered.extend(schedules.iter().copied());
             if owns(&self.m, &c.member) {
                 self.m.inflight.remove(&c.member);
+                self.m.entry_deleted(&c.member);
                 acked += 1;
                 // Hash mode: the body goes with the last copy of its id.
                 if let Some(bodies) = &mut self.m.bodies {
@@ -1410,6 +1461,7 @@ impl Case {
             let lease = self.m.inflight.remove(member).expect("owned");
             let failures = lease.failures + 1;
             if matches!(d, Disp::Dead | Disp::Missing) || failures >= i64::from(self.max_attempts) {
+                self.m.entry_deleted(member);
                 let dead_key = self.keys.dead.clone();
                 let at = self.adopt_score(&dead_key, member, t0, t1).await?;
                 let reason = match d {
@@ -1575,6 +1627,7 @@ impl Case {
             }
         }
         check_eq!(cursor.as_str(), "0", "sweep finished a pass");
+        self.m.left.clear();
         let stale = self.attempt_entries().await?.1;
         check!(
             stale.is_empty(),
@@ -1613,18 +1666,22 @@ impl Case {
                         let src = self.keys.source.clone();
                         let at = self.adopt_score(&src, &m, t0, t1).await?;
                         let s = self.m.source.get_mut(&m).expect("scheduled");
+                        let (failures, stamp) = (s.failures, s.score);
                         s.score = at;
-                        s.failures = 0;
+                        self.m.leave(&m, failures, stamp);
+                        let revived = self.m.revive(&m, at);
+                        self.m.source.get_mut(&m).expect("scheduled").failures = revived;
                     }
                 }
                 None => {
                     let src = self.keys.source.clone();
                     let at = self.adopt_score(&src, &m, t0, t1).await?;
+                    let failures = self.m.revive(&m, at);
                     self.m.source.insert(
                         m,
                         Scheduled {
                             score: at,
-                            failures: 0,
+                            failures,
                             schedules: entry.schedules,
                         },
                     );
@@ -2431,4 +2488,44 @@ fn missing_paths(t: &Tally, hash: bool) -> Vec<&'static str> {
         .filter(|(_, c)| c.load(Ordering::Relaxed) == 0)
         .map(|(what, _)| what)
         .collect()
+}
+
+/// A count that went stale when the producer moved its copy counts again when the producer
+/// writes the stamped score back (an entry belongs to the copy whose score it names).
+#[tokio::test]
+async fn a_stale_count_counts_again_when_its_score_comes_back() {
+    let conn = common::redis().await;
+    let manager = Conn::open(&common::redis_url())
+        .await
+        .expect("Redis must run on loopback");
+    let tally: &'static Tally = Box::leak(Box::default());
+    let schedule = |when| Op::Schedule { member: 0, when };
+    let ops = [
+        schedule(When::Past(0)),
+        Op::Claim {
+            batch: 1,
+            short: true,
+        },
+        // The lease expires once the Redis clock passes the claim's millisecond.
+        Op::Recover { limit: 1 },
+        Op::Recover { limit: 1 },
+        // One failed attempt, moved with the copy by the operator.
+        Op::Move {
+            member: 0,
+            when: When::Past(1),
+            earlier: false,
+        },
+        schedule(When::Future(0)),
+        schedule(When::Past(1)),
+        Op::Claim {
+            batch: 1,
+            short: false,
+        },
+    ];
+    run_case(&conn, &manager, false, 3, &ops, tally)
+        .await
+        .unwrap();
+    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    assert_eq!(get(&tally.recovered), 1, "the expired lease was recovered");
+    assert_eq!(get(&tally.moved), 1, "the operator moved the copy");
 }
