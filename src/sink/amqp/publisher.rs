@@ -137,11 +137,22 @@ impl AmqpPublisher {
             abort,
         )
         .await;
-        if self.conn.status().blocked() {
+        let unanswered = if self.conn.status().blocked() {
             // A resource alarm, not the messages: back without an attempt.
+            Some(PublishError::Blocked)
+        } else if !self.is_usable() {
+            // The channel closed (a refusal closes it for every message on it): a confirmation
+            // it still owed can no longer come, which says nothing of the message.
+            Some(PublishError::Connection(
+                "the channel closed before the broker confirmed".into(),
+            ))
+        } else {
+            None
+        };
+        if let Some(e) = unanswered {
             for r in &mut results {
                 if matches!(r, Err(PublishError::Timeout)) {
-                    *r = Err(PublishError::Blocked);
+                    *r = Err(e.clone());
                 }
             }
         }
