@@ -142,6 +142,10 @@ pub struct BenchArgs {
     /// Extra `key = value` TOML lines for every bench trigger, e.g. `--trigger-set 'batch = 512'`.
     #[arg(long = "trigger-set")]
     pub trigger_set: Vec<String>,
+    /// Extra `key = value` TOML lines for the bench sink (the broker ceiling uses them too),
+    /// e.g. `--sink-set 'properties = { "linger.ms" = "1" }'`.
+    #[arg(long = "sink-set")]
+    pub sink_set: Vec<String>,
     /// Log filter of the bridge under test.
     #[arg(long, default_value = "warn")]
     pub bridge_log_level: String,
@@ -462,12 +466,17 @@ impl BridgeToml<'_> {
             "[redis]\n{redis}\nenable_keyspace_events = {}\n\n\
              [metrics]\nlisten = \"127.0.0.1:{}\"\n\n\
              [log]\nlevel = {}\n\n\
-             [shutdown]\ntimeout = \"10s\"\n\n{}\n",
+             [shutdown]\ntimeout = \"10s\"\n\n{}",
             self.notifications,
             self.metrics_port,
             toml_str(&self.args.bridge_log_level),
             self.broker.sink_toml(),
         );
+        for line in &self.args.sink_set {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push('\n');
         for (i, key) in self.keys.iter().enumerate() {
             out.push_str(&format!(
                 "[[triggers]]\nname = \"bench-{i}\"\nkey = {}\nsink = \"bench\"\n{}",
