@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -25,8 +26,10 @@ pub(super) enum Verdict {
 /// Publishes a claimed batch and settles every member: ack, retry, dead-letter or put
 /// back. Runs as its own task so the worker can claim again while the broker confirms.
 /// Members the broker confirms while others of the batch are still in flight are acked at
-/// once (one settle call at a time, taking what was confirmed meanwhile), so a crash
-/// re-sends little more than what the broker had not confirmed.
+/// once (up to [`EARLY_CALLS`] settle calls at a time, each taking what was confirmed
+/// meanwhile), and the last confirmations in a call of their own the moment the broker has
+/// answered for every member, so a crash re-sends little more than what the broker had not
+/// confirmed.
 pub(super) async fn deliver(
     t: Arc<Trigger>,
     mut publisher: Publisher,
@@ -41,7 +44,7 @@ pub(super) async fn deliver(
         .collect();
     let mut early = Early::new(&t, &batch, claimed_at);
     let outcomes = publish(&t, &mut publisher, &batch, &ids, &abort, &mut early).await;
-    early.wait().await;
+    early.flush().await;
     let backoff = Backoff {
         initial: t.config.backoff_initial,
         max: t.config.backoff_max,
@@ -72,6 +75,11 @@ fn redis_now_ms(batch: &ClaimBatch, claimed_at: Instant) -> i64 {
     batch.now_ms + claimed_at.elapsed().as_millis() as i64
 }
 
+/// Early settle calls of one batch under way at once while the broker confirms the rest.
+/// Calls on one connection are pipelined: a second one does not wait for the first to return,
+/// so confirmations arriving while a call is under way are acked a round trip sooner.
+const EARLY_CALLS: usize = 2;
+
 /// The acks of a batch settled while the rest of it is in flight.
 struct Early<'a> {
     t: &'a Trigger,
@@ -81,8 +89,8 @@ struct Early<'a> {
     acked: Vec<bool>,
     /// Confirmed, not yet in a settle call.
     pending: Vec<usize>,
-    /// The settle call under way, with the members it acks.
-    running: Option<EarlySettle<'a>>,
+    /// The settle calls under way, each with the members it acks.
+    running: FuturesUnordered<EarlySettle<'a>>,
 }
 
 type EarlySettle<'a> = std::pin::Pin<
@@ -97,25 +105,31 @@ impl<'a> Early<'a> {
             claimed_at,
             acked: vec![false; batch.items.len()],
             pending: Vec::new(),
-            running: None,
+            running: FuturesUnordered::new(),
         }
     }
 
-    /// The broker confirmed the member at position `i`.
+    /// The broker confirmed the member at position `i`: acked by the next call that starts.
     fn confirmed(&mut self, i: usize) {
         self.pending.push(i);
-        self.start();
     }
 
-    /// Starts a settle call for the pending confirmations unless one is under way (it takes
-    /// what arrives meanwhile when it returns) or none are pending.
+    /// Starts a settle call for the pending confirmations unless [`EARLY_CALLS`] are under
+    /// way (the first to return takes what arrived meanwhile) or none are pending.
     fn start(&mut self) {
-        if self.running.is_some() || self.pending.is_empty() {
+        if self.running.len() < EARLY_CALLS {
+            self.launch();
+        }
+    }
+
+    /// Starts a settle call for the pending confirmations, if any.
+    fn launch(&mut self) {
+        if self.pending.is_empty() {
             return;
         }
         let members = std::mem::take(&mut self.pending);
         let (t, batch) = (self.t, self.batch);
-        self.running = Some(Box::pin(async move {
+        self.running.push(Box::pin(async move {
             let settlement = Settlement {
                 ack: members
                     .iter()
@@ -131,10 +145,10 @@ impl<'a> Early<'a> {
         }));
     }
 
-    /// Resolves when the settle call under way returns (never when none is).
+    /// Resolves when a settle call under way returns (never when none is).
     async fn settled(&mut self) -> (Vec<usize>, Result<Settled, StoreError>) {
-        match self.running.as_mut() {
-            Some(call) => call.await,
+        match self.running.next().await {
+            Some(done) => done,
             None => std::future::pending().await,
         }
     }
@@ -142,7 +156,6 @@ impl<'a> Early<'a> {
     /// A settle call returned: its members are acked, or on an error left to the final
     /// settle (which retries), as are those still pending.
     fn finish(&mut self, (members, done): (Vec<usize>, Result<Settled, StoreError>)) {
-        self.running = None;
         match done {
             Ok(_) => {
                 let due: Vec<i64> = members
@@ -162,10 +175,11 @@ impl<'a> Early<'a> {
         }
     }
 
-    /// Waits for the settle call under way, if any.
-    async fn wait(&mut self) {
-        if self.running.is_some() {
-            let done = self.settled().await;
+    /// The broker has answered for the whole batch: acks what is still pending at once,
+    /// beside the calls under way, and waits for all of them.
+    async fn flush(&mut self) {
+        self.launch();
+        while let Some(done) = self.running.next().await {
             self.finish(done);
         }
     }
@@ -225,13 +239,24 @@ async fn publish(
     let published = loop {
         tokio::select! {
             published = &mut publishing => break published,
-            Some(k) = confirmed.recv() => early.confirmed(slots[k]),
+            Some(k) = confirmed.recv() => {
+                // Confirmations come in bursts (one broker answer covers many messages):
+                // one call for what has arrived, not one per message.
+                early.confirmed(slots[k]);
+                while let Ok(k) = confirmed.try_recv() {
+                    early.confirmed(slots[k]);
+                }
+                early.start();
+            }
             done = early.settled() => {
                 early.finish(done);
                 early.start();
             }
         }
     };
+    while let Ok(k) = confirmed.try_recv() {
+        early.confirmed(slots[k]);
+    }
     t.metrics.published(started.elapsed());
     for (slot, outcome) in slots.into_iter().zip(published) {
         outcomes[slot] = Some(outcome);
