@@ -175,8 +175,8 @@ impl<'a> Early<'a> {
         }
     }
 
-    /// The broker has answered for the whole batch: acks what is still pending at once,
-    /// beside the calls under way, and waits for all of them.
+    /// Publishing is over (every answer in, or the deadline or an abort came first): acks
+    /// what is still pending at once, beside the calls under way, and waits for all of them.
     async fn flush(&mut self) {
         self.launch();
         while let Some(done) = self.running.next().await {
