@@ -87,7 +87,9 @@ async fn two_bridges_on_one_trigger_deliver_once_unless_a_lease_expired() {
     let (forwarded_a, forwarded_b) = total("delay_bridge_messages_forwarded_total").await;
     let (redelivered_a, redelivered_b) = total("delay_bridge_messages_redelivered_total").await;
     let (retried_a, retried_b) = total("delay_bridge_messages_retried_total").await;
+    let (put_back_a, put_back_b) = total("delay_bridge_messages_put_back_total").await;
     let (redelivered, retried) = (redelivered_a + redelivered_b, retried_a + retried_b);
+    let put_back = put_back_a + put_back_b;
     report(
         "two_bridges",
         n,
@@ -95,18 +97,19 @@ async fn two_bridges_on_one_trigger_deliver_once_unless_a_lease_expired() {
         &tally,
         &format!(
             "forwarded_a={forwarded_a} forwarded_b={forwarded_b} redelivered={redelivered} \
-             retried={retried}"
+             retried={retried} put_back={put_back}"
         ),
     );
     assert!(
         forwarded_a > 0.0 && forwarded_b > 0.0,
         "both bridges must have worked"
     );
-    // Atomic claims: a second copy only ever comes from a lease that expired or a publish
-    // whose confirmation did not come in time, and both are counted.
+    // Atomic claims: a second copy only ever comes from a lease that expired, a publish
+    // whose confirmation did not come in time, or a message put back because its channel
+    // closed with the confirmation owed, and all are counted.
     assert!(
-        tally.duplicates() as f64 <= redelivered + retried,
-        "{} duplicates, but only {redelivered} redelivered and {retried} retried",
+        tally.duplicates() as f64 <= redelivered + retried + put_back,
+        "{} duplicates, but only {redelivered} redelivered, {retried} retried and {put_back} put back",
         tally.duplicates()
     );
     assert_eq!(sizes, (0, 0, 0));
