@@ -24,6 +24,9 @@ struct Inner {
     outage: Mutex<Repeated>,
     /// Triggers an operator has paused: still ready, but `/readyz` says so.
     paused: Mutex<std::collections::BTreeSet<String>>,
+    /// Triggers whose sink refuses every message (each published alone): trigger -> what
+    /// the broker said. Not ready: an operator must fix the exchange or the permissions.
+    refusing: Mutex<std::collections::BTreeMap<String, String>>,
     sinks: Vec<Arc<Sink>>,
     metrics: Metrics,
 }
@@ -41,6 +44,7 @@ impl Health {
                 notifications: AtomicBool::new(false),
                 outage: Mutex::default(),
                 paused: Mutex::default(),
+                refusing: Mutex::default(),
                 sinks,
                 metrics: metrics.clone(),
             }),
@@ -108,6 +112,34 @@ impl Health {
         }
     }
 
+    /// The broker refused every message of `trigger`'s last batch, each alone: its messages
+    /// went back to Redis without an attempt. Logged when it starts (`/readyz` shows the broker's latest words), not per batch.
+    pub fn sink_refuses(&self, trigger: &str, sink: &str, why: &str) {
+        let line = format!("sink {sink} refuses every message ({why})");
+        let mut refusing = self
+            .inner
+            .refusing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if refusing.get(trigger) != Some(&line) {
+            tracing::warn!(trigger, sink, reply = why,
+                "the broker refuses every message of this trigger, each published alone: they stay in Redis, no attempt counted; check the exchange and the user's permissions");
+            refusing.insert(trigger.to_string(), line);
+        }
+    }
+
+    /// Messages of `trigger` went through again: the end of a refusal, if there was one.
+    pub fn sink_accepts(&self, trigger: &str) {
+        let mut refusing = self
+            .inner
+            .refusing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if refusing.remove(trigger).is_some() {
+            tracing::info!(trigger, "the broker takes this trigger's messages again");
+        }
+    }
+
     /// The paused triggers, one `trigger NAME: paused` line each (a paused trigger is
     /// still ready: the bridge works, an operator holds the queue).
     pub fn notes(&self) -> Vec<String> {
@@ -125,6 +157,14 @@ impl Health {
             if !sink.is_up() {
                 reasons.push(format!("sink {}: not connected", sink.name()));
             }
+        }
+        let refusing = self
+            .inner
+            .refusing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (trigger, line) in refusing.iter() {
+            reasons.push(format!("trigger {trigger}: {line}"));
         }
         if reasons.is_empty() {
             Ok(())

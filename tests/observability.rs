@@ -472,7 +472,7 @@ async fn known_counters_are_exported_at_zero_from_start_up() {
         "nack",
         "unroutable",
         "timeout",
-        "refused",
+        "broker_refused",
         "too_large",
         "bad_payload",
     ] {

@@ -110,10 +110,39 @@ pub enum PublishError {
     /// RabbitMQ blocked the connection (a memory or disk alarm): it takes no messages now.
     #[error("the broker blocked the connection (resource alarm)")]
     Blocked,
-    /// The broker refused this message by closing the channel (AMQP 406 PRECONDITION_FAILED,
-    /// e.g. a body over its `max_message_size`); retrying cannot help.
-    #[error("the broker refused the message: {0}")]
-    Refused(String),
+    /// The broker closed the channel or the connection on this message when it was
+    /// published alone on a fresh channel (e.g. 406 for a body over `max_message_size`, 403
+    /// for a routing key outside the user's topic permissions), while other messages went
+    /// through: the message's fault. Counts an attempt.
+    #[error("the broker refused the message: {code} {text}")]
+    BrokerRefused {
+        /// The AMQP reply code of the close.
+        code: u16,
+        /// The broker's reply text.
+        text: String,
+    },
+    /// The broker closed the channel or the connection while this message awaited its
+    /// confirmation, and it has not been published alone since: it may not be to blame.
+    #[error("the broker closed the channel: {code} {text}")]
+    Closed {
+        /// The AMQP reply code of the close.
+        code: u16,
+        /// The broker's reply text.
+        text: String,
+    },
+    /// Every message of the batch was refused, each alone on a fresh channel (the exchange
+    /// deleted, the user's permissions revoked): the sink's fault, not the messages'.
+    #[error("the broker refuses every message of this route: {code} {text}")]
+    SinkRefused {
+        /// The AMQP reply code of the close.
+        code: u16,
+        /// The broker's reply text.
+        text: String,
+    },
+    /// The message's properties and headers do not fit in one AMQP frame of the size the
+    /// broker negotiated (`frame_max`): the broker would close the whole connection on it.
+    #[error("{0}")]
+    FrameTooLarge(String),
 }
 
 /// Why a sink cannot work as configured: waiting or reconnecting will not help, so the bridge
@@ -141,7 +170,7 @@ const AMQP_REASONS: &[&str] = &[
     "nack",
     "unroutable",
     "timeout",
-    "refused",
+    "broker_refused",
     "too_large",
     "bad_payload",
     "missing_body",
@@ -187,7 +216,10 @@ impl PublishError {
             PublishError::Expired => "expired".into(),
             PublishError::Aborted => "shutdown".into(),
             PublishError::Blocked => "blocked".into(),
-            PublishError::Refused(_) => "refused".into(),
+            PublishError::BrokerRefused { .. } => "broker_refused".into(),
+            PublishError::Closed { .. } => "connection".into(),
+            PublishError::SinkRefused { .. } => "sink_refused".into(),
+            PublishError::FrameTooLarge(_) => "too_large".into(),
         }
     }
 
@@ -195,10 +227,15 @@ impl PublishError {
     /// that was refused, the broker's words.
     /// At most 1 KiB of it: a dead letter's reason stays small.
     pub fn detail(&self) -> Option<String> {
+        let owned;
         let why = match self {
+            PublishError::BrokerRefused { code, text } => {
+                owned = format!("{code} {text}");
+                &owned
+            }
             PublishError::BadEnvelope(why)
             | PublishError::BadPayload(why)
-            | PublishError::Refused(why)
+            | PublishError::FrameTooLarge(why)
             | PublishError::Returned(why)
             | PublishError::RouteNotAllowed(why) => why,
             PublishError::Kafka { message, .. } => message,
@@ -214,9 +251,10 @@ impl PublishError {
     /// How the worker settles a message that ended in this error.
     pub fn disposition(&self) -> Disposition {
         match self {
-            PublishError::Nack | PublishError::Returned(_) | PublishError::Timeout => {
-                Disposition::Retry
-            }
+            PublishError::Nack
+            | PublishError::Returned(_)
+            | PublishError::Timeout
+            | PublishError::BrokerRefused { .. } => Disposition::Retry,
             PublishError::Kafka {
                 permanent: false, ..
             } => Disposition::Retry,
@@ -224,17 +262,28 @@ impl PublishError {
                 permanent: true, ..
             }
             | PublishError::TooLarge
-            | PublishError::Refused(_)
+            | PublishError::FrameTooLarge(_)
             | PublishError::BadPayload(_)
             | PublishError::MissingBody
             | PublishError::BadEnvelope(_)
             | PublishError::RouteNotAllowed(_)
             | PublishError::Expired => Disposition::DeadLetter,
             PublishError::Connection(_)
+            | PublishError::Closed { .. }
+            | PublishError::SinkRefused { .. }
             | PublishError::NoExchange(_)
             | PublishError::Aborted
             | PublishError::Blocked => Disposition::PutBack,
         }
+    }
+
+    /// True when the broker refused this message itself, alone: a forwarded dead letter
+    /// that the broker refuses is kept for good rather than forwarded again.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            PublishError::BrokerRefused { .. } | PublishError::FrameTooLarge(_)
+        )
     }
 
     /// True when the sink itself is suspect and the worker should get a fresh publisher
@@ -242,7 +291,11 @@ impl PublishError {
     pub fn breaks_sink(&self) -> bool {
         matches!(
             self,
-            PublishError::Connection(_) | PublishError::Timeout | PublishError::Blocked
+            PublishError::Connection(_)
+                | PublishError::Closed { .. }
+                | PublishError::SinkRefused { .. }
+                | PublishError::Timeout
+                | PublishError::Blocked
         )
     }
 }

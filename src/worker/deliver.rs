@@ -20,7 +20,12 @@ pub(super) enum Verdict {
     Settled,
     /// The sink failed on this publisher: the worker drops it (and, if it keeps failing,
     /// its connection) and backs off before claiming.
-    SinkFailed(Box<Publisher>),
+    SinkFailed {
+        publisher: Box<Publisher>,
+        /// The broker refused every member alone: the next claim takes at least two, so that
+        /// a lone message the broker refuses meets one that tells whose fault it was.
+        refused: bool,
+    },
 }
 
 /// Publishes a claimed batch and settles every member: ack, retry, dead-letter or put
@@ -61,12 +66,19 @@ pub(super) async fn deliver(
     t.metrics
         .confirmed(&plan.confirmed_due_ms, redis_now_ms(&batch, claimed_at));
     settle(&t, &abort, &batch, &plan).await;
-    if plan.sink_broken {
-        tracing::warn!(sink = %t.sink.name(), confirmed = plan.settlement.ack.len(),
-            "broker connection failed mid-batch; unconfirmed messages went back");
-        Verdict::SinkFailed(Box::new(publisher))
-    } else {
+    let went_through = !plan.confirmed_due_ms.is_empty() || early.acked.contains(&true);
+    t.note_refusals(&plan, went_through, &ids);
+    if !plan.sink_broken {
         Verdict::Settled
+    } else {
+        if plan.sink_refusal.is_none() {
+            tracing::warn!(sink = %t.sink.name(), confirmed = plan.settlement.ack.len(),
+                "broker connection failed mid-batch; unconfirmed messages went back");
+        }
+        Verdict::SinkFailed {
+            publisher: Box::new(publisher),
+            refused: plan.sink_refusal.is_some(),
+        }
     }
 }
 

@@ -222,6 +222,11 @@ impl Forwarder {
                 Err(e) => e,
             };
             sorted.sink_broken |= e.breaks_sink();
+            if e.is_refusal() {
+                // Refused alone while others went through: it would be refused again.
+                sorted.refused.push((member, e.reason(), e.to_string()));
+                continue;
+            }
             match e.disposition() {
                 Disposition::DeadLetter => sorted.refused.push((member, e.reason(), e.to_string())),
                 Disposition::PutBack => sorted.released.push(member),

@@ -15,7 +15,7 @@ use crate::health::Health;
 use crate::metrics::{Metrics, TriggerMetrics};
 use crate::queue::Queue;
 use crate::repeat::Repeated;
-use crate::sink::{PublishError, Publisher, Sink};
+use crate::sink::{MessageId, PublishError, Publisher, Sink};
 use crate::store::{ClaimBatch, Store, StoreError};
 
 mod batch;
@@ -66,6 +66,8 @@ pub struct Trigger {
     /// Starts this shard's other workers: they start when a claim first leaves more due than
     /// one worker takes, so an idle trigger holds one worker task per shard, not `workers`.
     extra_workers: std::sync::Mutex<Option<StartWorkers>>,
+    /// Batches in which the broker refused members published alone, logged at growing gaps.
+    refusals: std::sync::Mutex<Repeated>,
 }
 
 /// Starts a shard's deferred workers (given the shard).
@@ -125,6 +127,7 @@ impl Trigger {
                     written: std::sync::atomic::AtomicBool::new(true),
                     paused: std::sync::atomic::AtomicBool::new(false),
                     extra_workers: std::sync::Mutex::new(None),
+                    refusals: std::sync::Mutex::default(),
                 })
             })
             .collect())
@@ -235,6 +238,32 @@ impl Trigger {
         self.paused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Takes note of what the broker refused in a batch: a refusal of every member (the
+    /// sink's fault) goes to `/readyz` and is logged when it starts and ends; members
+    /// refused alone are logged at growing gaps, with the broker's words and the first id.
+    fn note_refusals(&self, plan: &settlement::Plan<'_>, went_through: bool, ids: &[MessageId]) {
+        if let Some(why) = &plan.sink_refusal {
+            self.health.sink_refuses(self.name(), self.sink.name(), why);
+        } else if went_through {
+            self.health.sink_accepts(self.name());
+        }
+        let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        match &plan.refused {
+            Some((count, why)) => {
+                if let Some(unlogged) = refusals.failed() {
+                    let first = plan.refused_first.and_then(|i| ids.get(i));
+                    tracing::warn!(sink = %self.sink.name(), refused = count, reply = %why,
+                        first_id = first.map(MessageId::as_str), unlogged,
+                        "the broker refused messages published alone; each is retried with backoff, then dead-lettered as broker_refused");
+                }
+            }
+            None if went_through => {
+                refusals.recovered();
+            }
+            None => {}
+        }
+    }
+
     /// Counts a failed Redis call. A lost or slow Redis is logged by [`Health`], once for
     /// every caller; `true` when the error is this trigger's own and the caller logs it.
     fn redis_error(&self, e: &StoreError) -> bool {
@@ -270,6 +299,7 @@ pub async fn run(
         turn: None,
         batch,
         broken_batches: 0,
+        witness: false,
         publishing: Publishing::default(),
         redis_failures: Repeated::default(),
         in_flight: JoinSet::new(),
@@ -316,6 +346,9 @@ struct Worker {
     batch: AdaptiveBatch,
     /// Consecutive batches that ended with the sink failing; the worker backs off by it.
     broken_batches: u32,
+    /// The broker refused every member of the last batch alone: the next claim takes at
+    /// least two (see [`Verdict::SinkFailed`]).
+    witness: bool,
     publishing: Publishing,
     /// Failed claims.
     redis_failures: Repeated,
@@ -564,7 +597,11 @@ impl Worker {
     /// Claims the next batch, or says how long to wait: until the next head when there was
     /// nothing due or the trigger is paused, for a backoff when the claim failed.
     async fn claim(&mut self) -> Claimed {
-        let asked = self.batch.size;
+        let asked = if std::mem::take(&mut self.witness) {
+            self.batch.size.max(2)
+        } else {
+            self.batch.size
+        };
         let started = Instant::now();
         let batch = match self.t.store.claim(asked, self.t.config.lease).await {
             Ok(batch) => batch,
@@ -646,10 +683,16 @@ impl Worker {
     async fn delivered(&mut self, done: Result<Verdict, tokio::task::JoinError>) {
         match done {
             Ok(Verdict::Settled) => self.broken_batches = 0,
-            Ok(Verdict::SinkFailed(broken)) => {
+            Ok(Verdict::SinkFailed {
+                publisher: broken,
+                refused,
+            }) => {
+                self.witness |= refused;
                 self.broken_batches += 1;
                 self.publishing.current = None;
-                if self.broken_batches > 1 {
+                // A route the broker refuses is no fault of the connection, which other
+                // triggers publish on: only a connection that keeps failing is made anew.
+                if self.broken_batches > 1 && !refused {
                     self.t.sink.reset(&broken).await;
                 }
                 self.pause(ERROR_BACKOFF.delay(self.broken_batches)).await;

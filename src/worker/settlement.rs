@@ -14,6 +14,13 @@ pub(super) struct Plan<'a> {
     pub confirmed_due_ms: Vec<i64>,
     /// The sink failed, not a message: the worker gets a new publisher and backs off.
     pub sink_broken: bool,
+    /// The broker refused every message of the batch, each alone: what it said.
+    pub sink_refusal: Option<String>,
+    /// Members the broker refused alone while others went through: how many, and what it
+    /// said of the first.
+    pub refused: Option<(usize, String)>,
+    /// The position of the first of those in the batch.
+    pub refused_first: Option<usize>,
 }
 
 /// Builds the settlement of `items` from `outcomes` (one per item, by position). A member
@@ -32,6 +39,9 @@ pub(super) fn plan<'a>(
         settlement: Settlement::default(),
         confirmed_due_ms: Vec::with_capacity(items.len()),
         sink_broken: false,
+        sink_refusal: None,
+        refused: None,
+        refused_first: None,
     };
     const UNCONFIRMED: Outcome = Err(PublishError::Timeout);
     for (i, c) in items.iter().enumerate() {
@@ -51,6 +61,19 @@ pub(super) fn plan<'a>(
             Err(e) => e,
         };
         plan.sink_broken |= e.breaks_sink();
+        match e {
+            PublishError::SinkRefused { .. } if plan.sink_refusal.is_none() => {
+                plan.sink_refusal = Some(e.to_string());
+            }
+            PublishError::BrokerRefused { .. } => match &mut plan.refused {
+                Some((n, _)) => *n += 1,
+                None => {
+                    plan.refused = Some((1, e.to_string()));
+                    plan.refused_first = Some(i);
+                }
+            },
+            _ => {}
+        }
         if matches!(e, PublishError::Expired) && on_expired == OnExpired::Drop {
             plan.settlement.drop.push(&c.member);
             continue;
@@ -147,14 +170,22 @@ mod tests {
             item("down", 2),
             item("refused", 1),
             item("blocked", 1),
+            item("every", 1),
         ];
         let outcomes = [
             Some(Ok(crate::sink::Confirmed::for_tests())),
             Some(Err(PublishError::Nack)),
             Some(Err(PublishError::TooLarge)),
             Some(Err(PublishError::Connection("gone".into()))),
-            Some(Err(PublishError::Refused("406".into()))),
+            Some(Err(PublishError::BrokerRefused {
+                code: 406,
+                text: "PRECONDITION_FAILED".into(),
+            })),
             Some(Err(PublishError::Blocked)),
+            Some(Err(PublishError::SinkRefused {
+                code: 403,
+                text: "ACCESS_REFUSED".into(),
+            })),
         ];
         let p = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::DeadLetter);
         assert_eq!(members(p.settlement.ack.iter().copied()), ["ok"]);
@@ -176,14 +207,25 @@ mod tests {
             [
                 ("nack", "nack", false),
                 ("big", "too_large", true),
-                ("refused", "refused", true),
+                ("refused", "broker_refused", false),
             ]
         );
+        assert_eq!(
+            p.settlement.fail[2].detail.as_deref(),
+            Some("406 PRECONDITION_FAILED"),
+            "the broker's reply is the dead letter's detail"
+        );
+        assert_eq!(p.refused.as_ref().map(|r| r.0), Some(1));
+        assert!(p.sink_refusal.as_deref().unwrap().contains("403"));
         // The third attempt waits longer than the first (the backoff doubles per attempt).
         assert!(p.settlement.fail[0].retry_in >= Duration::from_secs(2));
         assert!(p.settlement.fail[1].retry_in <= Duration::from_secs(1));
         let back = members(p.settlement.put_back.iter().map(|c| c.member.as_slice()));
-        assert_eq!(back, ["down", "blocked"]);
+        assert_eq!(
+            back,
+            ["down", "blocked", "every"],
+            "a sink's refusal costs no attempt"
+        );
         assert!(p.sink_broken);
     }
 
@@ -208,7 +250,10 @@ mod tests {
     fn a_message_error_does_not_break_the_sink() {
         let items = [item("a", 1), item("b", 1)];
         let outcomes = [
-            Some(Err(PublishError::Refused("406".into()))),
+            Some(Err(PublishError::BrokerRefused {
+                code: 406,
+                text: "PRECONDITION_FAILED".into(),
+            })),
             Some(Err(PublishError::BadPayload("x".into()))),
         ];
         let p = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::DeadLetter);

@@ -2,6 +2,8 @@
 //! declared on connect; persistent, mandatory publishes on a bounded set of shared
 //! confirm-mode channels.
 
+mod frame;
+mod isolate;
 mod nodes;
 mod publisher;
 mod topology;
@@ -49,10 +51,22 @@ impl From<ConnectError> for PublishError {
     }
 }
 
+/// What opens connections to a sink's nodes: the sink's shared connection, and the
+/// publishers' own short-lived one when they isolate a message that made the broker close a
+/// connection (so that finding the culprit does not cut every trigger's publishing again).
+pub(super) struct Connector {
+    name: String,
+    nodes: Nodes,
+    /// How `amqps://` addresses verify the broker and identify the bridge.
+    tls: Tls,
+}
+
 /// A RabbitMQ connection shared by the workers, who publish on at most `channels` channels.
 pub struct AmqpSink {
     name: String,
-    nodes: Nodes,
+    connector: Arc<Connector>,
+    /// Messages the broker refused alone (see [`isolate::Refused`]).
+    refused_alone: Arc<isolate::Refused>,
     declare: Vec<AmqpDeclare>,
     reconnect_max: Duration,
     conn: tokio::sync::Mutex<Option<Arc<Connection>>>,
@@ -61,8 +75,6 @@ pub struct AmqpSink {
     status: std::sync::Mutex<Option<ConnectionStatus>>,
     /// Set once the broker refused the topology; no connection is attempted after that.
     refused: OnceLock<TopologyRefused>,
-    /// How `amqps://` addresses verify the broker and identify the bridge.
-    tls: Tls,
     /// Most channels in `pool`.
     channels: usize,
     /// The channels publishers share.
@@ -102,9 +114,13 @@ impl AmqpSink {
             None => Tls::system(),
         };
         Ok(Self {
-            tls,
+            connector: Arc::new(Connector {
+                name: name.to_string(),
+                nodes: Nodes::new(name, config)?,
+                tls,
+            }),
+            refused_alone: Arc::default(),
             name: name.to_string(),
-            nodes: Nodes::new(name, config)?,
             declare: config.declare.clone(),
             reconnect_max: config.reconnect_max,
             conn: tokio::sync::Mutex::new(None),
@@ -181,7 +197,7 @@ impl AmqpSink {
             return Err(refused.clone().into());
         }
         let mut failures = Vec::new();
-        for (i, node) in self.nodes.round() {
+        for (i, node) in self.connector.nodes.round() {
             let conn = match self.open(node).await {
                 Ok(conn) => conn,
                 Err(DeclareError::Refused(refused)) => {
@@ -194,7 +210,7 @@ impl AmqpSink {
                     continue;
                 }
             };
-            self.nodes.connected(i);
+            self.connector.nodes.connected(i);
             tracing::info!(sink = %self.name, node = %node.shown, "connected to RabbitMQ");
             *self.status.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.status().clone());
             let conn = Arc::new(conn);
@@ -207,12 +223,8 @@ impl AmqpSink {
 
     /// Connects to one node and declares the topology there, within [`CONNECT_TIMEOUT`].
     async fn open(&self, node: &Node) -> Result<Connection, DeclareError> {
-        let props = ConnectionProperties::default()
-            .with_executor(tokio_executor_trait::Tokio::current())
-            .with_reactor(tokio_reactor_trait::Tokio)
-            .with_connection_name(format!("delay-bridge/{}", self.name).into());
         let open = async {
-            let conn = self.connect(node, props).await?;
+            let conn = self.connector.connect(node, "").await?;
             if let Err(e) = topology::declare(&self.name, &conn, &self.declare).await {
                 let _ = conn.close(200, "declaring failed").await;
                 return Err(e);
@@ -225,70 +237,6 @@ impl AmqpSink {
                 Err(DeclareError::Failed(format!(
                     "connecting and declaring took over {CONNECT_TIMEOUT:?}"
                 )))
-            })
-    }
-
-    /// Opens the AMQP connection to one node: plain, or TLS with the sink's settings (the
-    /// certificate checked against `tls.server_name` or the address's host). The socket is
-    /// ours: connected and handshaken within [`CONNECT_TIMEOUT`], to the host as the URL
-    /// writes it (IPv6 literals included), then handed to lapin non-blocking.
-    async fn connect(
-        &self,
-        node: &Node,
-        props: ConnectionProperties,
-    ) -> Result<Connection, DeclareError> {
-        let uri: AMQPUri = node
-            .url
-            .parse()
-            .map_err(|e| DeclareError::Failed(format!("not an AMQP URI: {e}")))?;
-        let host = url::Url::parse(&node.url)
-            .ok()
-            .and_then(|u| match u.host()? {
-                url::Host::Domain(d) => Some(d.to_string()),
-                url::Host::Ipv4(ip) => Some(ip.to_string()),
-                url::Host::Ipv6(ip) => Some(ip.to_string()),
-            })
-            .ok_or_else(|| DeclareError::Failed("the URL has no host".into()))?;
-        let port = uri.authority.port;
-        let tls = (uri.scheme == AMQPScheme::AMQPS).then(|| {
-            (
-                RustlsConnector::from(self.tls.config()),
-                self.tls.name_for(&host).to_string(),
-            )
-        });
-        let is_tls = tls.is_some();
-        // lapin's connector takes this result type as it is, large error variant included.
-        #[allow(clippy::result_large_err)]
-        let connect = move |_: &AMQPUri| {
-            let stream =
-                connect_within(&host, port, CONNECT_TIMEOUT).map_err(HandshakeError::Failure)?;
-            let stream = match tls {
-                Some((connector, name)) => {
-                    handshake_within(stream.into_rustls(&connector, &name), CONNECT_TIMEOUT)?
-                }
-                None => stream,
-            };
-            // lapin's reactor needs a non-blocking socket without timeouts.
-            let ready = |s: &TcpStream| {
-                s.set_read_timeout(None)?;
-                s.set_write_timeout(None)?;
-                s.set_nonblocking(true)
-            };
-            ready(&stream).map_err(HandshakeError::Failure)?;
-            Ok(stream)
-        };
-        let hint = if !is_tls {
-            ""
-        } else if self.tls.has_client_certificate() {
-            " (TLS)"
-        } else {
-            " (TLS; if the broker requires client certificates, set tls.cert_file and tls.key_file)"
-        };
-        Connection::connector(uri, Box::new(connect), props)
-            .await
-            .map_err(|e| match e {
-                lapin::Error::IOError(_) => DeclareError::Failed(format!("{e}{hint}")),
-                e => topology::failed(e),
             })
     }
 
@@ -368,6 +316,8 @@ impl AmqpSink {
                 return Ok(AmqpPublisher {
                     channel,
                     conn,
+                    connector: self.connector.clone(),
+                    refused: self.refused_alone.clone(),
                     route: route.clone(),
                     unconfirmed: self.unconfirmed.clone(),
                     window_run: self.window_run,
@@ -434,6 +384,89 @@ impl AmqpSink {
         let channel = pool.channels[pool.next % pool.channels.len()].clone();
         pool.next = pool.next.wrapping_add(1);
         Ok(Ok(channel))
+    }
+}
+
+impl Connector {
+    /// Opens the AMQP connection to one node: plain, or TLS with the sink's settings (the
+    /// certificate checked against `tls.server_name` or the address's host). The socket is
+    /// ours: connected and handshaken within [`CONNECT_TIMEOUT`], to the host as the URL
+    /// writes it (IPv6 literals included), then handed to lapin non-blocking.
+    async fn connect(&self, node: &Node, purpose: &str) -> Result<Connection, DeclareError> {
+        let props = ConnectionProperties::default()
+            .with_executor(tokio_executor_trait::Tokio::current())
+            .with_reactor(tokio_reactor_trait::Tokio)
+            .with_connection_name(format!("delay-bridge/{}{purpose}", self.name).into());
+        let uri: AMQPUri = node
+            .url
+            .parse()
+            .map_err(|e| DeclareError::Failed(format!("not an AMQP URI: {e}")))?;
+        let host = url::Url::parse(&node.url)
+            .ok()
+            .and_then(|u| match u.host()? {
+                url::Host::Domain(d) => Some(d.to_string()),
+                url::Host::Ipv4(ip) => Some(ip.to_string()),
+                url::Host::Ipv6(ip) => Some(ip.to_string()),
+            })
+            .ok_or_else(|| DeclareError::Failed("the URL has no host".into()))?;
+        let port = uri.authority.port;
+        let tls = (uri.scheme == AMQPScheme::AMQPS).then(|| {
+            (
+                RustlsConnector::from(self.tls.config()),
+                self.tls.name_for(&host).to_string(),
+            )
+        });
+        let is_tls = tls.is_some();
+        // lapin's connector takes this result type as it is, large error variant included.
+        #[allow(clippy::result_large_err)]
+        let connect = move |_: &AMQPUri| {
+            let stream =
+                connect_within(&host, port, CONNECT_TIMEOUT).map_err(HandshakeError::Failure)?;
+            let stream = match tls {
+                Some((connector, name)) => {
+                    handshake_within(stream.into_rustls(&connector, &name), CONNECT_TIMEOUT)?
+                }
+                None => stream,
+            };
+            // lapin's reactor needs a non-blocking socket without timeouts.
+            let ready = |s: &TcpStream| {
+                s.set_read_timeout(None)?;
+                s.set_write_timeout(None)?;
+                s.set_nonblocking(true)
+            };
+            ready(&stream).map_err(HandshakeError::Failure)?;
+            Ok(stream)
+        };
+        let hint = if !is_tls {
+            ""
+        } else if self.tls.has_client_certificate() {
+            " (TLS)"
+        } else {
+            " (TLS; if the broker requires client certificates, set tls.cert_file and tls.key_file)"
+        };
+        Connection::connector(uri, Box::new(connect), props)
+            .await
+            .map_err(|e| match e {
+                lapin::Error::IOError(_) => DeclareError::Failed(format!("{e}{hint}")),
+                e => topology::failed(e),
+            })
+    }
+
+    /// A connection of its own (no topology declared: the shared connection did that), on
+    /// the first node that answers within [`CONNECT_TIMEOUT`].
+    pub(super) async fn open_private(&self, purpose: &str) -> Result<Connection, String> {
+        let mut failures = Vec::new();
+        for (_, node) in self.nodes.round() {
+            match tokio::time::timeout(CONNECT_TIMEOUT, self.connect(node, purpose)).await {
+                Ok(Ok(conn)) => return Ok(conn),
+                Ok(Err(DeclareError::Failed(e))) => failures.push(format!("{}: {e}", node.shown)),
+                Ok(Err(DeclareError::Refused(e))) => failures.push(format!("{}: {e}", node.shown)),
+                Err(_) => {
+                    failures.push(format!("{}: no answer in {CONNECT_TIMEOUT:?}", node.shown))
+                }
+            }
+        }
+        Err(failures.join("; "))
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::publisher_confirm::Confirmation;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection};
@@ -15,6 +15,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::envelope::HeaderValue;
 use tokio_util::sync::CancellationToken;
 
+use super::frame;
+use super::isolate::Target;
+use super::Connector;
 use crate::config::{AmqpRoute, AmqpRouting};
 use crate::sink::{
     await_confirms, record_outcome, Confirmed, Confirms, OutMessage, Outcome, PublishError,
@@ -27,6 +30,10 @@ use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_TRIGGER};
 pub struct AmqpPublisher {
     pub(super) channel: Channel,
     pub(super) conn: Arc<Connection>,
+    /// Opens a connection of its own to isolate a message that closed the shared one.
+    pub(super) connector: Arc<Connector>,
+    /// Messages the broker refused alone, shared by the sink's publishers.
+    pub(super) refused: Arc<super::isolate::Refused>,
     pub(super) route: AmqpRoute,
     /// The sink's window of unconfirmed messages (`max_unconfirmed`), shared by every
     /// publisher on its connection.
@@ -72,7 +79,16 @@ impl AmqpPublisher {
         let deadline = tokio::time::Instant::now() + timeout;
         // Room in the window, taken a run of messages at a time.
         let mut room: Option<OwnedSemaphorePermit> = None;
+        let frame_max = self.conn.configuration().frame_max();
         for (i, m) in messages.iter().enumerate() {
+            let props = properties(&trigger_value, m);
+            if m.properties.is_some() {
+                // Only an envelope's headers and properties can grow past a frame.
+                if let Some(why) = frame::too_large(&props, frame_max) {
+                    results[i] = Err(PublishError::FrameTooLarge(why));
+                    continue;
+                }
+            }
             if room.as_ref().is_none_or(|r| r.num_permits() == 0) {
                 let run = self.window_run.min((messages.len() - i) as u32);
                 room = loop {
@@ -99,7 +115,7 @@ impl AmqpPublisher {
                 m.routing_key.unwrap_or(routing_key),
                 MANDATORY,
                 m.payload,
-                properties(&trigger_value, m),
+                props,
             );
             // Frames are queued on the first poll; one abandoned here may still reach the
             // broker later, which makes it a possible duplicate, never a loss.
@@ -127,16 +143,15 @@ impl AmqpPublisher {
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         await_confirms(&mut results, pending, left, abort, confirms).await;
-        self.isolate_refusals(
-            exchange,
-            routing_key,
-            &trigger_value,
-            messages,
-            &mut results,
-            deadline,
-            abort,
-        )
-        .await;
+        if !self.conn.status().blocked() {
+            let target = Target {
+                exchange,
+                routing_key,
+                trigger: &trigger_value,
+            };
+            self.isolate(&target, messages, &mut results, deadline, abort, confirms)
+                .await;
+        }
         let unanswered = if self.conn.status().blocked() {
             // A resource alarm, not the messages: back without an attempt.
             Some(PublishError::Blocked)
@@ -158,63 +173,16 @@ impl AmqpPublisher {
         }
         results
     }
-
-    /// A message the broker refuses (406, e.g. over `max_message_size`) closes the channel,
-    /// which fails every confirmation still pending on it: the culprit's and its innocent
-    /// neighbours'. Publishes each of those alone on a fresh channel, in order, so only the
-    /// culprit ends `Refused` (and is dead-lettered); the others are confirmed or put back.
-    #[allow(clippy::too_many_arguments)]
-    async fn isolate_refusals(
-        &self,
-        exchange: &str,
-        routing_key: &str,
-        trigger: &AMQPValue,
-        messages: &[OutMessage<'_>],
-        results: &mut [Outcome],
-        deadline: tokio::time::Instant,
-        abort: &CancellationToken,
-    ) {
-        for (i, m) in messages.iter().enumerate() {
-            if !matches!(results[i], Err(PublishError::Refused(_))) {
-                continue;
-            }
-            let alone = async {
-                let channel = self.conn.create_channel().await?;
-                channel
-                    .confirm_select(ConfirmSelectOptions::default())
-                    .await?;
-                let confirm = channel
-                    .basic_publish(
-                        exchange,
-                        m.routing_key.unwrap_or(routing_key),
-                        MANDATORY,
-                        m.payload,
-                        properties(trigger, m),
-                    )
-                    .await?;
-                let outcome = confirmation(confirm.await);
-                if outcome.is_ok() {
-                    let _ = channel.close(200, "isolated").await;
-                }
-                Ok::<_, lapin::Error>(outcome)
-            };
-            results[i] = tokio::select! {
-                r = alone => r.unwrap_or_else(|e| Err(classify(e))),
-                _ = tokio::time::sleep_until(deadline) => Err(PublishError::Timeout),
-                _ = abort.cancelled() => Err(PublishError::Aborted),
-            };
-        }
-    }
 }
 
-const MANDATORY: BasicPublishOptions = BasicPublishOptions {
+pub(super) const MANDATORY: BasicPublishOptions = BasicPublishOptions {
     mandatory: true,
     immediate: false,
 };
 
 /// Persistent, with the message id, the envelope's headers and properties, and the
 /// bridge's headers (which win over an envelope's of the same name).
-fn properties(trigger: &AMQPValue, m: &OutMessage<'_>) -> BasicProperties {
+pub(super) fn properties(trigger: &AMQPValue, m: &OutMessage<'_>) -> BasicProperties {
     let mut headers = FieldTable::default();
     let mut props = BasicProperties::default();
     if let Some(p) = m.properties {
@@ -265,7 +233,7 @@ fn properties(trigger: &AMQPValue, m: &OutMessage<'_>) -> BasicProperties {
 }
 
 /// What a publisher confirmation proves.
-fn confirmation(r: Result<Confirmation, lapin::Error>) -> Outcome {
+pub(super) fn confirmation(r: Result<Confirmation, lapin::Error>) -> Outcome {
     match r {
         Ok(Confirmation::Ack(None)) => Ok(Confirmed::by_broker()),
         Ok(Confirmation::Ack(Some(ret)) | Confirmation::Nack(Some(ret))) => Err(
@@ -276,15 +244,19 @@ fn confirmation(r: Result<Confirmation, lapin::Error>) -> Outcome {
         Ok(Confirmation::NotRequested) => Err(PublishError::Connection(
             "the channel is not in confirm mode".into(),
         )),
-        Err(lapin::Error::ProtocolError(e)) if e.get_id() == 406 => {
-            Err(PublishError::Refused(e.get_message().to_string()))
-        }
-        Err(e) => Err(PublishError::Connection(e.to_string())),
+        Err(e) => Err(classify(e)),
     }
 }
 
-/// A failed confirmation means the channel or connection is gone (the broker closes the
-/// channel on errors such as a deleted exchange): the message goes back untried.
+/// A failed publish or confirmation: the broker closed the channel or the connection (its
+/// reply code and text kept: isolation finds out whose fault it was), or the connection was
+/// lost. Either way the message goes back untried unless isolation blames it.
 fn classify(e: lapin::Error) -> PublishError {
-    PublishError::Connection(e.to_string())
+    match e {
+        lapin::Error::ProtocolError(e) => PublishError::Closed {
+            code: e.get_id(),
+            text: e.get_message().to_string(),
+        },
+        e => PublishError::Connection(e.to_string()),
+    }
 }

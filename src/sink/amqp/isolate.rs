@@ -1,0 +1,227 @@
+//! Finding the message the broker refuses: after RabbitMQ closed a batch's channel or
+//! connection, the unconfirmed members are published again one at a time.
+//!
+//! A close fails every confirmation still pending on the channel (or on every channel of the
+//! connection), the culprit's and its innocent neighbours' alike, and the reply code does not
+//! say whose fault it was (403 is a routing key outside the user's topic permissions as much
+//! as permissions revoked for all of them; 404 a deleted exchange). The effect says it: a
+//! message that makes the broker close the channel when published alone, while others of the
+//! batch go through, is refused for what it is (`BrokerRefused`: an attempt, then a dead
+//! letter); when nothing goes through, alone or together, the sink refuses every message
+//! (`SinkRefused`: put back without an attempt, and the worker backs off).
+
+use lapin::options::ConfirmSelectOptions;
+use lapin::types::AMQPValue;
+use lapin::{Channel, Connection};
+use tokio_util::sync::CancellationToken;
+
+use super::publisher::{confirmation, properties, AmqpPublisher, MANDATORY};
+use crate::sink::{record_outcome, Confirms, OutMessage, Outcome, PublishError};
+
+/// True when `r` is a member the close may have failed without its fault: to be tried again.
+fn suspect(r: &Outcome) -> bool {
+    matches!(
+        r,
+        Err(PublishError::Closed { .. } | PublishError::Connection(_) | PublishError::Timeout)
+    )
+}
+
+/// The first close the broker reported among `results`.
+fn close_of(results: &[Outcome]) -> Option<(u16, String)> {
+    results.iter().find_map(|r| match r {
+        Err(PublishError::Closed { code, text }) => Some((*code, text.clone())),
+        _ => None,
+    })
+}
+
+/// Where the batch's messages go: the route's exchange and key, the trigger header.
+pub(super) struct Target<'a> {
+    pub exchange: &'a str,
+    /// The route's key, for messages that bring none.
+    pub routing_key: &'a str,
+    pub trigger: &'a AMQPValue,
+}
+
+/// The messages the broker refused alone while others went through, by message id, for an
+/// hour: when such a message is retried alone (nothing else due to tell), it is still its
+/// own fault, not the sink's. Bounded: the oldest are forgotten first.
+#[derive(Default)]
+pub(crate) struct Refused {
+    ids: std::sync::Mutex<std::collections::VecDeque<(String, tokio::time::Instant)>>,
+}
+
+impl Refused {
+    const KEEP: std::time::Duration = std::time::Duration::from_secs(3600);
+    const MOST: usize = 10_000;
+
+    fn remember(&self, id: &str) {
+        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        if ids.len() >= Self::MOST {
+            ids.pop_front();
+        }
+        ids.push_back((id.to_string(), tokio::time::Instant::now()));
+    }
+
+    fn was_refused(&self, id: &str) -> bool {
+        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        while ids.front().is_some_and(|(_, at)| at.elapsed() > Self::KEEP) {
+            ids.pop_front();
+        }
+        ids.iter().any(|(known, _)| known == id)
+    }
+}
+
+impl AmqpPublisher {
+    /// Sorts out the members a broker-side close left unanswered (see the module's doc):
+    /// each ends confirmed, `BrokerRefused`, `SinkRefused`, or put back (`Connection`) when
+    /// the broker could not be reached or time ran out. Nothing happens when no close was
+    /// reported (a dropped connection says nothing of the messages).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn isolate(
+        &self,
+        target: &Target<'_>,
+        messages: &[OutMessage<'_>],
+        results: &mut [Outcome],
+        deadline: tokio::time::Instant,
+        abort: &CancellationToken,
+        confirms: Option<&Confirms>,
+    ) {
+        // The broker closed the channel (the connection still stands) or said why it closed
+        // the connection; a connection lost without a word says nothing of the messages.
+        let closed_by_broker = self.conn.status().connected() || close_of(results).is_some();
+        if self.is_usable() || !closed_by_broker {
+            return;
+        }
+        let suspects: Vec<usize> = (0..results.len())
+            .filter(|&i| suspect(&results[i]))
+            .collect();
+        if suspects.is_empty() {
+            return;
+        }
+        let work = self.one_by_one(target, messages, suspects, results, confirms);
+        tokio::select! {
+            _ = work => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = abort.cancelled() => {}
+        }
+        // What is still unsorted (time ran out, the broker went away) goes back untried.
+        for r in results.iter_mut() {
+            if matches!(r, Err(PublishError::Closed { .. } | PublishError::Timeout)) {
+                *r = Err(PublishError::Connection(
+                    "the broker closed the channel; not yet published alone".into(),
+                ));
+            }
+        }
+    }
+
+    /// Publishes each of `suspects` alone: on a channel with nothing else unconfirmed, the
+    /// next one sent only once the last is answered, so that a close is this message's and
+    /// no frame follows it (frames on a channel the broker has closed make it close the whole
+    /// connection). On the shared connection while it stands (a channel costs no other
+    /// trigger anything), else on one of the publisher's own.
+    async fn one_by_one(
+        &self,
+        target: &Target<'_>,
+        messages: &[OutMessage<'_>],
+        suspects: Vec<usize>,
+        results: &mut [Outcome],
+        confirms: Option<&Confirms>,
+    ) {
+        // Only what goes through after the close tells: a message confirmed before it says
+        // nothing of an exchange deleted or permissions revoked since.
+        let mut witnessed = false;
+        let mut refused_alone = Vec::new();
+        let mut private: Option<Connection> = None;
+        let mut channel: Option<Channel> = None;
+        for i in suspects {
+            let open = match channel.take().filter(|c| c.status().connected()) {
+                Some(c) => Ok(c),
+                None => self.fresh_channel(&mut private).await,
+            };
+            let ch = match open {
+                Ok(ch) => ch,
+                Err(e) => {
+                    results[i] = Err(e);
+                    continue;
+                }
+            };
+            let m = &messages[i];
+            let sent = ch
+                .basic_publish(
+                    target.exchange,
+                    m.routing_key.unwrap_or(target.routing_key),
+                    MANDATORY,
+                    m.payload,
+                    properties(target.trigger, m),
+                )
+                .await;
+            let outcome = match sent {
+                Ok(confirm) => confirmation(confirm.await),
+                Err(e) => Err(closed_or_lost(e)),
+            };
+            match outcome {
+                Ok(c) => {
+                    witnessed = true;
+                    record_outcome(results, i, Ok(c), confirms);
+                }
+                Err(PublishError::Closed { code, text }) => refused_alone.push((i, code, text)),
+                Err(e) => results[i] = Err(e),
+            }
+            channel = Some(ch);
+        }
+        if let Some(ch) = channel.filter(|c| c.status().connected()) {
+            let _ = ch.close(200, "isolated").await;
+        }
+        if let Some(conn) = private {
+            let _ = conn.close(200, "isolated").await;
+        }
+        for (i, code, text) in refused_alone {
+            let id = messages[i].id;
+            // Refused alone while others went through, now or on an earlier try: its fault.
+            let culprit = witnessed || self.refused.was_refused(id);
+            results[i] = Err(if culprit {
+                self.refused.remember(id);
+                PublishError::BrokerRefused { code, text }
+            } else {
+                PublishError::SinkRefused { code, text }
+            });
+        }
+    }
+
+    /// A new confirm-mode channel on the shared connection while it stands, else on the
+    /// publisher's own connection (opened, or opened again, as needed).
+    async fn fresh_channel(
+        &self,
+        private: &mut Option<Connection>,
+    ) -> Result<Channel, PublishError> {
+        let conn = if self.conn.status().connected() {
+            &*self.conn
+        } else {
+            if !private.as_ref().is_some_and(|c| c.status().connected()) {
+                let opened = self
+                    .connector
+                    .open_private("/isolating")
+                    .await
+                    .map_err(PublishError::Connection)?;
+                *private = Some(opened);
+            }
+            private.as_ref().expect("just opened")
+        };
+        let ch = conn.create_channel().await.map_err(closed_or_lost)?;
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(closed_or_lost)?;
+        Ok(ch)
+    }
+}
+
+/// A failed channel open: the broker's close, or a lost connection.
+fn closed_or_lost(e: lapin::Error) -> PublishError {
+    match e {
+        lapin::Error::ProtocolError(e) => PublishError::Closed {
+            code: e.get_id(),
+            text: e.get_message().to_string(),
+        },
+        e => PublishError::Connection(e.to_string()),
+    }
+}
