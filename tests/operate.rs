@@ -313,3 +313,58 @@ async fn hash_mode_browses_bodies_and_purge_keeps_a_body_still_needed() {
     assert_eq!(bodies, ["a"]);
     cleanup_keys(&mut r, &key).await;
 }
+
+/// Every time argument takes what a person types: RFC 3339 (with `Z` or an offset), epoch
+/// ms, `now` and offsets from now, relative ones on the Redis clock; a wrong one is one line
+/// saying what is accepted, exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_arguments_take_rfc3339_now_and_offsets() {
+    let mut r = redis().await;
+    let key = format!("{}:{{ops}}", unique("when"));
+    let config = config_for(&key, "");
+    let out = run(&["enqueue", "--at", "2030-01-01T00:00:00Z", "rfc"], &config);
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert_eq!(due_of(&mut r, &key, "rfc").await, 1_893_456_000_000);
+    let out = run(
+        &["enqueue", "--at", "2030-01-01T01:00:00+01:00", "offset"],
+        &config,
+    );
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert_eq!(due_of(&mut r, &key, "offset").await, 1_893_456_000_000);
+    let before = redis_now(&mut r).await;
+    let out = run(&["enqueue", "--at", "+5m", "later"], &config);
+    assert_eq!(out.code, 0, "{}", out.text());
+    let after = redis_now(&mut r).await;
+    let due = due_of(&mut r, &key, "later").await;
+    assert!((before + 300_000..=after + 300_000).contains(&due), "{due}");
+    let out = run(&["enqueue", "--at", "now", "now"], &config);
+    assert_eq!(out.code, 0, "{}", out.text());
+    let out = run(&["reschedule", "--at", "-1h", "later"], &config);
+    assert_eq!(out.code, 0, "{}", out.text());
+    let due = due_of(&mut r, &key, "later").await;
+    assert!(due < redis_now(&mut r).await - 3_500_000, "{due}");
+    // Due before now: `later` and `now`; not the two due in 2030.
+    let (members, _) = browse_all(&config, &["--to", "now"], 10);
+    assert_eq!(members, ["later", "now"]);
+    let (members, _) = browse_all(&config, &["--from", "2029-12-31T23:59:59Z"], 10);
+    assert_eq!(members.len(), 2, "{members:?}");
+    let out = run(
+        &["purge", "--scheduled", "--from", "now", "--to", "+3650d"],
+        &config,
+    );
+    assert!(out.stdout.contains("would delete 2 "), "{}", out.text());
+    let out = run(&["browse", "--from", "tomorrow"], &config);
+    assert_eq!(out.code, 2, "{}", out.text());
+    assert!(
+        out.stderr.contains("RFC 3339") && !out.stderr.contains("invalid digit"),
+        "{}",
+        out.text()
+    );
+    let out = cli(&["promote", "--help"], &config, &[]);
+    assert!(
+        !out.stdout.contains("--at") && !out.stdout.contains("--delay"),
+        "{}",
+        out.text()
+    );
+    cleanup_keys(&mut r, &key).await;
+}

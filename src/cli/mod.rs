@@ -23,6 +23,7 @@ pub const EXIT_CONFIG: i32 = 78;
 
 mod operate;
 mod queue;
+mod when;
 
 use queue::{cancel, consume, dead_list, dead_requeue, enqueue, pause, stats};
 
@@ -63,9 +64,9 @@ pub enum Command {
         /// Delay from now, e.g. `5s` or `250ms` (default: due now).
         #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "at")]
         delay: Option<Duration>,
-        /// Absolute due time in epoch milliseconds.
-        #[arg(long)]
-        at: Option<i64>,
+        /// Due time: RFC 3339 (`2026-11-25T07:00:00Z`), epoch ms, `now`, or `+5m`.
+        #[arg(long, value_parser = when::parse, allow_hyphen_values = true)]
+        at: Option<when::When>,
         /// Hash payload mode: the message's id (the member); the payload is its body.
         #[arg(long)]
         id: Option<String>,
@@ -110,7 +111,7 @@ pub enum Command {
     /// Count the messages falling due per minute (or --bucket) from now on.
     Forecast(operate::ForecastArgs),
     /// Make scheduled messages due now (those due later; others are left alone).
-    Promote(operate::RescheduleArgs),
+    Promote(operate::PromoteArgs),
     /// Give scheduled messages a new due time (--at or --delay).
     Reschedule(operate::RescheduleArgs),
     /// Delete scheduled messages (--scheduled, optionally a due range) or every dead letter
@@ -270,7 +271,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
         }
         Command::Promote(a) => {
             let path = a.config_path().to_path_buf();
-            with_config(&path, |c| operate::reschedule(c, a, true)).await
+            with_config(&path, |c| operate::promote(c, a)).await
         }
         Command::Reschedule(a) => {
             let path = a.config_path().to_path_buf();

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::queue::{connect, queue_for};
+use super::when::{self, When};
 use super::*;
 use crate::queue::Queue;
 use crate::store::{Cursor, Place, Purge, MAX_BUCKETS, MAX_PAGE};
@@ -22,12 +23,12 @@ pub struct Target {
 pub struct BrowseArgs {
     #[command(flatten)]
     target: Target,
-    /// Earliest due time, epoch ms (default: the earliest).
-    #[arg(long)]
-    from: Option<i64>,
-    /// Latest due time, epoch ms (default: the latest).
-    #[arg(long)]
-    to: Option<i64>,
+    /// Earliest due time: RFC 3339, epoch ms, `now`, `-1h` (default: the earliest).
+    #[arg(long, value_parser = when::parse, allow_hyphen_values = true)]
+    from: Option<When>,
+    /// Latest due time: RFC 3339, epoch ms, `now`, `+1h` (default: the latest).
+    #[arg(long, value_parser = when::parse, allow_hyphen_values = true)]
+    to: Option<When>,
     /// Entries per page (at most 1000).
     #[arg(long, default_value_t = 100)]
     limit: usize,
@@ -64,15 +65,25 @@ pub struct ForecastArgs {
     json: bool,
 }
 
-/// `promote` and `reschedule`: new due times for scheduled messages.
+/// `promote`: scheduled messages due now.
+#[derive(Debug, Args)]
+pub struct PromoteArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Members (ids in hash payload mode).
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+/// `reschedule`: new due times for scheduled messages.
 #[derive(Debug, Args)]
 pub struct RescheduleArgs {
     #[command(flatten)]
     target: Target,
-    /// New due time, epoch ms (reschedule only).
-    #[arg(long, conflicts_with = "delay")]
-    at: Option<i64>,
-    /// New due time from now (reschedule only).
+    /// New due time: RFC 3339, epoch ms, `now`, or `+5m`.
+    #[arg(long, conflicts_with = "delay", value_parser = when::parse, allow_hyphen_values = true)]
+    at: Option<When>,
+    /// New due time from now, e.g. `5m`.
     #[arg(long, value_parser = humantime::parse_duration)]
     delay: Option<Duration>,
     /// Members (ids in hash payload mode).
@@ -91,15 +102,29 @@ pub struct PurgeArgs {
     /// Delete every dead letter.
     #[arg(long)]
     dead: bool,
-    /// With --scheduled: earliest due time, epoch ms.
-    #[arg(long, requires = "scheduled")]
-    from: Option<i64>,
-    /// With --scheduled: latest due time, epoch ms.
-    #[arg(long, requires = "scheduled")]
-    to: Option<i64>,
+    /// With --scheduled: earliest due time (RFC 3339, epoch ms, `now`, `-1h`).
+    #[arg(long, requires = "scheduled", value_parser = when::parse, allow_hyphen_values = true)]
+    from: Option<When>,
+    /// With --scheduled: latest due time (RFC 3339, epoch ms, `now`, `+1h`).
+    #[arg(long, requires = "scheduled", value_parser = when::parse, allow_hyphen_values = true)]
+    to: Option<When>,
     /// Confirms the deletion: without it, only the count is printed.
     #[arg(long)]
     yes: bool,
+}
+
+/// `from` and `to` in epoch ms, on the Redis clock when either is relative.
+async fn range(
+    queue: &Queue,
+    from: Option<When>,
+    to: Option<When>,
+) -> anyhow::Result<(Option<i64>, Option<i64>)> {
+    let now = if from.into_iter().chain(to).any(When::is_relative) {
+        queue.now_ms().await?
+    } else {
+        0
+    };
+    Ok((from.map(|w| w.resolve(now)), to.map(|w| w.resolve(now))))
 }
 
 async fn open(target: &Target, config: &Config) -> anyhow::Result<Queue> {
@@ -123,9 +148,8 @@ pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32>
         "--limit must be between 1 and {MAX_PAGE}"
     );
     let queue = open(&a.target, &config).await?;
-    let page = queue
-        .browse(a.from, a.to, a.after.as_ref(), a.limit)
-        .await?;
+    let (from, to) = range(&queue, a.from, a.to).await?;
+    let page = queue.browse(from, to, a.after.as_ref(), a.limit).await?;
     if a.json {
         let v = serde_json::json!({
             "items": page.items,
@@ -221,6 +245,16 @@ pub(super) async fn forecast(config: Config, a: ForecastArgs) -> anyhow::Result<
     Ok(0)
 }
 
+pub(super) async fn promote(config: Config, a: PromoteArgs) -> anyhow::Result<i32> {
+    let args = RescheduleArgs {
+        target: a.target,
+        at: None,
+        delay: None,
+        members: a.members,
+    };
+    reschedule(config, args, true).await
+}
+
 pub(super) async fn reschedule(
     config: Config,
     a: RescheduleArgs,
@@ -228,14 +262,14 @@ pub(super) async fn reschedule(
 ) -> anyhow::Result<i32> {
     let queue = open(&a.target, &config).await?;
     let due = match (a.at, a.delay, promote) {
-        (None, None, true) => None,
-        (_, _, true) => anyhow::bail!("promote makes messages due now: drop --at and --delay"),
-        (Some(at), None, false) => Some(at),
+        (_, _, true) => None,
+        (Some(at), None, false) if !at.is_relative() => Some(at.resolve(0)),
+        (Some(at), None, false) => Some(at.resolve(queue.now_ms().await?)),
         (None, Some(delay), false) => {
             let delay = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
             Some(queue.now_ms().await?.saturating_add(delay))
         }
-        _ => anyhow::bail!("reschedule needs --at MS or --delay DURATION"),
+        _ => anyhow::bail!("reschedule needs --at TIME or --delay DURATION"),
     };
     let members: Vec<Vec<u8>> = a.members.iter().map(|m| m.as_bytes().to_vec()).collect();
     let changed = queue.reschedule(&members, due, promote).await?;
@@ -257,10 +291,8 @@ pub(super) async fn purge(config: Config, a: PurgeArgs) -> anyhow::Result<i32> {
     let what = if a.dead {
         Purge::Dead
     } else {
-        Purge::Scheduled {
-            from: a.from,
-            to: a.to,
-        }
+        let (from, to) = range(&queue, a.from, a.to).await?;
+        Purge::Scheduled { from, to }
     };
     if !a.yes {
         let n = match what {
@@ -305,6 +337,7 @@ config_path!(
     BrowseArgs,
     ShowArgs,
     ForecastArgs,
+    PromoteArgs,
     RescheduleArgs,
     PurgeArgs
 );

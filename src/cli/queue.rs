@@ -96,7 +96,7 @@ pub(super) async fn enqueue(
     config: Config,
     trigger: String,
     delay: Option<Duration>,
-    at: Option<i64>,
+    at: Option<super::when::When>,
     id: Option<String>,
     payload: String,
 ) -> anyhow::Result<i32> {
@@ -112,7 +112,8 @@ pub(super) async fn enqueue(
         _ => {}
     }
     let due = match at {
-        Some(at) => at,
+        Some(at) if !at.is_relative() => at.resolve(0),
+        Some(at) => at.resolve(queue.now_ms().await?),
         None => {
             let now = queue.now_ms().await?;
             let delay = delay.unwrap_or_default();
