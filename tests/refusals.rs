@@ -469,3 +469,36 @@ async fn permissions_revoked_for_every_key_dead_letter_nothing_and_resume() {
     drop(bridge);
     cleanup_keys(&mut r, &key).await;
 }
+
+/// A wrong password is a refused login, named as such (not an unreachable broker), and
+/// `/readyz` says the sink is not connected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_named_a_refused_login() {
+    let mut url = url::Url::parse(&amqp_url()).unwrap();
+    url.set_password(Some("not-the-password")).unwrap();
+    let key = format!("{}:{{refusals}}", unique("login"));
+    let port = free_port();
+    let cfg = ConfigToml::base(port)
+        .amqp_sink("rabbit", url.as_str())
+        .to_string()
+        + &trigger(
+            "login",
+            &key,
+            "rabbit",
+            "exchange = \"\"\nrouting_key = \"q\"\n",
+        );
+    let bridge = Bridge::start(&cfg, port);
+    let (said, _) = bridge
+        .wait_http("/readyz", Duration::from_secs(20), |status, _| {
+            status == 503 && bridge.log().contains("refused the bridge's login")
+        })
+        .await;
+    let log = bridge.log();
+    assert!(said, "{log}");
+    assert!(log.contains("check the user and password"), "{log}");
+    assert!(!log.contains("RabbitMQ unreachable"), "{log}");
+    assert!(
+        !log.contains("not-the-password"),
+        "no secret in the log:\n{log}"
+    );
+}

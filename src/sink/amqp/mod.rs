@@ -31,6 +31,9 @@ pub use publisher::AmqpPublisher;
 use topology::DeclareError;
 pub use topology::TopologyRefused;
 
+/// What a node's error says when it refused the login.
+const LOGIN_REFUSED: &str = "the broker refused the login";
+
 /// How long connecting to one node and declaring the topology there may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -40,6 +43,10 @@ enum ConnectError {
     /// No node could be connected to (each one's error, in the order tried).
     #[error("{0}")]
     Unreachable(String),
+    /// A node refused the login (ACCESS_REFUSED): the user or password is wrong, or the user
+    /// may not use the vhost. Each node's error, in the order tried.
+    #[error("{0}")]
+    LoginRefused(String),
     /// The broker refused the configured topology: fatal.
     #[error(transparent)]
     Refused(#[from] TopologyRefused),
@@ -218,7 +225,12 @@ impl AmqpSink {
             self.up.store(true, Ordering::Relaxed);
             return Ok(conn);
         }
-        Err(ConnectError::Unreachable(failures.join("; ")))
+        let all = failures.join("; ");
+        if all.contains(LOGIN_REFUSED) {
+            Err(ConnectError::LoginRefused(all))
+        } else {
+            Err(ConnectError::Unreachable(all))
+        }
     }
 
     /// Connects to one node and declares the topology there, within [`CONNECT_TIMEOUT`].
@@ -279,8 +291,13 @@ impl AmqpSink {
                 Err(e) => {
                     gauge.set(0);
                     if let Some(unlogged) = failures.failed() {
-                        tracing::warn!(sink = %self.name, error = %e, failures = failures.count(),
-                            unlogged, "RabbitMQ unreachable, retrying");
+                        if matches!(e, ConnectError::LoginRefused(_)) {
+                            tracing::warn!(sink = %self.name, error = %e, failures = failures.count(),
+                                unlogged, "RabbitMQ refused the bridge's login, retrying");
+                        } else {
+                            tracing::warn!(sink = %self.name, error = %e, failures = failures.count(),
+                                unlogged, "RabbitMQ unreachable, retrying");
+                        }
                     }
                     backoff.delay(failures.count())
                 }
@@ -448,6 +465,12 @@ impl Connector {
             .await
             .map_err(|e| match e {
                 lapin::Error::IOError(_) => DeclareError::Failed(format!("{e}{hint}")),
+                // A refused login (the broker's 403 on connection.open, or the connection
+                // closed during the handshake with ACCESS_REFUSED) is no outage: say so.
+                e if e.to_string().contains("ACCESS_REFUSED") => DeclareError::Failed(format!(
+                    "{LOGIN_REFUSED} ({e}): check the user and password (or password_file) and \
+                     the user's permissions on the vhost"
+                )),
                 e => topology::failed(e),
             })
     }
