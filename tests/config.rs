@@ -258,3 +258,41 @@ fn an_amqp_sink_needs_url_or_urls_but_not_both() {
         assert!(text.contains(key) && text.contains("urls"), "{key}: {text}");
     }
 }
+
+#[test]
+fn urls_are_checked_by_the_clients_that_use_them() {
+    let (code, text) = check(&format!(
+        "[redis]\nurl = \"redis:/127.0.0.1:16401\"\n[sinks.r]\ntype = \"amqp\"\nurl = \"amqp:/127.0.0.1:5672\"\n{TRIGGER}"
+    ));
+    assert_eq!(code, 78, "{text}");
+    assert!(
+        text.contains("redis.url") && text.contains("names no host"),
+        "{text}"
+    );
+    assert!(text.contains("sinks.r.url"), "{text}");
+}
+
+#[test]
+fn every_bad_field_of_a_table_is_reported_with_the_nearest_key_for_a_typo() {
+    let (code, text) = check(&format!(
+        "{SINK}{TRIGGER}workers = \"four\"\nlease = 30\nworkrs = 4\n"
+    ));
+    assert_eq!(code, 78, "{text}");
+    for key in [
+        "triggers[0].workers",
+        "triggers[0].lease",
+        "triggers[0].workrs",
+    ] {
+        assert!(text.contains(key), "{key} missing:\n{text}");
+    }
+    assert!(text.contains("did you mean `workers`?"), "{text}");
+    assert!(!text.contains("``"), "{text}");
+    let (code, text) = check(&format!(
+        "[redis]\nconect_timeout = \"1s\"\nurl = 7\n{SINK}{TRIGGER}"
+    ));
+    assert_eq!(code, 78, "{text}");
+    assert!(
+        text.contains("did you mean `connect_timeout`?") && text.contains("redis.url"),
+        "{text}"
+    );
+}

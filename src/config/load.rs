@@ -171,15 +171,9 @@ impl Loader {
     }
 
     fn section<T: DeserializeOwned + Default>(&mut self, name: &str) -> Option<T> {
-        if self.figment.find_value(name).is_err() {
-            return Some(T::default());
-        }
-        match self.figment.extract_inner::<T>(name) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                self.push_figment(name, e);
-                None
-            }
+        match self.figment.find_value(name) {
+            Ok(value) => self.value(name, &value),
+            Err(_) => Some(T::default()),
         }
     }
 
@@ -219,23 +213,48 @@ impl Loader {
         }
     }
 
+    /// Deserializes one table, reporting every bad field rather than the first: a field
+    /// that fails is reported, taken out, and the rest deserialized again. A missing field
+    /// that was taken out for being wrong is not reported twice.
     fn value<T: DeserializeOwned>(&mut self, prefix: &str, value: &Value) -> Option<T> {
-        match value.deserialize::<T>() {
-            Ok(v) => Some(v),
-            Err(e) => {
-                for err in e {
-                    let mut key = prefix.to_string();
-                    for part in &err.path {
-                        push_part(&mut key, part);
+        let mut value = value.clone();
+        let mut removed: Vec<String> = Vec::new();
+        loop {
+            let e = match value.deserialize::<T>() {
+                Ok(v) if removed.is_empty() => return Some(v),
+                // Every problem is reported; the table itself is not usable.
+                Ok(_) => return None,
+                Err(e) => e,
+            };
+            let mut next = None;
+            for err in e {
+                let field = match &err.kind {
+                    figment::error::Kind::UnknownField(f, _) => Some(f.clone()),
+                    _ => err.path.first().cloned(),
+                };
+                if let figment::error::Kind::MissingField(f) = &err.kind {
+                    if err.path.is_empty() && removed.iter().any(|r| r == f) {
+                        continue;
                     }
-                    let source = self.source_of(prefix);
-                    self.problems.push(Problem {
-                        key: field_key(&key, &err.kind),
-                        message: err.kind.to_string(),
-                        source,
-                    });
                 }
-                None
+                let mut key = prefix.to_string();
+                for part in &err.path {
+                    push_part(&mut key, part);
+                }
+                let source = self.source_of(prefix);
+                self.problems.push(Problem {
+                    key: field_key(&key, &err.kind),
+                    message: describe(&err.kind),
+                    source,
+                });
+                next = next.or(field);
+            }
+            match (&mut value, next) {
+                (Value::Dict(_, dict), Some(field)) if dict.contains_key(&field) => {
+                    dict.remove(&field);
+                    removed.push(field);
+                }
+                _ => return None,
             }
         }
     }
@@ -277,6 +296,28 @@ impl Loader {
             Some(md) => describe_source(md, &self.file),
             None => self.file.display().to_string(),
         }
+    }
+}
+
+/// What a problem says: serde's words, but an unknown field names the nearest valid one.
+fn describe(kind: &figment::error::Kind) -> String {
+    use figment::error::Kind;
+    match kind {
+        Kind::UnknownField(field, expected) => {
+            let nearest = expected
+                .iter()
+                .map(|e| (strsim::damerau_levenshtein(field, e), *e))
+                .filter(|(d, e)| *d <= 2.max(e.len() / 4))
+                .min();
+            match nearest {
+                Some((_, e)) => format!("unknown field `{field}`: did you mean `{e}`?"),
+                None => format!(
+                    "unknown field `{field}`, expected one of: {}",
+                    expected.join(", ")
+                ),
+            }
+        }
+        other => other.to_string(),
     }
 }
 

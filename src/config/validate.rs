@@ -61,6 +61,26 @@ pub(super) fn suggested_tag(key: &str) -> String {
     }
 }
 
+/// What the Redis client says of `url` (`rediss://` read as `redis://`: the bridge wraps TLS
+/// itself), if it will not connect to it: `redis:/host:port` is a URL, but names no host.
+fn redis_client_refuses(url: &str) -> Option<String> {
+    use redis::IntoConnectionInfo;
+    let plain = match url.strip_prefix("rediss://") {
+        Some(rest) => format!("redis://{rest}"),
+        None => url.to_string(),
+    };
+    let host_missing = url::Url::parse(&plain)
+        .is_ok_and(|u| u.scheme() == "redis" && u.host_str().is_none_or(str::is_empty));
+    if host_missing {
+        return Some("names no host: write redis://HOST:PORT".into());
+    }
+    plain
+        .as_str()
+        .into_connection_info()
+        .err()
+        .map(|e| format!("the Redis client refuses it: {e}"))
+}
+
 /// The seed nodes of cluster mode: at least one, each a `redis://` or `rediss://` URL of
 /// database 0, all with the same scheme; and `url` left alone.
 fn cluster_problems(redis: &super::RedisConfig, push: &mut impl FnMut(String, String)) {
@@ -88,6 +108,9 @@ fn cluster_problems(redis: &super::RedisConfig, push: &mut impl FnMut(String, St
                 ),
             ),
             Ok(u) if u.host_str().is_none_or(str::is_empty) => push(key, "names no host".into()),
+            Ok(_) if redis_client_refuses(node).is_some() => {
+                push(key, redis_client_refuses(node).unwrap_or_default())
+            }
             Ok(u) if !matches!(u.path(), "" | "/" | "/0") => push(
                 key,
                 format!("`{}`: a cluster has database 0 only", u.path()),
@@ -147,7 +170,11 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
     }
     match url::Url::parse(&config.redis.url) {
         _ if parsed.broken_redis => {}
-        Ok(u) if matches!(u.scheme(), "redis" | "rediss") => {}
+        Ok(u) if matches!(u.scheme(), "redis" | "rediss") => {
+            if let Some(why) = redis_client_refuses(&config.redis.url) {
+                push("redis.url".into(), why);
+            }
+        }
         Ok(u) => push(
             "redis.url".into(),
             format!(
@@ -561,7 +588,21 @@ fn amqp_addresses(name: &str, amqp: &AmqpSinkConfig) -> Vec<(String, String)> {
     let mut seen = HashSet::new();
     for (key, raw) in keys.into_iter().zip(amqp.addresses()) {
         let u = match url::Url::parse(raw) {
-            Ok(u) if matches!(u.scheme(), "amqp" | "amqps") => u,
+            Ok(u) if matches!(u.scheme(), "amqp" | "amqps") => {
+                // What the AMQP client will make of it (it reads the vhost and the query).
+                if let Err(e) = raw.parse::<lapin::uri::AMQPUri>() {
+                    out.push((key, format!("the AMQP client refuses it: {e}")));
+                    continue;
+                }
+                if u.host_str().is_none_or(str::is_empty) {
+                    out.push((
+                        key,
+                        "names no host: write amqp://USER@HOST:PORT/VHOST".into(),
+                    ));
+                    continue;
+                }
+                u
+            }
             Ok(u) => {
                 let why = format!(
                     "scheme `{}` is not supported, use amqp:// or amqps://",
