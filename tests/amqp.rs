@@ -163,7 +163,15 @@ async fn unroutable_messages_are_retried_then_dead_lettered_with_reason() {
         listed.contains("lost-letter-1") && listed.contains("unroutable"),
         "{listed}"
     );
+    // More than one letter moves only when confirmed, as purge does.
     let out = cli(&["dead-letter", "requeue", "-t", "unroutable"], &fixed, &[]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stdout.contains("would requeue 2 "), "{out:?}");
+    let out = cli(
+        &["dead-letter", "requeue", "-t", "unroutable", "--yes"],
+        &fixed,
+        &[],
+    );
     assert!(out.stdout.contains("requeued 2"), "{out:?}");
     let bridge = Bridge::start(&fixed, port);
     bridge

@@ -172,6 +172,9 @@ pub enum DeadLetter {
         /// At most this many when no member is named.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
+        /// Confirms a requeue of more than one letter: without it, only the count is printed.
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -297,7 +300,13 @@ pub async fn dispatch(cli: Cli) -> i32 {
             trigger,
             members,
             limit,
-        }) => with_config(&config.config, |c| dead_requeue(c, trigger, members, limit)).await,
+            yes,
+        }) => {
+            with_config(&config.config, |c| {
+                dead_requeue(c, trigger, members, limit, yes)
+            })
+            .await
+        }
         Command::Bench { args } => bench(args),
         Command::Consume {
             url,

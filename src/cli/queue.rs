@@ -232,10 +232,23 @@ pub(super) async fn dead_requeue(
     trigger: String,
     members: Vec<String>,
     limit: usize,
+    yes: bool,
 ) -> anyhow::Result<i32> {
     let conn = connect(&config).await?;
     let queue = queue_for(&config, conn, &trigger)?;
     let members: Vec<Vec<u8>> = members.into_iter().map(String::into_bytes).collect();
+    // Like purge: more than one letter moves only when confirmed.
+    let would = if members.is_empty() {
+        queue.stats().await?.dead.min(limit as u64)
+    } else {
+        members.len() as u64
+    };
+    if would > 1 && !yes {
+        say!(
+            "would requeue {would} dead letters of trigger `{trigger}`: add --yes to requeue them"
+        );
+        return Ok(1);
+    }
     let n = queue.requeue_dead(&members, limit).await?;
     say!("requeued {n} dead letter(s) on {}", queue.place());
     Ok(0)
