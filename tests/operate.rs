@@ -368,3 +368,18 @@ async fn time_arguments_take_rfc3339_now_and_offsets() {
     );
     cleanup_keys(&mut r, &key).await;
 }
+
+/// With Redis down, a command says so in one line, naming the address once.
+#[test]
+fn redis_down_is_one_line_naming_the_address_once() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let config = base_config(free_port()).replace(&redis_url(), &url)
+        + &trigger("ops", "k", "rabbit", "exchange = \"x\"\n");
+    let out = cli(&["stats"], &config, &[]);
+    assert_eq!(out.code, 1, "{}", out.text());
+    let line = out.stderr.trim();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(line.starts_with("error: cannot reach Redis"), "{line}");
+    assert_eq!(line.matches(&url).count(), 1, "{line}");
+}

@@ -318,10 +318,27 @@ pub async fn dispatch(cli: Cli) -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             1
         }
     }
+}
+
+/// An error and its causes on one line, each said once: a cause whose words the line already
+/// holds (clients often repeat their source in their own message) is left out.
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// Hands over to `delay-bridge-bench` next to this executable (it is its own crate, so the
@@ -402,8 +419,9 @@ async fn run(path: &std::path::Path) -> i32 {
     match crate::bridge::run(config, crate::metrics::Metrics::new(), shutdown).await {
         Ok(()) => 0,
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "delay-bridge failed");
-            eprintln!("error: {e:#}");
+            let line = one_line(&e);
+            tracing::error!(error = %line, "delay-bridge failed");
+            eprintln!("error: {line}");
             1
         }
     }

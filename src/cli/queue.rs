@@ -10,10 +10,16 @@ use crate::store::QueueStats;
 
 pub(super) async fn connect(config: &Config) -> anyhow::Result<Conn> {
     let endpoint = crate::bridge::redis_endpoint(config)?;
-    endpoint
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {endpoint}"))
+    endpoint.connect().await.map_err(|e| {
+        // The client's error names the address already, most of the time.
+        let text = e.to_string();
+        let shown = endpoint.to_string();
+        if text.contains(&shown) {
+            anyhow::anyhow!("cannot reach Redis: {text}")
+        } else {
+            anyhow::anyhow!("cannot reach Redis at {shown}: {text}")
+        }
+    })
 }
 
 pub(super) fn queue_for(config: &Config, conn: Conn, trigger: &str) -> anyhow::Result<Queue> {
