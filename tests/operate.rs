@@ -383,3 +383,29 @@ fn redis_down_is_one_line_naming_the_address_once() {
     assert!(line.starts_with("error: cannot reach Redis"), "{line}");
     assert_eq!(line.matches(&url).count(), 1, "{line}");
 }
+
+/// `browse` prints a member the way `show` takes it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browsed_member_pastes_into_show() {
+    let mut r = redis().await;
+    let key = format!("{}:{{ops}}", unique("paste"));
+    let config = config_for(&key, "");
+    let member = r#"{"x":"paste-test"}"#;
+    let due = redis_now(&mut r).await + 60_000;
+    zadd(&mut r, &key, due, member).await;
+    let out = run(&["browse"], &config);
+    assert_eq!(out.code, 0, "{}", out.text());
+    let printed = out
+        .stdout
+        .lines()
+        .nth(1)
+        .unwrap()
+        .rsplit("  ")
+        .next()
+        .unwrap();
+    assert_eq!(printed, member, "{}", out.text());
+    let out = run(&["show", printed], &config);
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert!(out.stdout.contains("scheduled"), "{}", out.text());
+    cleanup_keys(&mut r, &key).await;
+}

@@ -132,6 +132,15 @@ async fn open(target: &Target, config: &Config) -> anyhow::Result<Queue> {
     queue_for(config, conn, &target.trigger)
 }
 
+/// A member as the other commands take it back (`show`, `cancel`, `reschedule`): as it is
+/// when it is text without control characters, escaped (and then not pasteable) otherwise.
+fn pasteable(member: &[u8]) -> String {
+    match std::str::from_utf8(member) {
+        Ok(text) if !text.chars().any(char::is_control) => text.to_string(),
+        _ => String::from_utf8_lossy(member).escape_debug().to_string(),
+    }
+}
+
 fn ms_text(ms: i64) -> String {
     match u64::try_from(ms) {
         Ok(ms) if ms < 253_402_300_800_000 => {
@@ -173,7 +182,7 @@ pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32>
             ms_text(e.due_ms),
             e.due_ms,
             e.attempts,
-            String::from_utf8_lossy(&e.member).escape_debug()
+            pasteable(&e.member)
         );
     }
     match page.next {
