@@ -105,6 +105,33 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
     .await
     .with_context(|| format!("metrics.listen: binding {}", config.metrics.listen))?;
 
+    // Bound before Redis is waited for and before any worker claims: a taken port stops
+    // nothing mid-batch, and the API answers (with an empty trigger list) while Redis is
+    // down at start; `/readyz` cannot say ready before it listens.
+    let admin_triggers = crate::admin::AdminTriggers::default();
+    let reload = shutdown.reload.clone();
+    let admin = match crate::admin::serve(
+        &config.admin,
+        admin_triggers.clone(),
+        reload.as_ref().map(|r| r.requested.clone()),
+        metrics.clone(),
+        http_stop.clone(),
+    )
+    .await
+    {
+        Ok(admin) => admin,
+        Err(e) => {
+            http_stop.cancel();
+            return Err(e.context(format!(
+                "admin.listen: starting the admin API on {}",
+                config
+                    .admin
+                    .listen
+                    .map_or_else(String::new, |l| l.to_string())
+            )));
+        }
+    };
+
     let tasks = TaskTracker::new();
     let sink_stop = CancellationToken::new();
     // A sink that cannot work as configured stops the bridge the way a signal does, and
@@ -170,32 +197,6 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
     crate::redis_checks::check_eviction_policy(&conn, config.redis.require_noeviction).await?;
     let notifications =
         crate::redis_checks::ensure_enabled(&conn, config.redis.enable_keyspace_events).await;
-
-    // Bound before any worker claims, so a taken port stops nothing mid-batch.
-    let admin_triggers = crate::admin::AdminTriggers::default();
-    let reload = shutdown.reload.clone();
-    let admin = match crate::admin::serve(
-        &config.admin,
-        admin_triggers.clone(),
-        reload.as_ref().map(|r| r.requested.clone()),
-        metrics.clone(),
-        http_stop.clone(),
-    )
-    .await
-    {
-        Ok(admin) => admin,
-        Err(e) => {
-            sink_stop.cancel();
-            http_stop.cancel();
-            return Err(e.context(format!(
-                "admin.listen: starting the admin API on {}",
-                config
-                    .admin
-                    .listen
-                    .map_or_else(String::new, |l| l.to_string())
-            )));
-        }
-    };
 
     let abort = CancellationToken::new();
     let workers = TaskTracker::new();
