@@ -169,6 +169,7 @@ async fn two_thousand_bad_envelopes_write_a_line_per_burst_with_the_reason_and_a
     })
     .await;
     let lines = dead_lines(&bridge);
+    println!("lines for {N} dead letters: {}", lines.len());
     assert!(
         all_told,
         "the lines count {} of {N} letters:\n{}",
