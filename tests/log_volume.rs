@@ -120,3 +120,75 @@ async fn a_minute_of_a_down_broker_or_redis_writes_fewer_than_thirty_lines() {
     }
     redis_bridge.assert_alive();
 }
+
+/// Most lines 2,000 dead letters may write: one per trigger, reason and second.
+const MOST_DEAD_LETTER_LINES: usize = 30;
+
+/// The `count=N` of a log line.
+fn count_field(line: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix("count="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_bad_envelopes_write_a_line_per_burst_with_the_reason_and_a_sample() {
+    const N: u64 = 2_000;
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("burst").await;
+    let key = format!("{}:{{burst}}", unique("quiet"));
+    let port = free_port();
+    let config = quiet_config(port).to_string()
+        + &amqp_trigger("burst", &key, &capture, "format = \"envelope\"\nbatch = 50");
+    let bridge = Bridge::start(&config, port)
+        .ready(Duration::from_secs(15))
+        .await;
+    let before = bridge.log().lines().count();
+    let now = redis_now(&mut r).await;
+    zadd_all(
+        &mut r,
+        &key,
+        (0..N).map(|i| (now, format!("not-an-envelope-{i}"))),
+    )
+    .await;
+
+    let dead_lines = |bridge: &Bridge| -> Vec<String> {
+        lines_since(bridge, before)
+            .into_iter()
+            .filter(|l| l.contains("dead-lettered"))
+            .collect()
+    };
+    // Every letter is counted in some line, the last burst's too.
+    let all_told = wait_until(Duration::from_secs(60), || {
+        dead_lines(&bridge)
+            .iter()
+            .map(|l| count_field(l))
+            .sum::<u64>()
+            == N
+    })
+    .await;
+    let lines = dead_lines(&bridge);
+    println!("lines for {N} dead letters: {}", lines.len());
+    assert!(
+        all_told,
+        "the lines count {} of {N} letters:\n{}",
+        lines.iter().map(|l| count_field(l)).sum::<u64>(),
+        lines.join("\n")
+    );
+    assert!(
+        lines.len() < MOST_DEAD_LETTER_LINES,
+        "{} lines for {N} dead letters:\n{}",
+        lines.len(),
+        lines.join("\n")
+    );
+    for line in &lines {
+        assert!(
+            line.contains("reason=\"bad_envelope\"") && line.contains("sample=not-an-envelope-"),
+            "each line names the reason and a sample member: {line}"
+        );
+        assert!(line.contains("detail="), "and the sample's detail: {line}");
+    }
+    bridge.assert_no_panic();
+    cleanup_keys(&mut r, &key).await;
+}

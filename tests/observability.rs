@@ -9,8 +9,8 @@ use common::proxy::Proxy;
 use common::*;
 use delay_bridge::keys::QueueKeys;
 
-const ALLOWED_LABELS: [&str; 7] = [
-    "trigger", "sink", "reason", "state", "kind", "version", "le",
+const ALLOWED_LABELS: [&str; 8] = [
+    "trigger", "sink", "reason", "state", "kind", "version", "revision", "le",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,7 +137,11 @@ async fn forwarding_n_messages_moves_counters_and_histograms_by_exactly_n() {
 
     // Labels stay bounded: known names only, never a payload or a Redis key.
     for s in parse_samples(&body) {
-        assert!(s.name.starts_with("delay_bridge_"), "{}", s.name);
+        assert!(
+            s.name.starts_with("delay_bridge_") || s.name.starts_with("process_"),
+            "{}",
+            s.name
+        );
         for (k, v) in &s.labels {
             assert!(
                 ALLOWED_LABELS.contains(&k.as_str()),
@@ -521,6 +525,80 @@ async fn known_counters_are_exported_at_zero_from_start_up() {
             "{name} exported before any delivery"
         );
     }
+}
+
+/// The metrics listener describes itself: the process's own metrics from start-up, the
+/// build's revision, and a page at `/` that links the endpoints and names the admin API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_metrics_revision_and_a_landing_page_are_served_from_start_up() {
+    let capture = AmqpCapture::start("proc").await;
+    let key = format!("{}:{{proc}}", unique("delay"));
+    let (port, admin_port) = (free_port(), free_port());
+    let admin = format!("127.0.0.1:{admin_port}");
+    let settings = ConfigToml::base(port)
+        .set_str("admin", "listen", &admin)
+        .set("admin", "read_only", "true");
+    let mut bridge = Bridge::start(
+        &(settings.to_string() + &amqp_trigger("proc", &key, &capture, "")),
+        port,
+    )
+    .ready(Duration::from_secs(15))
+    .await;
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let body = bridge.scrape().await;
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+        "process_threads",
+    ] {
+        assert!(
+            body.contains(&format!("# TYPE {name} ")),
+            "{name} missing at start-up:\n{body}"
+        );
+    }
+    assert!(metric_value(&body, "process_resident_memory_bytes", &[]) > 1e6);
+    assert!(metric_value(&body, "process_open_fds", &[]) >= 3.0);
+    let start = metric_value(&body, "process_start_time_seconds", &[]);
+    assert!(
+        (started - 120.0..=started + 1.0).contains(&start),
+        "start time {start}, now {started}"
+    );
+    let revision = parse_samples(&body)
+        .into_iter()
+        .find(|s| s.name == "delay_bridge_build_info")
+        .and_then(|s| s.labels.into_iter().find(|(k, _)| k == "revision"))
+        .map(|(_, v)| v);
+    let expected = option_env!("DELAY_BRIDGE_REVISION").unwrap_or("unknown");
+    assert_eq!(revision.as_deref(), Some(expected), "{body}");
+
+    let (status, page) = bridge.get("/").await.expect("GET / answers");
+    assert_eq!(status, 200, "{page}");
+    for link in ["href=\"metrics\"", "href=\"healthz\"", "href=\"readyz\""] {
+        assert!(page.contains(link), "{link} missing:\n{page}");
+    }
+    assert!(page.contains(&admin), "the admin API's address:\n{page}");
+    assert!(page.contains(env!("CARGO_PKG_VERSION")), "{page}");
+    bridge.terminate(Duration::from_secs(15)).await;
+
+    // Without an admin API the page says so.
+    let port = free_port();
+    let mut bridge = Bridge::start(
+        &(base_config(port) + &amqp_trigger("proc", &key, &capture, "")),
+        port,
+    )
+    .ready(Duration::from_secs(15))
+    .await;
+    let (status, page) = bridge.get("/").await.expect("GET / answers");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("not enabled"), "{page}");
+    bridge.terminate(Duration::from_secs(15)).await;
 }
 
 /// While notifications are subscribed, a queue read empty is read again only once written

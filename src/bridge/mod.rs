@@ -98,6 +98,7 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
     let http_stop = CancellationToken::new();
     let http = crate::http::serve(
         config.metrics.listen,
+        config.admin.listen,
         metrics.clone(),
         health.clone(),
         http_stop.clone(),

@@ -1,5 +1,6 @@
 //! Every Prometheus metric of the bridge, registered in one registry that is passed in.
 
+mod dead_log;
 mod series;
 mod trigger;
 
@@ -16,6 +17,8 @@ use prometheus::{
 pub struct Metrics {
     /// The registry all metrics live in.
     pub registry: Registry,
+    /// The process's own metrics, named without the prefix.
+    process: Registry,
     /// Every trigger's counters and gauges (exported when scraped).
     pub triggers: std::sync::Arc<TriggerSeries>,
     /// Broker confirmation time minus due time.
@@ -38,13 +41,19 @@ pub struct Metrics {
     pub sink_up: IntGaugeVec,
     /// 1 while Redis answers.
     pub redis_up: IntGauge,
-    /// Constant 1 with the version label.
+    /// Constant 1 with the version and revision labels.
     pub build_info: IntGaugeVec,
     /// 1 while keyspace notifications are in use.
     pub notifications_enabled: Gauge,
 }
 
 const PREFIX: &str = "delay_bridge";
+
+/// The source revision the binary was built from, when the build knew it.
+pub const REVISION: &str = match option_env!("DELAY_BRIDGE_REVISION") {
+    Some(revision) => revision,
+    None => "unknown",
+};
 
 impl Metrics {
     /// Creates and registers every metric in a new registry.
@@ -147,12 +156,17 @@ impl Metrics {
             ),
             sink_up: int_gauge("sink_up", "1 while the sink's broker is connected, else 0", &["sink"]),
             redis_up,
-            build_info: int_gauge("build_info", "Always 1; the version label names the build", &["version"]),
+            build_info: int_gauge(
+                "build_info",
+                "Always 1; the version and revision labels name the build",
+                &["version", "revision"],
+            ),
             notifications_enabled,
             registry,
+            process: process_registry(),
         };
         m.build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), REVISION])
             .set(1);
         m
     }
@@ -161,9 +175,25 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
         // Encoding into a Vec cannot fail for well-formed metrics.
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        let mut families = self.registry.gather();
+        families.extend(self.process.gather());
+        let _ = TextEncoder::new().encode(&families, &mut buf);
         String::from_utf8(buf).unwrap_or_default()
     }
+}
+
+/// The standard `process_*` metrics (CPU seconds, resident and virtual memory, open and
+/// maximum file descriptors, start time, threads), read from `/proc/self` at each scrape,
+/// in a registry of their own: they keep their standard names, without the prefix.
+fn process_registry() -> Registry {
+    let registry = Registry::new();
+    #[cfg(target_os = "linux")]
+    registry
+        .register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))
+        .expect("unique metrics");
+    registry
 }
 
 impl Default for Metrics {

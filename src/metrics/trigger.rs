@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use prometheus::{Histogram, HistogramVec};
 
+use super::dead_log::DeadLetterLog;
 use super::{Cells, Metrics};
 use crate::store::{FailOutcome, QueueStats, Settled, Settlement};
 
@@ -30,6 +31,8 @@ pub struct TriggerMetrics {
     publish_duration: Lazy,
     claim_duration: Lazy,
     claim_batch_size: Lazy,
+    /// Dead letters, logged by the burst.
+    dead_log: DeadLetterLog,
     /// Each shard's last sizes and pause: the gauges show the whole trigger.
     shards: Arc<std::sync::Mutex<Vec<QueueStats>>>,
 }
@@ -69,6 +72,7 @@ impl TriggerMetrics {
             name: name.to_string(),
             sink: sink.to_string(),
             cells,
+            dead_log: DeadLetterLog::new(name),
             lateness: Lazy::new(&m.lateness),
             publish_duration: Lazy::new(&m.publish_duration),
             claim_duration: Lazy::new(&m.claim_duration),
@@ -146,7 +150,8 @@ impl TriggerMetrics {
         }
     }
 
-    /// The settle script ran `s` and did `done`; dead letters are also logged.
+    /// The settle script ran `s` and did `done`; dead letters are also logged, a line per
+    /// burst and reason.
     pub fn settled(&self, s: &Settlement<'_>, done: &Settled) {
         self.cells.put_back.fetch_add(done.put_back, Relaxed);
         self.cells.expired.fetch_add(s.drop.len() as u64, Relaxed);
@@ -158,7 +163,8 @@ impl TriggerMetrics {
                     if reason == "expired" {
                         self.cells.expired.fetch_add(1, Relaxed);
                     }
-                    tracing::warn!(reason, "message dead-lettered");
+                    self.dead_log
+                        .dead_lettered(failure.member, reason, failure.detail.as_deref());
                     self.cells.dead_lettered.add(reason, 1);
                 }
                 FailOutcome::NotOwned => {}
