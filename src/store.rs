@@ -126,6 +126,8 @@ pub struct ClaimBatch {
     pub paused: bool,
     /// The rate limit allows the next member this much later: nothing was claimed.
     pub rate_wait: Option<Duration>,
+    /// Control fields this claim found out of range and repaired (see `claim.lua`).
+    pub repaired: u64,
     /// The claimed members, earliest first.
     pub items: Vec<Claimed>,
 }
@@ -572,23 +574,33 @@ impl Store {
 
     /// Pauses (`true`) or resumes claims of this queue, for every bridge at its next claim;
     /// returns whether that changed anything. One command: nothing half-done on a bad key.
+    /// A stray value of the field is read as the claim script reads it (`pause_value` in the
+    /// prelude): pausing writes the canonical `1`, resuming deletes the field.
     pub async fn set_paused(&self, paused: bool) -> Result<bool, StoreError> {
         let mut conn = self.conn.clone();
-        let changed: i64 = if paused {
-            redis::cmd("HSETNX")
-                .arg(&self.keys.control)
-                .arg("paused")
-                .arg(1)
-                .query_async(&mut conn)
-                .await?
-        } else {
+        let was: Option<String> = redis::cmd("HGET")
+            .arg(&self.keys.control)
+            .arg("paused")
+            .query_async(&mut conn)
+            .await?;
+        let was_paused = was.as_deref().is_some_and(pauses);
+        if paused {
+            if was.as_deref() != Some("1") {
+                redis::cmd("HSET")
+                    .arg(&self.keys.control)
+                    .arg("paused")
+                    .arg(1)
+                    .query_async::<i64>(&mut conn)
+                    .await?;
+            }
+        } else if was.is_some() {
             redis::cmd("HDEL")
                 .arg(&self.keys.control)
                 .arg("paused")
-                .query_async(&mut conn)
-                .await?
-        };
-        Ok(changed == 1)
+                .query_async::<i64>(&mut conn)
+                .await?;
+        }
+        Ok(was_paused != paused)
     }
 
     /// Cancels the message scheduled under `id` (hash payload mode) with the producers'
@@ -765,6 +777,15 @@ pub(crate) fn dead_at_ms(score_ms: i64, reason: Option<&str>) -> i64 {
         .map_or(score_ms, |at| at as i64)
 }
 
+/// Whether a value of the control hash's `paused` field pauses the queue: `0`, `false`, `no`
+/// and the empty value do not, anything else does (`pause_value` in the prelude).
+pub fn pauses(value: &str) -> bool {
+    !matches!(
+        value.to_ascii_lowercase().as_str(),
+        "0" | "false" | "no" | ""
+    )
+}
+
 /// Parses a Redis score ("1732240000000", "-inf", "1.5e12") into epoch ms, saturating infinities.
 pub fn score_ms(raw: &[u8]) -> Option<i64> {
     let s = std::str::from_utf8(raw).ok()?;
@@ -781,7 +802,7 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         return Err(StoreError::Reply("claim reply is not an array"));
     };
     let width = if hash { 4 } else { 3 };
-    if items.len() < 6 || (items.len() - 6) % width != 0 {
+    if items.len() < 7 || (items.len() - 7) % width != 0 {
         return Err(StoreError::Reply("claim reply length"));
     }
     let mut it = items.into_iter();
@@ -792,7 +813,9 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         Some(Value::Int(skipped)),
         Some(Value::Int(paused)),
         Some(Value::Int(wait)),
+        Some(Value::Int(repaired)),
     ) = (
+        it.next(),
         it.next(),
         it.next(),
         it.next(),
@@ -838,6 +861,7 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         skipped: u64::try_from(skipped).unwrap_or(0),
         paused: paused == 1,
         rate_wait: (wait > 0).then(|| Duration::from_millis(wait as u64)),
+        repaired: u64::try_from(repaired).unwrap_or(0),
         items: out,
     })
 }

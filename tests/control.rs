@@ -171,3 +171,94 @@ async fn a_rate_limit_holds_every_replica_together_and_drains_the_backlog() {
     }
     cleanup_keys(&mut r, &key).await;
 }
+
+/// Schedules five messages due now, named `what-i`, and waits until they arrived.
+async fn round(
+    r: &mut Conn,
+    key: &str,
+    bridge: &Bridge,
+    capture: &AmqpCapture,
+    sent: &mut usize,
+    what: &str,
+) {
+    let now = redis_now(r).await;
+    zadd_all(r, key, (0..5).map(|i| (now, format!("{what}-{i}")))).await;
+    *sent += 5;
+    bridge
+        .expect_arrivals(*sent, Duration::from_secs(10), || capture.count())
+        .await;
+}
+
+/// Writes `fields` (name, value pairs) straight into the trigger's control hash.
+async fn stray(r: &mut Conn, key: &str, fields: &[(&str, &str)]) {
+    let mut cmd = redis::cmd("HSET");
+    cmd.arg(format!("{key}:control"));
+    for (f, v) in fields {
+        cmd.arg(*f).arg(*v);
+    }
+    let _: i64 = cmd.query_async(r).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stray_control_values_are_repaired_counted_and_never_wedge_the_trigger() {
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("stray").await;
+    let key = format!("{}:{{control}}", unique("stray"));
+    let port = free_port();
+    let extra = "rate_limit = \"200/s\"\nrate_burst = 5\nguard_interval = \"300ms\"\n";
+    let config = base_config(port) + &amqp_trigger(TRIGGER, &key, &capture, extra);
+    let bridge = Bridge::start(&config, port)
+        .ready(Duration::from_secs(20))
+        .await;
+    let mut sent = 0;
+    round(&mut r, &key, &bridge, &capture, &mut sent, "first").await;
+
+    // An empty bucket for ever, a debt of centuries, a clock from the future: each is
+    // repaired at the next claim, and the messages go.
+    let now = redis_now(&mut r).await.to_string();
+    stray(&mut r, &key, &[("tokens", "-inf"), ("at", &now)]).await;
+    round(&mut r, &key, &bridge, &capture, &mut sent, "minus-inf").await;
+    stray(&mut r, &key, &[("tokens", "-1e12"), ("at", &now)]).await;
+    round(&mut r, &key, &bridge, &capture, &mut sent, "debt").await;
+    stray(&mut r, &key, &[("tokens", "nan"), ("at", "9e18")]).await;
+    round(&mut r, &key, &bridge, &capture, &mut sent, "nan").await;
+    stray(&mut r, &key, &[("tokens", "many"), ("at", "soon")]).await;
+    round(&mut r, &key, &bridge, &capture, &mut sent, "words").await;
+    // `paused = 0` does not pause; the claim deletes it.
+    stray(&mut r, &key, &[("paused", "0")]).await;
+    round(&mut r, &key, &bridge, &capture, &mut sent, "zero").await;
+    let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(format!("{key}:control"))
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert!(!fields.contains_key("paused"), "repaired: {fields:?}");
+    let tokens: f64 = fields["tokens"].parse().unwrap();
+    assert!((0.0..=5.0).contains(&tokens), "repaired: {fields:?}");
+    let repairs = bridge
+        .metric(
+            "delay_bridge_control_repairs_total",
+            &[("trigger", TRIGGER)],
+        )
+        .await;
+    assert_eq!(
+        repairs, 7.0,
+        "one repair for each field written out of range"
+    );
+
+    // A stray `paused = 0` does not stop `pause` from pausing; any other value pauses.
+    stray(&mut r, &key, &[("paused", "0")]).await;
+    assert!(control("pause", &config).contains("paused trigger `paused`"));
+    paused_gauge(&bridge, 1.0).await;
+    let now = redis_now(&mut r).await;
+    zadd_all(&mut r, &key, (0..5).map(|i| (now, format!("held-{i}")))).await;
+    assert_held(&mut r, &key, &capture, sent, 5).await;
+    stray(&mut r, &key, &[("paused", "yes")]).await;
+    assert_held(&mut r, &key, &capture, sent, 5).await;
+    assert!(control("resume", &config).contains("resumed trigger"));
+    bridge
+        .expect_arrivals(sent + 5, Duration::from_secs(10), || capture.count())
+        .await;
+    bridge.assert_no_panic();
+    cleanup_keys(&mut r, &key).await;
+}

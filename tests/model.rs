@@ -163,6 +163,12 @@ enum Op {
     Pause {
         on: bool,
     },
+    /// A stray write to the control hash: field [`CONTROL`]`[field]` set to its stray value
+    /// `value` (modulo their number), or deleted when `value` is that number.
+    Stray {
+        field: usize,
+        value: usize,
+    },
     /// `delay-bridge reschedule` (or `promote`, with `earlier`): a new due time for a
     /// scheduled member, its attempt count kept.
     Move {
@@ -314,12 +320,45 @@ fn hash_op() -> impl Strategy<Value = Op> {
         1 => (0..POOL.len()).prop_map(|member| Op::Cancel { member }),
         4 => (1usize..6, any::<bool>(), budget())
             .prop_map(|(batch, short, budget)| Op::ClaimBytes { batch, short, budget }),
-        26 => worker_and_operator_op(),
+        28 => worker_and_operator_op(),
         1 => (hash_derived(), script()).prop_map(|(key, script)| Op::WrongType { key, script }),
     ]
 }
 
-/// The steps both modes share, weighted among themselves (26 in all): settling, lease
+/// The control hash's fields, and values a stray write may leave in each: canonical ones,
+/// out of range, NaN, infinities, words.
+const CONTROL: [(&str, &[&str]); 3] = [
+    ("paused", &["1", "0", "", "false", "no", "yes", "TRUE", "2"]),
+    (
+        "tokens",
+        &[
+            "-inf", "inf", "nan", "-1e12", "-1", "0", "0.5", "1.5", "3", "1e12", "1e400", "many",
+        ],
+    ),
+    (
+        "at",
+        &["nan", "-inf", "inf", "9e18", "0", "1e12", "-5", "soon"],
+    ),
+];
+
+/// `pause_value` in the prelude: whether a `paused` value pauses, and whether the claim
+/// rewrites it (it is not canonical).
+fn pause_value(v: &Option<String>) -> (bool, bool) {
+    match v.as_deref() {
+        None => (false, false),
+        Some(v) if matches!(v.to_ascii_lowercase().as_str(), "0" | "false" | "no" | "") => {
+            (false, true)
+        }
+        Some(v) => (true, v != "1"),
+    }
+}
+
+/// A control value as the scripts read it: a finite number, or None.
+fn finite(v: &Option<String>) -> Option<f64> {
+    v.as_deref()?.parse::<f64>().ok().filter(|x| x.is_finite())
+}
+
+/// The steps both modes share, weighted among themselves (28 in all): settling, lease
 /// expiry and recovery, rate-limited claims, forwarding dead letters, and the operator's
 /// commands.
 fn worker_and_operator_op() -> impl Strategy<Value = Op> {
@@ -333,6 +372,7 @@ fn worker_and_operator_op() -> impl Strategy<Value = Op> {
         1 => (1usize..4).prop_map(|limit| Op::Browse { limit }),
         1 => Just(Op::Pause { on: true }),
         4 => Just(Op::Pause { on: false }),
+        2 => (0usize..3, 0usize..13).prop_map(|(field, value)| Op::Stray { field, value }),
         2 => (0usize..4).prop_map(|limit| Op::Recover { limit }),
         1 => Just(Op::Sweep),
         2 => (vec(0..POOL.len(), 0..3), 0usize..3)
@@ -399,7 +439,7 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (0..POOL.len(), when()).prop_map(|(member, when)| Op::Schedule { member, when }),
         1 => (0..POOL.len()).prop_map(|member| Op::Cancel { member }),
         4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::Claim { batch, short }),
-        26 => worker_and_operator_op(),
+        28 => worker_and_operator_op(),
         1 => (derived(), script()).prop_map(|(key, script)| Op::WrongType { key, script }),
     ]
 }
@@ -548,11 +588,12 @@ struct Model {
     /// keeps one until a script rewrites or deletes the member's entry or a sweep removes it,
     /// and it counts again for a copy whose score comes back to its stamp.
     left: HashMap<Vec<u8>, (i64, f64)>,
-    /// Paused by an operator: claims take nothing.
-    paused: bool,
-    /// The rate limit's bucket (tokens, as of Redis time ms), once a rate-limited claim took
-    /// something.
-    bucket: Option<(f64, i64)>,
+    /// The control hash's `paused` field, as written (see [`pause_value`]).
+    paused: Option<String>,
+    /// The rate limit's bucket: the control hash's `tokens` and `at` fields, as written (by a
+    /// rate-limited claim that took something or repaired them, or a stray write).
+    tokens: Option<String>,
+    at: Option<String>,
 }
 
 /// Hash mode: the bodies hash, and what the producer wrote to it.
@@ -676,6 +717,9 @@ struct Tally {
     forward_skipped_leased: AtomicU64,
     forward_skipped_refused: AtomicU64,
     forward_claims_paused: AtomicU64,
+    /// Stray writes to the control hash, and rate-limited claims that repaired the bucket.
+    stray_writes: AtomicU64,
+    bucket_repairs: AtomicU64,
     /// Hash mode from here on.
     bodies_claimed: AtomicU64,
     missing_claimed: AtomicU64,
@@ -807,6 +851,7 @@ impl Case {
             Op::Settle { which, disp } => self.settle(*which, disp).await,
             Op::Expire => self.expire().await,
             Op::Pause { on } => self.pause(*on).await,
+            Op::Stray { field, value } => self.stray(*field, *value).await,
             Op::Move {
                 member,
                 when,
@@ -1122,8 +1167,33 @@ impl Case {
     /// Pauses or resumes: the store says whether that changed anything.
     async fn pause(&mut self, on: bool) -> Step {
         let changed = self.store.set_paused(on).await.unwrap();
-        check_eq!(changed, self.m.paused != on, "pause({on}) changed");
-        self.m.paused = on;
+        check_eq!(
+            changed,
+            pause_value(&self.m.paused).0 != on,
+            "pause({on}) changed"
+        );
+        self.m.paused = on.then(|| "1".to_string());
+        Ok(())
+    }
+
+    /// Writes (or deletes) one control field behind the bridge's back.
+    async fn stray(&mut self, field: usize, value: usize) -> Step {
+        let (name, values) = CONTROL[field % CONTROL.len()];
+        let value = values
+            .get(value % (values.len() + 1))
+            .map(|v| v.to_string());
+        let mut cmd = redis::cmd(if value.is_some() { "HSET" } else { "HDEL" });
+        cmd.arg(&self.keys.control).arg(name);
+        if let Some(v) = &value {
+            cmd.arg(v);
+        }
+        let _: i64 = cmd.query_async(&mut self.conn).await.unwrap();
+        match name {
+            "paused" => self.m.paused = value,
+            "tokens" => self.m.tokens = value,
+            _ => self.m.at = value,
+        }
+        bump(&self.tally.stray_writes, 1);
         Ok(())
     }
 
@@ -1149,8 +1219,16 @@ impl Case {
         }
         let got = store.claim(batch, lease).await.unwrap();
         let now = got.now_ms;
-        check_eq!(got.paused, self.m.paused, "claim sees the pause");
-        if self.m.paused {
+        // Every claim repairs a `paused` value that is not canonical.
+        let (paused, odd) = pause_value(&self.m.paused);
+        let mut repaired = 0;
+        if odd {
+            repaired += 1;
+            self.m.paused = paused.then(|| "1".to_string());
+        }
+        check_eq!(got.paused, paused, "claim sees the pause");
+        if paused {
+            check_eq!(got.repaired, repaired, "repairs while paused");
             check!(got.items.is_empty(), "a paused queue gave {:?}", got.items);
             check_eq!(
                 got.deadline_ms,
@@ -1165,12 +1243,26 @@ impl Case {
         let asked = batch;
         let mut tokens = None;
         let mut batch = batch;
-        if rated {
-            let per_ms = RATE / 1000.0;
-            let t = match self.m.bucket {
-                Some((held, at)) => (BURST as f64).min(held + (now - at).max(0) as f64 * per_ms),
-                None => BURST as f64,
-            };
+        let per_ms = RATE / 1000.0;
+        // A rate-limited claim checks the bucket: an invalid field empties it as of now.
+        let bucket = rated.then(|| {
+            let (held, at) = (finite(&self.m.tokens), finite(&self.m.at));
+            let bad = u64::from(self.m.tokens.is_some() && !held.is_some_and(|h| h >= 0.0))
+                + u64::from(self.m.at.is_some() && !at.is_some_and(|a| a <= now as f64));
+            if bad > 0 {
+                repaired += bad;
+                self.m.tokens = Some("0".into());
+                self.m.at = Some(now.to_string());
+                bump(&self.tally.bucket_repairs, 1);
+                return 0.0;
+            }
+            match (held, at) {
+                (Some(held), Some(at)) => (BURST as f64).min(held + (now as f64 - at) * per_ms),
+                _ => BURST as f64,
+            }
+        });
+        check_eq!(got.repaired, repaired, "control fields repaired");
+        if let Some(t) = bucket {
             if t < 1.0 {
                 let wait = ((1.0 - t) / per_ms).ceil() as u64;
                 check_eq!(
@@ -1300,7 +1392,8 @@ impl Case {
 
         bump(&self.tally.claimed, due.len() as u64);
         if let Some(t) = tokens.filter(|_| !due.is_empty()) {
-            self.m.bucket = Some((t - due.len() as f64, now));
+            self.m.tokens = Some((t - due.len() as f64).to_string());
+            self.m.at = Some(now.to_string());
             if batch < asked && due.len() == batch {
                 bump(&self.tally.cut_by_rate, 1);
             }
@@ -1732,7 +1825,7 @@ impl Case {
             now + lease.as_millis() as i64,
             "dead-letter claim deadline"
         );
-        if self.m.paused {
+        if pause_value(&self.m.paused).0 {
             check!(
                 got.items.is_empty(),
                 "a paused queue gave dead letters {:?}",
@@ -2210,7 +2303,7 @@ impl Case {
         );
         check_eq!(stats.inflight, m.inflight.len() as u64, "stats: in flight");
         check_eq!(stats.dead, m.dead.len() as u64, "stats: dead");
-        check_eq!(stats.paused, m.paused, "stats: paused");
+        check_eq!(stats.paused, pause_value(&m.paused).0, "stats: paused");
         let earliest = m.inflight.values().map(|l| l.deadline).min();
         check_eq!(stats.earliest_lease_ms, earliest, "stats: earliest lease");
         check_eq!(stats.attempt_entries, attempts, "stats: attempt entries");
@@ -2384,7 +2477,8 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
          requeued {}, wrong-type calls {}, claims while paused {}, rate waits {}, claims cut \
          by the rate {}, moved {}, purged {}, browsed {}; forwards: claimed {}, claimed again \
          after expiry {}, confirmed {}, refused {}, released {}, settles not owned {}, claims \
-         skipping a leased letter {}, claims skipping a refused letter {}, claims while paused {}",
+         skipping a leased letter {}, claims skipping a refused letter {}, claims while paused {}; \
+         stray control writes {}, rate bucket repairs {}",
         if hash { " (hash payloads)" } else { "" },
         get(&t.steps),
         started.elapsed(),
@@ -2416,6 +2510,8 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
         get(&t.forward_skipped_leased),
         get(&t.forward_skipped_refused),
         get(&t.forward_claims_paused),
+        get(&t.stray_writes),
+        get(&t.bucket_repairs),
     );
     if hash {
         eprintln!(
@@ -2455,6 +2551,8 @@ fn missing_paths(t: &Tally, hash: bool) -> Vec<&'static str> {
         ("claims while paused", &t.paused_claims),
         ("claims that waited for the rate", &t.rate_waits),
         ("claims cut by the rate", &t.cut_by_rate),
+        ("stray control writes", &t.stray_writes),
+        ("rate bucket repairs", &t.bucket_repairs),
         ("operator moves", &t.moved),
         ("purged members", &t.purged),
         ("browsed members", &t.browsed),

@@ -87,6 +87,8 @@ pub struct Cells {
     pub empty_claims: AtomicU64,
     /// Claims held by the rate limit.
     pub rate_limited_claims: AtomicU64,
+    /// Control fields (pause, rate bucket) found out of range and repaired by a claim.
+    pub control_repairs: AtomicU64,
     /// Idle waits ended by a keyspace notification.
     pub notify_wakeups: AtomicU64,
     /// Messages claimed after their expiry.
@@ -212,6 +214,13 @@ const FAMILIES: &[Family] = &[
         kind: MetricType::COUNTER,
         labels: &["trigger"],
         series: |c, out| out(None, load(&c.rate_limited_claims)),
+    },
+    Family {
+        name: "control_repairs_total",
+        help: "Control hash fields (paused, tokens, at) a claim found out of range and repaired",
+        kind: MetricType::COUNTER,
+        labels: &["trigger"],
+        series: |c, out| out(None, load(&c.control_repairs)),
     },
     Family {
         name: "notify_wakeups_total",

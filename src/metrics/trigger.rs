@@ -93,6 +93,11 @@ impl TriggerMetrics {
         }
     }
 
+    /// A claim repaired `n` control fields.
+    pub fn control_repaired(&self, n: u64) {
+        self.cells.control_repairs.fetch_add(n, Relaxed);
+    }
+
     /// A claim's duration, once the trigger has delivered (an idle trigger keeps no buckets).
     fn claim_took(&self, took: Duration) {
         if let Some(h) = self.claim_duration.series.get() {

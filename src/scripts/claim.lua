@@ -8,20 +8,26 @@
 -- (HSTRLEN) and only the chosen bodies read: the claim stops before the bodies would pass
 -- ARGV[3] bytes in all, but always takes at least one member, and a body over ARGV[4] bytes
 -- (0: no limit) is not read at all.
--- While the control hash has a `paused` field, nothing is claimed: every replica stops at
--- its next claim, and producers keep writing.
+-- While the control hash's `paused` field pauses (see prelude), nothing is claimed: every
+-- replica stops at its next claim, and producers keep writing.
 -- With a rate (ARGV[5] > 0, messages per ms) a token bucket in the control hash (fields
 -- `tokens` and `at`, on the Redis clock) holds up to ARGV[6] tokens: a claim takes at most
 -- as many members as there are whole tokens, and spends one per member, so every replica
--- together stays within the rate. The bucket is written only when members are claimed.
+-- together stays within the rate. The bucket is written when members are claimed, and when
+-- it is repaired.
+-- Control fields are checked on every claim and repaired, never obeyed when out of range: a
+-- `paused` value that is not canonical is rewritten (see prelude); a `tokens` or `at` that
+-- is not a finite number, tokens below 0 or `at` after now empty the bucket as of now (it
+-- refills at the rate). The repairs are counted in the reply.
 -- KEYS: the queue's eight keys (see prelude)
 -- ARGV: limit, lease ms, body byte budget (0: inline), largest body to read (0: any),
 --       rate (messages per ms, 0: none), burst (most tokens)
--- Reply: {now, deadline, next_head_score or "", skipped, paused, wait, member, due_score,
---         attempt, [body], ...}
+-- Reply: {now, deadline, next_head_score or "", skipped, paused, wait, repaired, member,
+--         due_score, attempt, [body], ...}
 --   skipped: due members left in place because an earlier copy of them is still in flight.
 --   paused: 1 when the queue is paused (then nothing is claimed and the head is "").
 --   wait: ms until the rate allows the next member (then nothing is claimed); else 0.
+--   repaired: control fields this call repaired (0 almost always).
 --   body (hash mode only): the body; 0 where the id has none; its size where it is too large.
 local now, bad = begin()
 if bad then
@@ -29,21 +35,42 @@ if bad then
 end
 local limit = tonumber(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
-if redis.call('HEXISTS', KEYS[7], 'paused') == 1 then
-  return {now, deadline, '', 0, 1, 0}
+local control = redis.call('HMGET', KEYS[7], 'paused', 'tokens', 'at')
+local repaired = 0
+local paused, odd = pause_value(control[1])
+if odd then
+  repaired = 1
+  if paused then
+    redis.call('HSET', KEYS[7], 'paused', '1')
+  else
+    redis.call('HDEL', KEYS[7], 'paused')
+  end
+end
+if paused then
+  return {now, deadline, '', 0, 1, 0, repaired}
 end
 local rate = tonumber(ARGV[5]) or 0
 local tokens
 if rate > 0 then
   local burst = tonumber(ARGV[6]) or 1
-  local bucket = redis.call('HMGET', KEYS[7], 'tokens', 'at')
-  local held, at = tonumber(bucket[1]), tonumber(bucket[2])
+  local held, at = finite(control[2]), finite(control[3])
+  local bad = 0
+  if control[2] and not (held and held >= 0) then
+    bad = bad + 1
+  end
+  if control[3] and not (at and at <= now) then
+    bad = bad + 1
+  end
   tokens = burst
-  if held and at then
-    tokens = math.min(burst, held + math.max(0, now - at) * rate)
+  if bad > 0 then
+    repaired = repaired + bad
+    tokens = 0
+    redis.call('HSET', KEYS[7], 'tokens', '0', 'at', now)
+  elseif held and at then
+    tokens = math.min(burst, held + (now - at) * rate)
   end
   if tokens < 1 then
-    return {now, deadline, '', 0, 0, math.ceil((1 - tokens) / rate)}
+    return {now, deadline, '', 0, 0, math.ceil((1 - tokens) / rate), repaired}
   end
   limit = math.min(limit, math.floor(tokens))
 end
@@ -116,7 +143,7 @@ if hash then
   end
 end
 
-local out = {now, deadline, '', skipped, 0, 0}
+local out = {now, deadline, '', skipped, 0, 0, repaired}
 local n = #members
 if n > 0 then
   -- A deadline of its own (another batch may have claimed in this millisecond with the same

@@ -26,7 +26,7 @@ limit = math.min(limit, 1000)
 -- millisecond would share a deadline (the settle's ownership token).
 local deadline = now + math.max(lease, 1)
 local out = {now, deadline}
-if limit < 1 or redis.call('HEXISTS', KEYS[7], 'paused') == 1 then
+if limit < 1 or is_paused(KEYS[7]) then
   return out
 end
 -- Every leased member is a dead letter not refused, so the claimable ones number

@@ -107,3 +107,35 @@ local function set_failures(attempts, member, count, stamp)
   end
 end
 
+
+-- The control hash's fields (see README, "Control fields"). `paused`: `1` (what `delay-bridge
+-- pause` writes) pauses; `0`, `false`, `no` and an empty value do not; any other value pauses
+-- (someone meant to stop the queue). The claim script repairs a value that is not canonical:
+-- one that pauses becomes `1`, one that does not is deleted.
+local function pause_value(v)
+  if not v then
+    return false, false
+  end
+  local lower = string.lower(v)
+  if lower == '0' or lower == 'false' or lower == 'no' or lower == '' then
+    return false, true
+  end
+  return true, v ~= '1'
+end
+
+-- Whether the control hash `key` pauses the queue (read only: for scripts that do not repair).
+local function is_paused(key)
+  if redis.call('TYPE', key)['ok'] ~= 'hash' then
+    return false
+  end
+  return (pause_value(redis.call('HGET', key, 'paused')))
+end
+
+-- A finite number, or nil (NaN, infinities, anything that is not a number).
+local function finite(v)
+  local n = tonumber(v)
+  if n and n == n and n ~= math.huge and n ~= -math.huge then
+    return n
+  end
+  return nil
+end

@@ -10,8 +10,8 @@ if due > 0 and head[2] then
   oldest = head[2]
 end
 local paused = 0
-if redis.call('TYPE', KEYS[4])['ok'] == 'hash' then
-  paused = redis.call('HEXISTS', KEYS[4], 'paused')
+if is_paused(KEYS[4]) then
+  paused = 1
 end
 local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2] or ''
 local attempts = 0

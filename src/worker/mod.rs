@@ -627,12 +627,19 @@ impl Worker {
         self.t.health.redis_answered();
         let claimed_at = Instant::now();
         let took = claimed_at - started;
+        if batch.repaired > 0 {
+            // Once per stray write: the script rewrote the fields, the next claim finds them valid.
+            self.t.metrics.control_repaired(batch.repaired);
+            tracing::warn!(trigger = %self.t.name(), key = %self.t.store.keys().control,
+                fields = batch.repaired, "repaired control fields out of range (a stray write to the control hash)");
+        }
         self.t.note_paused(batch.paused);
         if batch.paused || batch.rate_wait.is_some() {
             // Held by an operator or the rate limit: nothing was looked at.
             self.t.metrics.held(took, batch.rate_wait.is_some());
             return match batch.rate_wait {
-                Some(wait) => Claimed::Wait(wait.max(RATE_TICK)),
+                // Whatever the reply says, the worker claims again within its guard interval.
+                Some(wait) => Claimed::Wait(wait.max(RATE_TICK).min(self.t.config.guard_interval)),
                 None => Claimed::Nothing,
             };
         }
