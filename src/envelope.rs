@@ -100,12 +100,14 @@ pub enum Broker {
     Kafka,
 }
 
-/// Decodes one broker field, named in the error.
+/// Decodes one broker field, named in the error, if `read` (its broker's); else skips it.
 fn field<T: serde::de::DeserializeOwned>(
+    read: bool,
     name: &str,
     raw: Option<Value>,
 ) -> Result<Option<T>, String> {
-    raw.map(|v| serde_json::from_value(v).map_err(|e| format!("{name}: {e}")))
+    raw.filter(|_| read)
+        .map(|v| serde_json::from_value(v).map_err(|e| format!("{name}: {e}")))
         .transpose()
 }
 
@@ -133,31 +135,14 @@ pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
         (None, None) => return Err("missing `body` (or `body_b64`)".into()),
     };
     let amqp = broker == Broker::Amqp;
-    let (reply_to, kind, priority, expiration_ms, routing_key): (
-        Option<String>,
-        Option<String>,
-        Option<u8>,
-        Option<u64>,
-        Option<String>,
-    ) = if amqp {
-        (
-            field("reply_to", r.reply_to)?,
-            field("type", r.kind)?,
-            field("priority", r.priority)?,
-            field("expiration_ms", r.expiration_ms)?,
-            field("routing_key", r.routing_key)?,
-        )
-    } else {
-        Default::default()
-    };
-    let (kafka_key, kafka_key_b64): (Option<String>, Option<String>) = if amqp {
-        (None, None)
-    } else {
-        (
-            field("kafka_key", r.kafka_key)?,
-            field("kafka_key_b64", r.kafka_key_b64)?,
-        )
-    };
+    let kafka = !amqp;
+    let reply_to: Option<String> = field(amqp, "reply_to", r.reply_to)?;
+    let kind: Option<String> = field(amqp, "type", r.kind)?;
+    let priority: Option<u8> = field(amqp, "priority", r.priority)?;
+    let expiration_ms: Option<u64> = field(amqp, "expiration_ms", r.expiration_ms)?;
+    let routing_key: Option<String> = field(amqp, "routing_key", r.routing_key)?;
+    let kafka_key: Option<String> = field(kafka, "kafka_key", r.kafka_key)?;
+    let kafka_key_b64: Option<String> = field(kafka, "kafka_key_b64", r.kafka_key_b64)?;
     let kafka_key = match (kafka_key, kafka_key_b64) {
         (Some(text), None) => Some(text.into_bytes()),
         (None, Some(encoded)) => Some(b64("kafka_key_b64", &encoded)?),
