@@ -1,6 +1,7 @@
 //! The message envelope (`format = "envelope"`): a JSON object holding the body and the message's own properties, headers, routing and expiry.
 
 use serde::Deserialize;
+use serde_json::Value;
 
 /// What an envelope asks for besides its body: AMQP properties and headers, the Kafka
 /// record key, the routing key, the id and the expiry. The body is published alone.
@@ -76,16 +77,38 @@ struct Raw {
     content_type: Option<String>,
     content_encoding: Option<String>,
     correlation_id: Option<String>,
-    reply_to: Option<String>,
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    priority: Option<u8>,
-    expiration_ms: Option<u64>,
     id: Option<String>,
-    routing_key: Option<String>,
-    kafka_key: Option<String>,
-    kafka_key_b64: Option<String>,
     expires_at_ms: Option<i64>,
+    // The fields of one broker: kept as parsed JSON until the destination is known, so a
+    // message for the other broker never fails on them.
+    reply_to: Option<Value>,
+    #[serde(rename = "type")]
+    kind: Option<Value>,
+    priority: Option<Value>,
+    expiration_ms: Option<Value>,
+    routing_key: Option<Value>,
+    kafka_key: Option<Value>,
+    kafka_key_b64: Option<Value>,
+}
+
+/// The broker an envelope is published to: only its fields are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broker {
+    /// RabbitMQ: `reply_to`, `type`, `priority`, `expiration_ms`, `routing_key`.
+    Amqp,
+    /// Kafka: `kafka_key`, `kafka_key_b64`.
+    Kafka,
+}
+
+/// Decodes one broker field, named in the error, if `read` (its broker's); else skips it.
+fn field<T: serde::de::DeserializeOwned>(
+    read: bool,
+    name: &str,
+    raw: Option<Value>,
+) -> Result<Option<T>, String> {
+    raw.filter(|_| read)
+        .map(|v| serde_json::from_value(v).map_err(|e| format!("{name}: {e}")))
+        .transpose()
 }
 
 /// AMQP short strings (property values, routing keys) hold at most 255 bytes.
@@ -95,8 +118,9 @@ const SHORT: usize = 255;
 /// its `frame_max` (128 KiB by default).
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 
-/// Parses an envelope; the error is the reason it is dead-lettered with (`bad_envelope`).
-pub fn parse(raw: &[u8]) -> Result<Envelope, String> {
+/// Parses an envelope for `broker`; the error is the reason it is dead-lettered with
+/// (`bad_envelope`). The other broker's fields are skipped without being decoded.
+pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
     use base64::Engine;
     let r: Raw = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
     let b64 = |field: &str, v: &str| {
@@ -110,7 +134,16 @@ pub fn parse(raw: &[u8]) -> Result<Envelope, String> {
         (Some(_), Some(_)) => return Err("give `body` or `body_b64`, not both".into()),
         (None, None) => return Err("missing `body` (or `body_b64`)".into()),
     };
-    let kafka_key = match (r.kafka_key, r.kafka_key_b64) {
+    let amqp = broker == Broker::Amqp;
+    let kafka = !amqp;
+    let reply_to: Option<String> = field(amqp, "reply_to", r.reply_to)?;
+    let kind: Option<String> = field(amqp, "type", r.kind)?;
+    let priority: Option<u8> = field(amqp, "priority", r.priority)?;
+    let expiration_ms: Option<u64> = field(amqp, "expiration_ms", r.expiration_ms)?;
+    let routing_key: Option<String> = field(amqp, "routing_key", r.routing_key)?;
+    let kafka_key: Option<String> = field(kafka, "kafka_key", r.kafka_key)?;
+    let kafka_key_b64: Option<String> = field(kafka, "kafka_key_b64", r.kafka_key_b64)?;
+    let kafka_key = match (kafka_key, kafka_key_b64) {
         (Some(text), None) => Some(text.into_bytes()),
         (None, Some(encoded)) => Some(b64("kafka_key_b64", &encoded)?),
         (None, None) => None,
@@ -120,7 +153,7 @@ pub fn parse(raw: &[u8]) -> Result<Envelope, String> {
     let mut header_bytes = 0;
     for (name, value) in r.headers {
         // RabbitMQ's sender-selected distribution: these route copies to other queues.
-        if name.eq_ignore_ascii_case("CC") || name.eq_ignore_ascii_case("BCC") {
+        if amqp && (name.eq_ignore_ascii_case("CC") || name.eq_ignore_ascii_case("BCC")) {
             return Err(format!(
                 "headers.{name}: CC and BCC route copies to other queues and are not accepted"
             ));
@@ -153,7 +186,7 @@ pub fn parse(raw: &[u8]) -> Result<Envelope, String> {
         }
         headers.push((name, value));
     }
-    if r.expiration_ms.is_some_and(|ms| ms > u64::from(u32::MAX)) {
+    if expiration_ms.is_some_and(|ms| ms > u64::from(u32::MAX)) {
         return Err(format!(
             "expiration_ms: at most {} (about 49 days)",
             u32::MAX
@@ -166,10 +199,10 @@ pub fn parse(raw: &[u8]) -> Result<Envelope, String> {
         ("content_type", &r.content_type),
         ("content_encoding", &r.content_encoding),
         ("correlation_id", &r.correlation_id),
-        ("reply_to", &r.reply_to),
-        ("type", &r.kind),
+        ("reply_to", &reply_to),
+        ("type", &kind),
         ("id", &r.id),
-        ("routing_key", &r.routing_key),
+        ("routing_key", &routing_key),
     ] {
         if value.as_ref().is_some_and(|v| v.len() > SHORT) {
             return Err(format!("{field}: longer than {SHORT} bytes"));
@@ -182,12 +215,12 @@ pub fn parse(raw: &[u8]) -> Result<Envelope, String> {
             content_type: r.content_type,
             content_encoding: r.content_encoding,
             correlation_id: r.correlation_id,
-            reply_to: r.reply_to,
-            kind: r.kind,
-            priority: r.priority,
-            expiration_ms: r.expiration_ms,
+            reply_to,
+            kind,
+            priority,
+            expiration_ms,
             id: r.id,
-            routing_key: r.routing_key,
+            routing_key,
             kafka_key,
             expires_at_ms: r.expires_at_ms,
         },
@@ -228,6 +261,7 @@ mod tests {
                 "content_type":"application/octet-stream","correlation_id":"c-1","priority":5,
                 "expiration_ms":60000,"id":"order-7","routing_key":"orders.eu","kafka_key":"k",
                 "expires_at_ms":1700000000000,"type":"order.created","reply_to":"replies"}"#,
+            Broker::Amqp,
         )
         .unwrap();
         assert_eq!(e.body, vec![0xff, 0x00, 0xfe, b'\n']);
@@ -247,10 +281,13 @@ mod tests {
         assert_eq!(header("n"), Some(HeaderValue::Int(3)));
         assert_eq!(header("ok"), Some(HeaderValue::Bool(true)));
         assert_eq!(p.priority, Some(5));
-        assert_eq!(p.kafka_key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(p.kafka_key, None, "a Kafka field, skipped for AMQP");
         assert_eq!(p.expires_at_ms, Some(1_700_000_000_000));
         assert_eq!(p.kind.as_deref(), Some("order.created"));
-        assert_eq!(parse(br#"{"body":"hi"}"#).unwrap().body, b"hi");
+        assert_eq!(
+            parse(br#"{"body":"hi"}"#, Broker::Kafka).unwrap().body,
+            b"hi"
+        );
     }
 
     #[test]
@@ -271,9 +308,40 @@ mod tests {
             ),
             (br#"{"body":"a","id":""}"#, "id"),
         ] {
-            let e = parse(raw).unwrap_err();
+            let e = parse(raw, Broker::Amqp).unwrap_err();
             assert!(e.contains(why), "{}: {e}", String::from_utf8_lossy(raw));
         }
+    }
+
+    #[test]
+    fn the_other_brokers_fields_are_skipped_without_being_decoded() {
+        let amqp_only = br#"{"body":"a","reply_to":1,"type":[],"priority":300,
+            "expiration_ms":"soon","routing_key":{},"headers":{"CC":"q"}}"#;
+        let kafka_only = br#"{"body":"a","kafka_key":7,"kafka_key_b64":"%%%"}"#;
+        let e = parse(amqp_only, Broker::Kafka).unwrap();
+        assert_eq!(
+            e.properties,
+            Properties {
+                headers: vec![("CC".into(), HeaderValue::Text("q".into()))],
+                ..Properties::default()
+            }
+        );
+        assert_eq!(
+            parse(kafka_only, Broker::Amqp).unwrap().properties,
+            Properties::default()
+        );
+        // Each is still read, and refused, for its own broker.
+        for (raw, field) in [(&amqp_only[..], "reply_to"), (&kafka_only[..], "kafka_key")] {
+            let broker = if field == "reply_to" {
+                Broker::Amqp
+            } else {
+                Broker::Kafka
+            };
+            assert!(parse(raw, broker).unwrap_err().contains(field));
+        }
+        let key = br#"{"body":"a","kafka_key_b64":"eA=="}"#;
+        let e = parse(key, Broker::Kafka).unwrap();
+        assert_eq!(e.properties.kafka_key.as_deref(), Some(&b"x"[..]));
     }
 
     #[test]
@@ -296,9 +364,9 @@ mod tests {
             e.insert(name.clone(), sample);
             let raw = serde_json::Value::Object(e).to_string();
             assert!(
-                parse(raw.as_bytes()).is_ok(),
+                parse(raw.as_bytes(), Broker::Amqp).is_ok(),
                 "{raw}: {:?}",
-                parse(raw.as_bytes())
+                parse(raw.as_bytes(), Broker::Amqp)
             );
         }
     }
@@ -307,10 +375,12 @@ mod tests {
     fn headers_are_bounded_to_fit_one_amqp_frame() {
         let big = "x".repeat(MAX_HEADER_BYTES);
         let raw = serde_json::json!({"body": "a", "headers": {"h": big}}).to_string();
-        assert!(parse(raw.as_bytes()).unwrap_err().contains("bytes"));
+        assert!(parse(raw.as_bytes(), Broker::Amqp)
+            .unwrap_err()
+            .contains("bytes"));
         let fits = "x".repeat(MAX_HEADER_BYTES - 1);
         let raw = serde_json::json!({"body": "a", "headers": {"h": fits}}).to_string();
-        assert!(parse(raw.as_bytes()).is_ok());
+        assert!(parse(raw.as_bytes(), Broker::Amqp).is_ok());
     }
 
     #[test]

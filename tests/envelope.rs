@@ -320,3 +320,64 @@ async fn expired_messages_are_dead_lettered_or_dropped_never_published() {
         cleanup_keys(&mut r, &key).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_for_the_other_broker_are_skipped_unread_whatever_they_hold() {
+    let mut r = redis().await;
+    // AMQP: Kafka-only fields that would not decode.
+    let capture = AmqpCapture::start("orders.default").await;
+    let key = unique("env-other-amqp");
+    let topic = unique("env-other-kafka");
+    create_topic(&kafka_brokers(), &topic, 1).await;
+    let kcapture = KafkaCapture::start(&kafka_brokers(), &topic, 1);
+    let kkey = unique("env-other-kafka");
+    let port = free_port();
+    let config = ConfigToml::base(port)
+        .kafka_sink("kafka", &kafka_brokers(), &[])
+        .to_string()
+        + &amqp_trigger("envo", &key, &capture, "format = \"envelope\"")
+        + &kafka_trigger("envok", &kkey, "kafka", &topic, "format = \"envelope\"");
+    schedule_now(
+        &mut r,
+        &key,
+        [
+            r#"{"body": "a1", "kafka_key_b64": "%%% not base64"}"#.to_string(),
+            r#"{"body": "a2", "kafka_key": 7}"#.to_string(),
+            r#"{"body": "a3", "kafka_key": "k", "kafka_key_b64": "eA=="}"#.to_string(),
+        ],
+    )
+    .await;
+    // Kafka: AMQP-only fields that would not decode or would be refused for AMQP.
+    schedule_now(
+        &mut r,
+        &kkey,
+        [
+            r#"{"body": "k1", "priority": 300, "expiration_ms": "soon"}"#.to_string(),
+            r#"{"body": "k2", "reply_to": 1, "type": [], "routing_key": {}}"#.to_string(),
+            r#"{"body": "k3", "headers": {"CC": "elsewhere"}}"#.to_string(),
+        ],
+    )
+    .await;
+    let mut bridge = Bridge::start(&config, port)
+        .ready(Duration::from_secs(20))
+        .await;
+    bridge
+        .expect_arrivals(3, Duration::from_secs(30), || capture.count())
+        .await;
+    bridge
+        .expect_arrivals(3, Duration::from_secs(30), || kcapture.count())
+        .await;
+    assert!(dead_letters(&key).await.is_empty());
+    assert!(dead_letters(&kkey).await.is_empty());
+    let mut bodies: Vec<Vec<u8>> = capture.snapshot().into_iter().map(|m| m.body).collect();
+    bodies.sort();
+    assert_eq!(bodies, [b"a1".to_vec(), b"a2".to_vec(), b"a3".to_vec()]);
+    let got = kcapture.snapshot();
+    let k3 = got.iter().find(|m| m.body == b"k3").unwrap();
+    assert_eq!(k3.header("CC").as_deref(), Some("elsewhere"));
+    bridge.terminate(Duration::from_secs(20)).await;
+    bridge.assert_no_panic();
+    cleanup_keys(&mut r, &key).await;
+    cleanup_keys(&mut r, &kkey).await;
+    delete_topic(&kafka_brokers(), &topic).await;
+}

@@ -36,7 +36,11 @@ pub(super) fn prepare<'a>(
     let (body, properties) = match cfg.format {
         MessageFormat::Raw => (Cow::Borrowed(payload), None),
         MessageFormat::Envelope => {
-            let e = envelope::parse(payload).map_err(PublishError::BadEnvelope)?;
+            let broker = match destination {
+                Destination::Amqp(_) => envelope::Broker::Amqp,
+                Destination::Kafka(_) => envelope::Broker::Kafka,
+            };
+            let e = envelope::parse(payload, broker).map_err(PublishError::BadEnvelope)?;
             (Cow::Owned(e.body), Some(e.properties))
         }
     };
