@@ -146,7 +146,7 @@ impl Queue {
         let mut first = None;
         for s in self.looking_for(member) {
             let found = s.find(member).await?;
-            if !found.places.is_empty() || found.body.is_some() {
+            if !found.places.is_empty() || found.body_size.is_some() {
                 return Ok(found);
             }
             first.get_or_insert(found);

@@ -10,7 +10,8 @@ use crate::keys::QueueKeys;
 
 mod operate;
 pub use operate::{
-    Cursor, Forecast, Found, Page, Place, Purge, ScheduledEntry, MAX_BUCKETS, MAX_PAGE,
+    Cursor, Forecast, Found, Page, Place, Purge, ScheduledEntry, LIST_BODY_MAX, MAX_BUCKETS,
+    MAX_PAGE, PREVIEW, SHOW_BODY_MAX,
 };
 
 /// Errors talking to Redis or reading a script's reply.
@@ -268,8 +269,11 @@ pub struct DeadLetter {
     pub at_ms: i64,
     /// JSON with the reason and the attempt count.
     pub reason: Option<String>,
-    /// Hash payload mode: its body, kept for requeueing (`None` if it has none).
-    pub body: Option<Vec<u8>>,
+    /// Hash payload mode: its body's size in bytes (`None` if it has none).
+    pub body_size: Option<u64>,
+    /// Hash payload mode: the body's first bytes (at most [`PREVIEW`]); empty when the body
+    /// is over [`LIST_BODY_MAX`], which a list never reads.
+    pub body_preview: Vec<u8>,
 }
 
 /// Dead letters claimed for forwarding to the trigger's dead-letter destination.
@@ -654,24 +658,70 @@ impl Store {
             hmget.arg(m.as_slice());
         }
         let reasons: Vec<Option<String>> = hmget.query_async(&mut conn).await?;
-        let bodies: Vec<Option<Vec<u8>>> = if self.hash_bodies() {
-            let mut hmget = redis::cmd("HMGET");
-            hmget.arg(&self.keys.bodies);
-            for (m, _) in &items {
-                hmget.arg(m.as_slice());
-            }
-            hmget.query_async(&mut conn).await?
+        let members: Vec<&[u8]> = items.iter().map(|(m, _)| m.as_slice()).collect();
+        let bodies = if self.hash_bodies() {
+            self.previews(&members).await?
         } else {
-            vec![None; items.len()]
+            vec![(None, Vec::new()); items.len()]
         };
         Ok(items
             .into_iter()
             .zip(reasons.into_iter().zip(bodies))
-            .map(|((member, at), (reason, body))| DeadLetter {
-                member,
-                at_ms: dead_at_ms(at as i64, reason.as_deref()),
-                reason,
-                body,
+            .map(
+                |((member, at), (reason, (body_size, body_preview)))| DeadLetter {
+                    member,
+                    at_ms: dead_at_ms(at as i64, reason.as_deref()),
+                    reason,
+                    body_size,
+                    body_preview,
+                },
+            )
+            .collect())
+    }
+
+    /// Each id's body size and first [`PREVIEW`] bytes (hash payload mode), reading no body
+    /// over [`LIST_BODY_MAX`]: the sizes come from HSTRLEN, which reads nothing, and only the
+    /// small bodies are then fetched, so a list costs Redis kilobytes whatever is stored.
+    pub(crate) async fn previews(
+        &self,
+        ids: &[&[u8]],
+    ) -> Result<Vec<(Option<u64>, Vec<u8>)>, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut sizes = redis::pipe();
+        for id in ids {
+            sizes.hexists(&self.keys.bodies, *id);
+            sizes.cmd("HSTRLEN").arg(&self.keys.bodies).arg(*id);
+        }
+        let sizes: Vec<u64> = sizes.query_async(&mut conn).await?;
+        let sizes: Vec<Option<u64>> = sizes
+            .chunks(2)
+            .map(|p| (p[0] == 1).then_some(p[1]))
+            .collect();
+        let small: Vec<&[u8]> = ids
+            .iter()
+            .zip(&sizes)
+            .filter(|(_, s)| s.is_some_and(|s| s > 0 && s <= LIST_BODY_MAX))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut read: Vec<Option<Vec<u8>>> = Vec::new();
+        if !small.is_empty() {
+            let mut hmget = redis::cmd("HMGET");
+            hmget.arg(&self.keys.bodies);
+            for id in &small {
+                hmget.arg(*id);
+            }
+            read = hmget.query_async(&mut conn).await?;
+        }
+        let mut read = read.into_iter();
+        Ok(sizes
+            .into_iter()
+            .map(|size| {
+                let mut preview = Vec::new();
+                if size.is_some_and(|s| s > 0 && s <= LIST_BODY_MAX) {
+                    preview = read.next().flatten().unwrap_or_default();
+                    preview.truncate(PREVIEW);
+                }
+                (size, preview)
             })
             .collect())
     }

@@ -50,6 +50,8 @@ struct Admin {
     token: Option<Arc<str>>,
     read_only: bool,
     metrics: Metrics,
+    /// Host names besides IP addresses and `localhost` that requests may name.
+    allowed_hosts: Arc<[String]>,
 }
 
 /// An error answered as `{"error": "..."}` with its status.
@@ -95,6 +97,11 @@ pub async fn serve(
         token: config.token()?.map(Arc::from),
         read_only: config.read_only,
         metrics,
+        allowed_hosts: config
+            .allowed_hosts
+            .iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect(),
     };
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(listen = %listener.local_addr()?, read_only = admin.read_only,
@@ -121,8 +128,37 @@ async fn guard(
     next: Next,
 ) -> Response {
     let action = action_of(&request);
+    if !admin.host_allowed(&request) {
+        admin.count(&action, StatusCode::MISDIRECTED_REQUEST);
+        tracing::warn!(target: "delay_bridge::audit", %peer, action, "refused: Host not allowed");
+        return secure(
+            ApiError(
+                StatusCode::MISDIRECTED_REQUEST,
+                "this Host is not one the admin API answers to: add it to admin.allowed_hosts"
+                    .into(),
+            )
+            .into_response(),
+            true,
+        );
+    }
+    let api = request.uri().path().starts_with("/api/");
+    secure(checked(admin, peer, action, request, next).await, api)
+}
+
+/// The token and read-only checks, then the call.
+async fn checked(
+    admin: Admin,
+    peer: SocketAddr,
+    action: String,
+    request: Request,
+    next: Next,
+) -> Response {
     // The console's page holds no data: it asks for the token and sends it with each call.
-    let page = request.method() == Method::GET && matches!(request.uri().path(), "/" | "/console");
+    let page = request.method() == Method::GET
+        && matches!(
+            request.uri().path(),
+            "/" | "/console" | "/console.js" | "/console.css"
+        );
     if let Some(token) = admin.token.as_ref().filter(|_| !page) {
         let given = request
             .headers()
@@ -156,6 +192,38 @@ async fn guard(
     response
 }
 
+/// The headers every response carries: no framing, no sniffing, no referrer, no inline
+/// script (the console's script and style are files of their own); API replies are never
+/// cached.
+fn secure(mut response: Response, api: bool) -> Response {
+    let h = response.headers_mut();
+    let set = |h: &mut axum::http::HeaderMap, name, value: &'static str| {
+        h.insert(name, header::HeaderValue::from_static(value));
+    };
+    set(h, header::CONTENT_SECURITY_POLICY, CSP);
+    set(h, header::X_FRAME_OPTIONS, "DENY");
+    set(h, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
+    set(h, header::REFERRER_POLICY, "no-referrer");
+    if api {
+        set(h, header::CACHE_CONTROL, "no-store");
+    }
+    response
+}
+
+/// The console loads its own script, style and API calls, nothing else, and is never framed.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+    img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The `Host` a request names (without port), lowercased; `None` without one.
+fn host_of(request: &Request) -> Option<String> {
+    let raw = match request.headers().get(header::HOST) {
+        Some(v) => v.to_str().ok()?.to_string(),
+        None => request.uri().authority()?.as_str().to_string(),
+    };
+    let authority: axum::http::uri::Authority = raw.parse().ok()?;
+    Some(authority.host().to_ascii_lowercase())
+}
+
 /// A bounded label for a request: the last path segment that names an action, or `read`.
 fn action_of(request: &Request) -> String {
     if request.method() == Method::GET {
@@ -175,6 +243,18 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 impl Admin {
+    /// An IP address (as the listen address is), `localhost`, or a configured name: a name
+    /// an attacker's DNS can point at this address is not among them.
+    fn host_allowed(&self, request: &Request) -> bool {
+        let Some(host) = host_of(request) else {
+            return false;
+        };
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        bare.parse::<std::net::IpAddr>().is_ok()
+            || host == "localhost"
+            || self.allowed_hosts.contains(&host)
+    }
+
     fn count(&self, action: &str, status: StatusCode) {
         self.metrics
             .admin_requests

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::header::CONTENT_TYPE;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
@@ -18,8 +19,11 @@ const MAX_MEMBERS: usize = 1000;
 
 type Reply = Result<Json<Value>, ApiError>;
 
-/// The console: one page, its script and style inline, embedded in the binary.
+/// The console: one page, its script and its style, embedded in the binary; the script is
+/// served as its own file so that the Content-Security-Policy allows no inline script.
 const CONSOLE: &str = include_str!("console.html");
+const CONSOLE_JS: &str = include_str!("console.js");
+const CONSOLE_CSS: &str = include_str!("console.css");
 
 pub(super) fn router() -> Router<Admin> {
     Router::new()
@@ -28,6 +32,19 @@ pub(super) fn router() -> Router<Admin> {
             get(|| async { axum::response::Redirect::to("/console") }),
         )
         .route("/console", get(|| async { axum::response::Html(CONSOLE) }))
+        .route(
+            "/console.js",
+            get(|| async {
+                (
+                    [(CONTENT_TYPE, "text/javascript; charset=utf-8")],
+                    CONSOLE_JS,
+                )
+            }),
+        )
+        .route(
+            "/console.css",
+            get(|| async { ([(CONTENT_TYPE, "text/css; charset=utf-8")], CONSOLE_CSS) }),
+        )
         .route("/api/v1/triggers", get(triggers))
         .route("/api/v1/triggers/{trigger}/scheduled", get(scheduled))
         .route("/api/v1/triggers/{trigger}/messages/{member}", get(message))
@@ -154,6 +171,7 @@ async fn message(
     Ok(Json(json!({
         "member": member,
         "places": places,
+        "body_size": found.body_size,
         "body": found.body.map(|b| String::from_utf8_lossy(&b).into_owned()),
     })))
 }
@@ -209,7 +227,8 @@ async fn dead(
                 "member": String::from_utf8_lossy(&d.member),
                 "at_ms": d.at_ms,
                 "reason": d.reason.and_then(|r| serde_json::from_str::<Value>(&r).ok()),
-                "body": d.body.map(|b| String::from_utf8_lossy(&b).into_owned()),
+                "body_size": d.body_size,
+                "body_preview": String::from_utf8_lossy(&d.body_preview),
             })
         })
         .collect();

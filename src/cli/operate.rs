@@ -221,9 +221,13 @@ pub(super) async fn show(config: Config, a: ShowArgs) -> anyhow::Result<i32> {
         }
     }
     if queue.hash_bodies() {
-        match &found.body {
-            Some(body) => say!("body ({} B): {}", body.len(), String::from_utf8_lossy(body)),
-            None => say!("no body"),
+        match (&found.body, found.body_size) {
+            (Some(body), _) => say!("body ({} B): {}", body.len(), String::from_utf8_lossy(body)),
+            (None, Some(size)) => say!(
+                "body ({size} B): over the {} B that show reads; read it with HGET",
+                crate::store::SHOW_BODY_MAX
+            ),
+            (None, None) => say!("no body"),
         }
     }
     Ok(0)

@@ -218,8 +218,17 @@ pub(super) async fn dead_list(
     let conn = connect(&config).await?;
     let queue = queue_for(&config, conn, &trigger)?;
     for d in queue.list_dead(limit).await? {
-        let body = match (&d.body, queue.hash_bodies()) {
-            (Some(body), _) => format!("\t{}", String::from_utf8_lossy(body)),
+        let body = match (d.body_size, queue.hash_bodies()) {
+            (Some(size), _) if d.body_preview.len() as u64 == size => {
+                format!("\t{}", String::from_utf8_lossy(&d.body_preview))
+            }
+            (Some(size), _) if d.body_preview.is_empty() => {
+                format!("\t({size} B: see `show` for the body)")
+            }
+            (Some(size), _) => format!(
+                "\t{} ... ({size} B)",
+                String::from_utf8_lossy(&d.body_preview)
+            ),
             (None, true) => "\t(no body)".into(),
             (None, false) => String::new(),
         };

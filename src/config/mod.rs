@@ -149,6 +149,13 @@ pub struct AdminConfig {
     /// others answer 403. Without a token, the admin API must be read-only.
     #[serde(default)]
     pub read_only: bool,
+    /// Host names (without port) the admin API answers to, besides IP addresses and
+    /// `localhost`: a request whose `Host` header names anything else is refused with 421, so
+    /// that a page on another site cannot reach the API by pointing its own name at this
+    /// address (DNS rebinding). List the names a proxy or the operators use, e.g.
+    /// `["bridge.internal"]`.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// The environment variable that may hold the admin API's token.

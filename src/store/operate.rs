@@ -12,8 +12,13 @@ use super::{score_ms, Store, StoreError, SCRIPTS};
 pub const MAX_PAGE: usize = 1000;
 /// Most buckets one [`Store::forecast`] counts.
 pub const MAX_BUCKETS: usize = 1440;
-/// Body bytes a browsed entry shows (hash payload mode).
-const PREVIEW: usize = 256;
+/// Body bytes a listed entry shows (browse and dead letters, hash payload mode).
+pub const PREVIEW: usize = 256;
+/// Largest body a list reads to show its first bytes: a larger one is listed with its size
+/// only, as Redis cannot read the start of a hash field without copying all of it.
+pub const LIST_BODY_MAX: u64 = 16 * 1024;
+/// Largest body that showing one message returns; a larger one is shown by its size only.
+pub const SHOW_BODY_MAX: u64 = 1024 * 1024;
 /// Members one reschedule or purge script call takes; the store makes as many calls as needed.
 const CHUNK: usize = 1000;
 
@@ -38,7 +43,11 @@ impl std::str::FromStr for Cursor {
     fn from_str(s: &str) -> Result<Self, String> {
         let bad = || format!("`{s}` is not a cursor from a previous page");
         let (score, member) = s.split_once(':').ok_or_else(bad)?;
-        score.parse::<f64>().map_err(|_| bad())?;
+        // Redis takes any float as a bound but NaN (and Rust would parse `NaN`, `nan`, `inf`).
+        let parsed = score.parse::<f64>().map_err(|_| bad())?;
+        if parsed.is_nan() {
+            return Err(bad());
+        }
         let member = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(member)
             .map_err(|_| bad())?;
@@ -130,7 +139,9 @@ pub enum Place {
 pub struct Found {
     /// Scheduled, in flight, dead: each place it is in.
     pub places: Vec<Place>,
-    /// Hash payload mode: its body, if it has one.
+    /// Hash payload mode: its body's size, if it has one.
+    pub body_size: Option<u64>,
+    /// Hash payload mode: its body, if it has one of at most [`SHOW_BODY_MAX`] bytes.
     pub body: Option<Vec<u8>>,
 }
 
@@ -225,16 +236,37 @@ impl Store {
             Option<String>,
             Option<String>,
             Option<String>,
-            Option<Vec<u8>>,
+            u64,
         ) = redis::pipe()
             .zscore(&k.source, member)
             .hget(&k.attempts, member)
             .zscore(&k.inflight, member)
             .zscore(&k.dead, member)
             .hget(&k.dead_reasons, member)
-            .hget(&k.bodies, member)
+            .cmd("HSTRLEN")
+            .arg(&k.bodies)
+            .arg(member)
             .query_async(&mut conn)
             .await?;
+        // The body is read only when it exists and is within the limit (HSTRLEN reads nothing).
+        let exists = self.hash_bodies()
+            && redis::cmd("HEXISTS")
+                .arg(&k.bodies)
+                .arg(member)
+                .query_async::<bool>(&mut conn)
+                .await?;
+        let (body_size, body) = if !exists {
+            (None, None)
+        } else if body > SHOW_BODY_MAX {
+            (Some(body), None)
+        } else {
+            let read: Option<Vec<u8>> = redis::cmd("HGET")
+                .arg(&k.bodies)
+                .arg(member)
+                .query_async(&mut conn)
+                .await?;
+            (Some(body), Some(read.unwrap_or_default()))
+        };
         let ms = |s: &str| score_ms(s.as_bytes()).ok_or(StoreError::Reply("score"));
         let mut places = Vec::new();
         if let Some(due) = due {
@@ -257,7 +289,8 @@ impl Store {
         }
         Ok(Found {
             places,
-            body: body.filter(|_| self.hash_bodies()),
+            body_size,
+            body,
         })
     }
 
