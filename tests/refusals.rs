@@ -170,6 +170,15 @@ async fn broker_with_user(rabbit: &RabbitServer, exchange: &str, topic: &str) ->
     format!("amqp://bridge:bridge-pw@{}/%2f", rabbit.addr())
 }
 
+/// The end of every test here: no panic in the bridge's log, the bridge stopped, its keys gone.
+async fn done(bridge: Bridge, r: &mut Conn, keys: &[&str]) {
+    bridge.assert_no_panic();
+    drop(bridge);
+    for key in keys {
+        cleanup_keys(r, key).await;
+    }
+}
+
 fn envelope(body: &str, routing_key: &str) -> String {
     format!(r#"{{"body": "{body}", "routing_key": "{routing_key}"}}"#)
 }
@@ -245,10 +254,7 @@ async fn a_routing_key_outside_the_permissions_is_refused_alone_and_the_rest_flo
         log.contains("the broker refused messages published alone") && log.contains("403"),
         "the broker's words reach the log:\n{log}"
     );
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
-    cleanup_keys(&mut r, &other).await;
+    done(bridge, &mut r, &[&key, &other]).await;
 }
 
 /// ~21,000 short header names are 63,000 bytes of names and values but ~189,000 bytes as an
@@ -322,10 +328,7 @@ async fn headers_over_the_frame_size_are_dead_lettered_without_cutting_the_conne
         1,
         "one connection, never cut:\n{log}"
     );
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
-    cleanup_keys(&mut r, &other).await;
+    done(bridge, &mut r, &[&key, &other]).await;
 }
 
 /// The exchange deleted mid-stream: every message is refused (404), alone too. Nothing is
@@ -368,9 +371,7 @@ async fn an_exchange_deleted_mid_stream_dead_letters_nothing_and_resumes() {
         .await;
     let sizes = wait_drained(&mut r, &key, Duration::from_secs(10)).await;
     assert_eq!(sizes, (0, 0, 0), "nothing dead-lettered\n{}", bridge.log());
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    done(bridge, &mut r, &[&key]).await;
 }
 
 /// The user's permissions revoked for every routing key: each message, alone too, is refused
@@ -465,9 +466,7 @@ async fn permissions_revoked_for_every_key_dead_letter_nothing_and_resume() {
         1,
         "said once per run of refusals:\n{log}"
     );
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    done(bridge, &mut r, &[&key]).await;
 }
 
 /// A wrong password is a refused login, named as such (not an unreachable broker), and

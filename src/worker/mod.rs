@@ -249,10 +249,10 @@ impl Trigger {
         }
         let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
         match &plan.refused {
-            Some((count, why)) => {
+            Some(r) => {
                 if let Some(unlogged) = refusals.failed() {
-                    let first = plan.refused_first.and_then(|i| ids.get(i));
-                    tracing::warn!(sink = %self.sink.name(), refused = count, reply = %why,
+                    let first = ids.get(r.first);
+                    tracing::warn!(sink = %self.sink.name(), refused = r.count, reply = %r.reply,
                         first_id = first.map(MessageId::as_str), unlogged,
                         "the broker refused messages published alone; each is retried with backoff, then dead-lettered as broker_refused");
                 }

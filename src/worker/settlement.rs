@@ -16,11 +16,18 @@ pub(super) struct Plan<'a> {
     pub sink_broken: bool,
     /// The broker refused every message of the batch, each alone: what it said.
     pub sink_refusal: Option<String>,
-    /// Members the broker refused alone while others went through: how many, and what it
-    /// said of the first.
-    pub refused: Option<(usize, String)>,
-    /// The position of the first of those in the batch.
-    pub refused_first: Option<usize>,
+    /// Members the broker refused alone while others went through.
+    pub refused: Option<Refusals>,
+}
+
+/// The members of a batch the broker refused alone.
+#[derive(Debug)]
+pub(super) struct Refusals {
+    pub count: usize,
+    /// The position of the first in the batch.
+    pub first: usize,
+    /// What the broker said of the first.
+    pub reply: String,
 }
 
 /// Builds the settlement of `items` from `outcomes` (one per item, by position). A member
@@ -41,7 +48,6 @@ pub(super) fn plan<'a>(
         sink_broken: false,
         sink_refusal: None,
         refused: None,
-        refused_first: None,
     };
     const UNCONFIRMED: Outcome = Err(PublishError::Timeout);
     for (i, c) in items.iter().enumerate() {
@@ -66,10 +72,13 @@ pub(super) fn plan<'a>(
                 plan.sink_refusal = Some(e.to_string());
             }
             PublishError::BrokerRefused { .. } => match &mut plan.refused {
-                Some((n, _)) => *n += 1,
+                Some(r) => r.count += 1,
                 None => {
-                    plan.refused = Some((1, e.to_string()));
-                    plan.refused_first = Some(i);
+                    plan.refused = Some(Refusals {
+                        count: 1,
+                        first: i,
+                        reply: e.to_string(),
+                    })
                 }
             },
             _ => {}
@@ -215,7 +224,7 @@ mod tests {
             Some("406 PRECONDITION_FAILED"),
             "the broker's reply is the dead letter's detail"
         );
-        assert_eq!(p.refused.as_ref().map(|r| r.0), Some(1));
+        assert_eq!(p.refused.as_ref().map(|r| r.count), Some(1));
         assert!(p.sink_refusal.as_deref().unwrap().contains("403"));
         // The third attempt waits longer than the first (the backoff doubles per attempt).
         assert!(p.settlement.fail[0].retry_in >= Duration::from_secs(2));

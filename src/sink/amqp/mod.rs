@@ -31,9 +31,6 @@ pub use publisher::AmqpPublisher;
 use topology::DeclareError;
 pub use topology::TopologyRefused;
 
-/// What a node's error says when it refused the login.
-const LOGIN_REFUSED: &str = "the broker refused the login";
-
 /// How long connecting to one node and declaring the topology there may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -204,12 +201,18 @@ impl AmqpSink {
             return Err(refused.clone().into());
         }
         let mut failures = Vec::new();
+        let mut login_refused = false;
         for (i, node) in self.connector.nodes.round() {
             let conn = match self.open(node).await {
                 Ok(conn) => conn,
                 Err(DeclareError::Refused(refused)) => {
                     let _ = self.refused.set(refused.clone());
                     return Err(refused.into());
+                }
+                Err(DeclareError::LoginRefused(e)) => {
+                    login_refused = true;
+                    failures.push(format!("{}: {e}", node.shown));
+                    continue;
                 }
                 Err(DeclareError::Failed(e)) => {
                     tracing::debug!(sink = %self.name, node = %node.shown, error = %e, "cannot connect to this node");
@@ -226,7 +229,7 @@ impl AmqpSink {
             return Ok(conn);
         }
         let all = failures.join("; ");
-        if all.contains(LOGIN_REFUSED) {
+        if login_refused {
             Err(ConnectError::LoginRefused(all))
         } else {
             Err(ConnectError::Unreachable(all))
@@ -467,8 +470,8 @@ impl Connector {
                 lapin::Error::IOError(_) => DeclareError::Failed(format!("{e}{hint}")),
                 // A refused login (the broker's 403 on connection.open, or the connection
                 // closed during the handshake with ACCESS_REFUSED) is no outage: say so.
-                e if e.to_string().contains("ACCESS_REFUSED") => DeclareError::Failed(format!(
-                    "{LOGIN_REFUSED} ({e}): check the user and password (or password_file) and \
+                e if e.to_string().contains("ACCESS_REFUSED") => DeclareError::LoginRefused(format!(
+                    "the broker refused the login ({e}): check the user and password (or password_file) and \
                      the user's permissions on the vhost"
                 )),
                 e => topology::failed(e),
@@ -482,7 +485,9 @@ impl Connector {
         for (_, node) in self.nodes.round() {
             match tokio::time::timeout(CONNECT_TIMEOUT, self.connect(node, purpose)).await {
                 Ok(Ok(conn)) => return Ok(conn),
-                Ok(Err(DeclareError::Failed(e))) => failures.push(format!("{}: {e}", node.shown)),
+                Ok(Err(DeclareError::Failed(e) | DeclareError::LoginRefused(e))) => {
+                    failures.push(format!("{}: {e}", node.shown))
+                }
                 Ok(Err(DeclareError::Refused(e))) => failures.push(format!("{}: {e}", node.shown)),
                 Err(_) => {
                     failures.push(format!("{}: no answer in {CONNECT_TIMEOUT:?}", node.shown))

@@ -27,6 +27,8 @@ pub struct TopologyRefused {
 pub(super) enum DeclareError {
     /// A 406 reply: the object exists with other settings.
     Refused(TopologyRefused),
+    /// The node refused the login (ACCESS_REFUSED): the user, password or vhost is wrong.
+    LoginRefused(String),
     /// Anything else (the connection or channel failed, or it timed out): another node or
     /// attempt may do.
     Failed(String),
