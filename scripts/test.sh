@@ -2,10 +2,12 @@
 # The whole test suite, on a fresh Debian machine with a Rust toolchain: installs what is
 # missing (Redis, RabbitMQ, promtool, OpenSSL headers, cargo-nextest, PyYAML, Chromium and
 # chromedriver for the console's test, and what the producer snippets in producers/ run on:
-# Ruby with redis-rb, redis-py, node-redis), starts the
-# services (tansu, a Kafka-protocol broker, is built into a cache once), then checks
-# formatting, lints, the packaging statically, and runs every unit and integration test
-# against the real services. Extra arguments go to nextest.
+# Ruby with redis-rb, redis-py, node-redis, and MkDocs for the documentation book), starts
+# the services (tansu, a Kafka-protocol broker, is built into a cache once), then checks
+# formatting, lints, the packaging statically, builds the book under docs/ (a broken link or
+# anchor fails), runs every unit and integration test against the real services, and
+# installs, runs and purges the Debian package. Extra
+# arguments go to nextest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +18,7 @@ command -v promtool >/dev/null || need_apt+=(prometheus)
 # rdkafka's `ssl` feature links the system OpenSSL.
 dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
-# The producer snippets (tests/producers.rs): Ruby with Debian's redis-rb, Node with npm, pip.
+# The producer snippets (tests/it/producers.rs): Ruby with Debian's redis-rb, Node with npm, pip.
 command -v ruby >/dev/null || need_apt+=(ruby)
 ruby -e 'require "redis"' 2>/dev/null || need_apt+=(ruby-redis)
 command -v node >/dev/null || need_apt+=(nodejs)
@@ -42,6 +44,8 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNAL
 }
 python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml
 python3 -c 'import redis' 2>/dev/null || pip_install redis
+# The documentation book (mkdocs.yml): strict, so broken links and anchors fail the build.
+python3 -c 'import mkdocs' 2>/dev/null || pip_install mkdocs==1.6.1
 # node-redis as pinned in producers/package-lock.json (offline and instant once installed).
 npm install --prefix producers --no-audit --no-fund --silent
 command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked --quiet
@@ -53,5 +57,9 @@ export DELAY_BRIDGE_TANSU="$(scripts/services.sh tansu-path)"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 python3 tests/static/check_compose.py
+python3 tests/static/check_workflows.py
 promtool check config docker/prometheus.yml
+python3 -m mkdocs build --strict --site-dir "${TMPDIR:-/tmp}/delay-bridge-site"
 cargo nextest run --workspace --locked --no-fail-fast "$@"
+# The Debian package around the binary just tested: install, a message through, purge.
+packaging/deb/test.sh "${CARGO_TARGET_DIR:-target}/debug/delay-bridge"

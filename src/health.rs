@@ -19,6 +19,8 @@ struct Inner {
     redis: AtomicBool,
     /// Keyspace notifications are subscribed to and reach the bridge.
     notifications: AtomicBool,
+    /// Every configured trigger has started (its keys taken, its workers running).
+    started: AtomicBool,
     /// Calls that failed for want of Redis since it last answered, from every worker of
     /// every trigger: one outage is logged here, at growing gaps, not once per caller.
     outage: Mutex<Repeated>,
@@ -42,6 +44,7 @@ impl Health {
             inner: Arc::new(Inner {
                 redis: AtomicBool::new(false),
                 notifications: AtomicBool::new(false),
+                started: AtomicBool::new(false),
                 outage: Mutex::default(),
                 paused: Mutex::default(),
                 refusing: Mutex::default(),
@@ -147,11 +150,18 @@ impl Health {
         set.iter().map(|t| format!("trigger {t}: paused")).collect()
     }
 
+    /// Every configured trigger has started: from now on, readiness is the connections'.
+    pub fn triggers_started(&self) {
+        self.inner.started.store(true, Ordering::Relaxed);
+    }
+
     /// `Ok` when ready, else what is not, one reason per line.
     pub fn readiness(&self) -> Result<(), Vec<String>> {
         let mut reasons = Vec::new();
         if !self.redis_up() {
             reasons.push("redis: not connected".to_string());
+        } else if !self.inner.started.load(Ordering::Relaxed) {
+            reasons.push("triggers: starting".to_string());
         }
         for sink in &self.inner.sinks {
             if !sink.is_up() {

@@ -5,7 +5,7 @@
 //! (`sink::amqp`, `sink::kafka`) and remove them from Redis only after the broker confirmed.
 //!
 //! Layout: `config` (schema, loading, validation, resolved routes), `keys` (derived key
-//! names), `store` (the scripts), `sink` (brokers), `worker` (claim/publish/settle loop),
+//! names), `scripts` (the Lua scripts by name), `store` (the calls on a queue), `sink` (brokers), `worker` (claim/publish/settle loop),
 //! `notify` (keyspace wake-ups), `redis_conn` and `redis_checks` (connections, settings
 //! checked on every node), `bridge` (the daemon), `http`, `health`, `metrics` and
 //! `repeat` (observability), `cli` (commands). See ARCHITECTURE.md.
@@ -29,6 +29,7 @@ pub mod queue;
 pub mod redis_checks;
 pub mod redis_conn;
 pub mod repeat;
+mod scripts;
 pub mod secret;
 pub mod sink;
 pub mod store;

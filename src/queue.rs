@@ -6,8 +6,12 @@ use crate::config::{PayloadMode, TriggerConfig};
 use crate::keys::{shard_of, QueueKeys};
 use crate::redis_conn::Conn;
 use crate::store::{
-    Cursor, DeadLetter, Forecast, Found, Page, Purge, QueueStats, Store, StoreError,
+    Cursor, DeadLetter, DeadPage, Forecast, Found, Page, Purge, QueueStats, Store, StoreError,
 };
+
+mod layout;
+
+pub use layout::{take_layouts, take_layouts_dry, LayoutError, LayoutRefused, Stranded};
 
 /// One logical trigger's shard stores: those of `shards` first (where producers write), then
 /// those still drained after a change of the shard count.
@@ -18,6 +22,11 @@ pub struct Queue {
     shards: Vec<Store>,
     /// How many of `shards` producers write to (`shards` in the configuration).
     producing: u32,
+    /// `drain_shards` in the configuration.
+    draining: Option<u32>,
+    /// The set of shard counts the key has been served with (`None`: a key that cannot have one).
+    counts_key: Option<String>,
+    conn: Conn,
 }
 
 impl Queue {
@@ -51,6 +60,9 @@ impl Queue {
             key: tc.key.clone(),
             shards,
             producing: tc.shards.max(1),
+            draining: tc.drain_shards,
+            counts_key: layout::counts_key(&tc.key),
+            conn,
         })
     }
 
@@ -108,15 +120,6 @@ impl Queue {
     /// The sizes of the whole queue: sums, the oldest due age the largest, paused if any shard is.
     pub async fn stats(&self) -> Result<QueueStats, StoreError> {
         Ok(QueueStats::sum(&self.shard_stats().await?))
-    }
-
-    /// Pauses or resumes every shard; `true` if any changed.
-    pub async fn set_paused(&self, paused: bool) -> Result<bool, StoreError> {
-        let mut changed = false;
-        for s in &self.shards {
-            changed |= s.set_paused(paused).await?;
-        }
-        Ok(changed)
     }
 
     /// Schedules `body` under `id` on the id's shard (hash payload mode).
@@ -214,6 +217,59 @@ impl Queue {
             all.extend(s.list_dead(limit).await?);
         }
         all.sort_by(|a, b| (a.at_ms, &a.member).cmp(&(b.at_ms, &b.member)));
+        all.truncate(limit);
+        Ok(all)
+    }
+
+    /// A page of dead letters over every shard after `after`, oldest first: each shard's page
+    /// from the same cursor, merged, as [`Queue::browse`] does.
+    pub async fn list_dead_after(
+        &self,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<DeadPage, StoreError> {
+        if let [one] = self.shards.as_slice() {
+            return one.list_dead_after(after, limit).await;
+        }
+        let mut more = false;
+        let mut items = Vec::new();
+        for s in &self.shards {
+            let page = s.list_dead_after(after, limit).await?;
+            more |= page.next.is_some();
+            items.extend(page.items);
+        }
+        let score = |d: &DeadLetter| d.score.parse::<f64>().unwrap_or(f64::NAN);
+        items.sort_by(|a, b| {
+            score(a)
+                .total_cmp(&score(b))
+                .then_with(|| a.member.cmp(&b.member))
+        });
+        let more = more || items.len() > limit;
+        items.truncate(limit);
+        let next = items
+            .last()
+            .filter(|_| more)
+            .map(|d| Cursor::after(d.score.clone(), d.member.clone()));
+        Ok(DeadPage { items, next })
+    }
+
+    /// Deletes (or, with `dry_run`, counts) the dead letters whose reason is `reason`, on
+    /// every shard.
+    pub async fn purge_dead_reason(&self, reason: &str, dry_run: bool) -> Result<u64, StoreError> {
+        let mut n = 0;
+        for s in &self.shards {
+            n += s.purge_dead_reason(reason, dry_run).await?;
+        }
+        Ok(n)
+    }
+
+    /// Up to `limit` members in flight over every shard, earliest lease deadline first.
+    pub async fn list_inflight(&self, limit: usize) -> Result<Vec<(Vec<u8>, i64)>, StoreError> {
+        let mut all = Vec::new();
+        for s in &self.shards {
+            all.extend(s.list_inflight(limit).await?);
+        }
+        all.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
         all.truncate(limit);
         Ok(all)
     }

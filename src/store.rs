@@ -1,5 +1,5 @@
-//! The Redis side of a queue: the claim, settle, recover, requeue and stats scripts, and
-//! (in `operate`) what operators do to a queue.
+//! The Redis side of a queue: the claim, settle, recover, requeue and stats scripts; dead
+//! letters and members in flight (in `dead`); what operators do to a queue (in `operate`).
 
 use std::time::Duration;
 
@@ -8,7 +8,10 @@ use redis::{Script, Value};
 
 use crate::keys::QueueKeys;
 
+mod dead;
 mod operate;
+pub(crate) use dead::dead_at_ms;
+pub use dead::{DeadClaim, DeadItem, DeadLetter, DeadOutcome, DeadPage, DeadSettled};
 pub use operate::{
     Cursor, Forecast, Found, Page, Place, Purge, ScheduledEntry, LIST_BODY_MAX, MAX_BUCKETS,
     MAX_PAGE, PREVIEW, SHOW_BODY_MAX,
@@ -260,64 +263,6 @@ impl QueueStats {
     }
 }
 
-/// One dead letter, as `dead-letter list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetter {
-    /// The member (the id in hash payload mode).
-    pub member: Vec<u8>,
-    /// When it was dead-lettered, epoch ms.
-    pub at_ms: i64,
-    /// JSON with the reason and the attempt count.
-    pub reason: Option<String>,
-    /// Hash payload mode: its body's size in bytes (`None` if it has none).
-    pub body_size: Option<u64>,
-    /// Hash payload mode: the body's first bytes (at most [`PREVIEW`]); empty when the body
-    /// is over [`LIST_BODY_MAX`], which a list never reads.
-    pub body_preview: Vec<u8>,
-}
-
-/// Dead letters claimed for forwarding to the trigger's dead-letter destination.
-#[derive(Debug, Default)]
-pub struct DeadClaim {
-    /// Redis server time of the claim, epoch ms.
-    pub now_ms: i64,
-    /// Lease deadline of every letter of this claim; also its ownership token.
-    pub deadline_ms: i64,
-    /// The letters, oldest first.
-    pub items: Vec<DeadItem>,
-}
-
-/// One dead letter claimed for forwarding.
-#[derive(Debug, Clone)]
-pub struct DeadItem {
-    /// The member (the id in hash payload mode).
-    pub member: Vec<u8>,
-    /// When it was dead-lettered, epoch ms.
-    pub at_ms: i64,
-    /// JSON with the reason, the attempt count and maybe a detail.
-    pub reason: Option<String>,
-    /// Its message body (as for a claimed member).
-    pub body: Body,
-}
-
-impl DeadItem {
-    /// The bytes to forward, or `None` when the body is missing or too large to read.
-    pub fn payload(&self) -> Option<&[u8]> {
-        self.body.bytes(&self.member)
-    }
-}
-
-/// What one dead-letter settle did: letters that were still this claim's.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct DeadSettled {
-    /// Deleted from Redis: the broker confirmed them.
-    pub confirmed: u64,
-    /// Kept for good: the broker refused them.
-    pub refused: u64,
-    /// Free to claim again at once.
-    pub released: u64,
-}
-
 /// What one recover call did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Recovered {
@@ -329,79 +274,8 @@ pub struct Recovered {
     pub swept: u64,
 }
 
-struct Scripts {
-    claim: Script,
-    settle: Script,
-    recover: Script,
-    requeue: Script,
-    stats: Script,
-    cancel: Script,
-    browse: Script,
-    reschedule: Script,
-    purge: Script,
-    dead_claim: Script,
-    dead_settle: Script,
-}
-
-/// Helpers every script starts with.
-const PRELUDE: &str = include_str!("scripts/prelude.lua");
-
-fn script(body: &str) -> Script {
-    Script::new(&with_prelude(body))
-}
-
-/// A script's full text: [`PRELUDE`], then its body.
-fn with_prelude(body: &str) -> String {
-    format!("{PRELUDE}\n{body}")
-}
-
-/// The text of one of the bridge's scripts by its SHA1, for sending it in full to a server
-/// that does not have it cached.
-pub fn script_text(sha: &str) -> Option<&'static str> {
-    static TEXTS: std::sync::LazyLock<std::collections::HashMap<String, String>> =
-        std::sync::LazyLock::new(|| {
-            let mut texts: Vec<String> = SOURCES.iter().map(|body| with_prelude(body)).collect();
-            texts.push(CANCEL.to_string());
-            texts
-                .into_iter()
-                .map(|text| (Script::new(&text).get_hash().to_string(), text))
-                .collect()
-        });
-    TEXTS.get(sha).map(String::as_str)
-}
-
-/// The bodies of the scripts that start with [`PRELUDE`].
-const SOURCES: [&str; 10] = [
-    include_str!("scripts/claim.lua"),
-    include_str!("scripts/settle.lua"),
-    include_str!("scripts/recover.lua"),
-    include_str!("scripts/requeue.lua"),
-    include_str!("scripts/stats.lua"),
-    include_str!("scripts/browse.lua"),
-    include_str!("scripts/reschedule.lua"),
-    include_str!("scripts/purge.lua"),
-    include_str!("scripts/dead_claim.lua"),
-    include_str!("scripts/dead_settle.lua"),
-];
-
-static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
-    claim: script(SOURCES[0]),
-    settle: script(SOURCES[1]),
-    recover: script(SOURCES[2]),
-    requeue: script(SOURCES[3]),
-    stats: script(SOURCES[4]),
-    browse: script(SOURCES[5]),
-    reschedule: script(SOURCES[6]),
-    purge: script(SOURCES[7]),
-    dead_claim: script(SOURCES[8]),
-    dead_settle: script(SOURCES[9]),
-    // The producers' own script: standalone, so that it reads the same wherever it is used.
-    cancel: Script::new(CANCEL),
-});
-
-/// The cancel script of hash payload mode, as producers run it (KEYS: source, inflight,
-/// dead, bodies; ARGV: id).
-pub const CANCEL: &str = include_str!("scripts/cancel.lua");
+pub use crate::scripts::CANCEL;
+use crate::scripts::SCRIPTS;
 
 /// A queue's keys plus a shared, auto-reconnecting Redis connection.
 ///
@@ -623,151 +497,6 @@ impl Store {
         Ok(removed == 1)
     }
 
-    /// Moves dead letters back to the source set: the named ones, or up to `limit` of the oldest.
-    pub async fn requeue_dead(&self, members: &[Vec<u8>], limit: usize) -> Result<u64, StoreError> {
-        let mut conn = self.conn.clone();
-        let mut inv = self.keyed(&SCRIPTS.requeue);
-        inv.arg(limit);
-        for m in members {
-            inv.arg(m.as_slice());
-        }
-        Ok(inv.invoke_async(&mut conn).await?)
-    }
-
-    /// Lists up to `limit` dead letters, oldest first, with their reason (and body, in hash
-    /// payload mode).
-    pub async fn list_dead(&self, limit: usize) -> Result<Vec<DeadLetter>, StoreError> {
-        if limit == 0 {
-            // ZRANGE 0 -1 would list everything.
-            return Ok(Vec::new());
-        }
-        let mut conn = self.conn.clone();
-        let items: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
-            .arg(&self.keys.dead)
-            .arg(0)
-            .arg(limit as i64 - 1)
-            .arg("WITHSCORES")
-            .query_async(&mut conn)
-            .await?;
-        if items.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut hmget = redis::cmd("HMGET");
-        hmget.arg(&self.keys.dead_reasons);
-        for (m, _) in &items {
-            hmget.arg(m.as_slice());
-        }
-        let reasons: Vec<Option<String>> = hmget.query_async(&mut conn).await?;
-        let members: Vec<&[u8]> = items.iter().map(|(m, _)| m.as_slice()).collect();
-        let bodies = if self.hash_bodies() {
-            self.previews(&members).await?
-        } else {
-            vec![(None, Vec::new()); items.len()]
-        };
-        Ok(items
-            .into_iter()
-            .zip(reasons.into_iter().zip(bodies))
-            .map(
-                |((member, at), (reason, (body_size, body_preview)))| DeadLetter {
-                    member,
-                    at_ms: dead_at_ms(at as i64, reason.as_deref()),
-                    reason,
-                    body_size,
-                    body_preview,
-                },
-            )
-            .collect())
-    }
-
-    /// Each id's body size and first [`PREVIEW`] bytes (hash payload mode), reading no body
-    /// over [`LIST_BODY_MAX`]: the sizes come from HSTRLEN, which reads nothing, and only the
-    /// small bodies are then fetched, so a list costs Redis kilobytes whatever is stored.
-    pub(crate) async fn previews(
-        &self,
-        ids: &[&[u8]],
-    ) -> Result<Vec<(Option<u64>, Vec<u8>)>, StoreError> {
-        let mut conn = self.conn.clone();
-        let mut sizes = redis::pipe();
-        for id in ids {
-            sizes.hexists(&self.keys.bodies, *id);
-            sizes.cmd("HSTRLEN").arg(&self.keys.bodies).arg(*id);
-        }
-        let sizes: Vec<u64> = sizes.query_async(&mut conn).await?;
-        let sizes: Vec<Option<u64>> = sizes
-            .chunks(2)
-            .map(|p| (p[0] == 1).then_some(p[1]))
-            .collect();
-        let small: Vec<&[u8]> = ids
-            .iter()
-            .zip(&sizes)
-            .filter(|(_, s)| s.is_some_and(|s| s > 0 && s <= LIST_BODY_MAX))
-            .map(|(id, _)| *id)
-            .collect();
-        let mut read: Vec<Option<Vec<u8>>> = Vec::new();
-        if !small.is_empty() {
-            let mut hmget = redis::cmd("HMGET");
-            hmget.arg(&self.keys.bodies);
-            for id in &small {
-                hmget.arg(*id);
-            }
-            read = hmget.query_async(&mut conn).await?;
-        }
-        let mut read = read.into_iter();
-        Ok(sizes
-            .into_iter()
-            .map(|size| {
-                let mut preview = Vec::new();
-                if size.is_some_and(|s| s > 0 && s <= LIST_BODY_MAX) {
-                    preview = read.next().flatten().unwrap_or_default();
-                    preview.truncate(PREVIEW);
-                }
-                (size, preview)
-            })
-            .collect())
-    }
-
-    /// Claims up to `limit` dead letters (at most 1,000) for forwarding, with a lease of
-    /// `lease`; nothing while the queue is paused.
-    pub async fn claim_dead(&self, limit: usize, lease: Duration) -> Result<DeadClaim, StoreError> {
-        let mut conn = self.conn.clone();
-        let reply: Value = self
-            .keyed(&SCRIPTS.dead_claim)
-            .arg(limit)
-            .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
-            .arg(if self.hash_bodies() { "1" } else { "0" })
-            .arg(self.largest_body)
-            .invoke_async(&mut conn)
-            .await?;
-        parse_dead_claim(reply, self.hash_bodies())
-    }
-
-    /// Settles forwarded dead letters of the claim whose lease is `deadline_ms`: deletes the
-    /// `confirmed`, keeps the `refused` for good, and frees the `released`.
-    pub async fn settle_dead(
-        &self,
-        deadline_ms: i64,
-        confirmed: &[&[u8]],
-        refused: &[&[u8]],
-        released: &[&[u8]],
-    ) -> Result<DeadSettled, StoreError> {
-        let mut conn = self.conn.clone();
-        let mut inv = self.keyed(&SCRIPTS.dead_settle);
-        inv.arg(deadline_ms)
-            .arg(if self.hash_bodies() { "1" } else { "0" })
-            .arg(confirmed.len())
-            .arg(refused.len())
-            .arg(released.len());
-        for m in confirmed.iter().chain(refused).chain(released) {
-            inv.arg(*m);
-        }
-        let (confirmed, refused, released): (u64, u64, u64) = inv.invoke_async(&mut conn).await?;
-        Ok(DeadSettled {
-            confirmed,
-            refused,
-            released,
-        })
-    }
-
     /// Reads the queue's sizes and the age of its oldest due member.
     pub async fn stats(&self) -> Result<QueueStats, StoreError> {
         let mut conn = self.conn.clone();
@@ -812,19 +541,6 @@ impl Store {
             dead_forwardable: int(9)? as u64,
         })
     }
-}
-
-/// When a dead letter was dead-lettered, from its dead-letter score: a letter the broker
-/// refused to take as a forwarded dead letter has the score `+inf`, and its time is then
-/// the `at` of its reason JSON.
-pub(crate) fn dead_at_ms(score_ms: i64, reason: Option<&str>) -> i64 {
-    if score_ms != i64::MAX {
-        return score_ms;
-    }
-    reason
-        .and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok())
-        .and_then(|v| v.get("at").and_then(serde_json::Value::as_f64))
-        .map_or(score_ms, |at| at as i64)
 }
 
 /// Whether a value of the control hash's `paused` field pauses the queue: `0`, `false`, `no`
@@ -916,51 +632,9 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
     })
 }
 
-fn parse_dead_claim(reply: Value, hash: bool) -> Result<DeadClaim, StoreError> {
-    let Value::Array(items) = reply else {
-        return Err(StoreError::Reply("dead-letter claim reply is not an array"));
-    };
-    let width = if hash { 4 } else { 3 };
-    if items.len() < 2 || (items.len() - 2) % width != 0 {
-        return Err(StoreError::Reply("dead-letter claim reply length"));
-    }
-    let mut it = items.into_iter();
-    let (Some(Value::Int(now_ms)), Some(Value::Int(deadline_ms))) = (it.next(), it.next()) else {
-        return Err(StoreError::Reply("dead-letter claim reply header"));
-    };
-    let mut out = Vec::with_capacity(it.len() / width);
-    while let (Some(m), Some(at), Some(reason)) = (it.next(), it.next(), it.next()) {
-        let (Value::BulkString(member), Value::BulkString(at), Value::BulkString(reason)) =
-            (m, at, reason)
-        else {
-            return Err(StoreError::Reply("claimed dead letter"));
-        };
-        let body = Body::from_reply(hash, &mut it)?;
-        out.push(DeadItem {
-            member,
-            at_ms: score_ms(&at).ok_or(StoreError::Reply("dead letter score"))?,
-            reason: (!reason.is_empty()).then(|| String::from_utf8_lossy(&reason).into_owned()),
-            body,
-        });
-    }
-    Ok(DeadClaim {
-        now_ms,
-        deadline_ms,
-        items: out,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_refused_dead_letter_keeps_its_time_in_its_reason() {
-        assert_eq!(dead_at_ms(1_000, Some(r#"{"at":5}"#)), 1_000);
-        assert_eq!(dead_at_ms(i64::MAX, Some(r#"{"at":5,"reason":"nack"}"#)), 5);
-        assert_eq!(dead_at_ms(i64::MAX, Some("not json")), i64::MAX);
-        assert_eq!(dead_at_ms(i64::MAX, None), i64::MAX);
-    }
 
     #[test]
     fn scores_parse_and_saturate() {

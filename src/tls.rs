@@ -10,7 +10,48 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use crate::config::TlsConfig;
+use serde::{Deserialize, Serialize};
+
+/// `[redis.tls]`, `[sinks.NAME.tls]`: TLS client settings. The files are read when the
+/// configuration is loaded, never logged.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file with the CA certificates to trust instead of the system's (a private CA).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// PEM file with the client certificate (and its chain), for servers that require one.
+    /// Needs `key_file`.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// PEM file with the client certificate's private key (PKCS#8, PKCS#1 or SEC1). Keep it
+    /// readable by the bridge's user only: a key readable by group or others is warned about.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// The name the server's certificate must carry, where the URL's host is not that name
+    /// (an IP address, a load balancer, a tunnel). Also sent as SNI.
+    #[serde(default)]
+    pub server_name: Option<String>,
+    /// Accept any certificate from any server: no verification at all, so anyone on the path
+    /// can read and change messages. Only for trying things out; warned at start and by
+    /// `check`. Excludes `ca_file`; `server_name` is then only sent as SNI.
+    #[serde(default)]
+    pub insecure: bool,
+    /// The client built from the files above when the configuration was loaded, so that
+    /// they are read once (`None` in a configuration that was not loaded).
+    #[serde(skip)]
+    pub client: Option<Tls>,
+}
+
+impl TlsConfig {
+    /// The client loaded with the configuration, or one built from the files now.
+    pub fn client(&self) -> Result<Tls, Vec<TlsProblem>> {
+        match &self.client {
+            Some(client) => Ok(client.clone()),
+            None => Tls::new(self),
+        }
+    }
+}
 
 /// A TLS client ready to connect: the rustls configuration and the name to verify.
 #[derive(Clone)]

@@ -16,6 +16,12 @@ pub const HEADER_DEAD_DETAIL: &str = "x-delay-dead-detail";
 pub const HEADER_DEAD_ATTEMPTS: &str = "x-delay-dead-attempts";
 /// When a forwarded dead letter was dead-lettered, epoch ms.
 pub const HEADER_DEAD_AT_MS: &str = "x-delay-dead-at-ms";
+/// The Redis key a forwarded dead letter was scheduled on (its shard's key).
+pub const HEADER_DEAD_KEY: &str = "x-delay-dead-key";
+/// A forwarded dead letter's id in hash payload mode (the member, when it is UTF-8).
+pub const HEADER_DEAD_ID: &str = "x-delay-dead-id";
+/// A forwarded dead letter's id in hash payload mode as standard base64, when it is not UTF-8.
+pub const HEADER_DEAD_ID_B64: &str = "x-delay-dead-id-b64";
 
 /// A member's stable id: FNV-1a 64 of the key and member as 16 hex digits, the same in
 /// every process, kept inline to avoid an allocation per message.

@@ -15,7 +15,10 @@ use crate::config::{AdminConfig, TriggerConfig};
 use crate::metrics::Metrics;
 use crate::store::StoreError;
 
+mod history;
 mod routes;
+
+pub use history::History;
 
 /// One trigger as the admin API sees it.
 #[derive(Clone)]
@@ -26,18 +29,33 @@ pub struct AdminTrigger {
     pub queue: crate::queue::Queue,
 }
 
-/// The triggers the admin API serves, replaced when the configuration is reloaded.
+/// The triggers the admin API serves, replaced when the configuration is reloaded; none
+/// until the bridge has reached Redis and started them.
 #[derive(Clone, Default)]
-pub struct AdminTriggers(Arc<RwLock<Arc<BTreeMap<String, AdminTrigger>>>>);
+pub struct AdminTriggers(Arc<RwLock<Option<Served>>>);
+
+/// The triggers served at one time, by name.
+type Served = Arc<BTreeMap<String, AdminTrigger>>;
 
 impl AdminTriggers {
     /// Serves `triggers` from now on.
     pub fn replace(&self, triggers: BTreeMap<String, AdminTrigger>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(triggers);
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(triggers));
     }
 
-    fn now(&self) -> Arc<BTreeMap<String, AdminTrigger>> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    /// The triggers, or 503 while the bridge is starting (Redis not reached yet).
+    fn now(&self) -> Result<Served, ApiError> {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| {
+                ApiError(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the bridge is starting: its triggers run once Redis answers (see /readyz)"
+                        .into(),
+                )
+            })
     }
 }
 
@@ -52,6 +70,8 @@ struct Admin {
     metrics: Metrics,
     /// Host names besides IP addresses and `localhost` that requests may name.
     allowed_hosts: Arc<[String]>,
+    /// Each trigger's last hour, sampled every 10 s.
+    history: History,
 }
 
 /// An error answered as `{"error": "..."}` with its status.
@@ -91,7 +111,10 @@ pub async fn serve(
     let Some(addr) = config.listen else {
         return Ok(None);
     };
+    let history = History::default();
+    history.spawn(triggers.clone(), metrics.clone(), stop.clone());
     let admin = Admin {
+        history,
         triggers,
         reload,
         token: config.token()?.map(Arc::from),
@@ -288,7 +311,7 @@ impl Admin {
 
     fn trigger(&self, name: &str) -> Result<AdminTrigger, ApiError> {
         self.triggers
-            .now()
+            .now()?
             .get(name)
             .cloned()
             .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("no trigger named `{name}`")))

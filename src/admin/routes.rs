@@ -50,6 +50,8 @@ pub(super) fn router() -> Router<Admin> {
         .route("/api/v1/triggers/{trigger}/messages/{member}", get(message))
         .route("/api/v1/triggers/{trigger}/forecast", get(forecast))
         .route("/api/v1/triggers/{trigger}/dead", get(dead))
+        .route("/api/v1/triggers/{trigger}/inflight", get(inflight))
+        .route("/api/v1/triggers/{trigger}/history", get(history))
         .route("/api/v1/triggers/{trigger}/pause", post(pause))
         .route("/api/v1/triggers/{trigger}/resume", post(resume))
         .route("/api/v1/triggers/{trigger}/promote", post(promote))
@@ -102,7 +104,7 @@ fn members(list: Vec<String>) -> Result<Vec<Vec<u8>>, ApiError> {
 
 async fn triggers(State(admin): State<Admin>) -> Reply {
     let mut out = Vec::new();
-    for t in admin.triggers.now().values() {
+    for t in admin.triggers.now()?.values() {
         let stats = t.queue.stats().await?;
         let rate = t
             .config
@@ -118,9 +120,12 @@ async fn triggers(State(admin): State<Admin>) -> Reply {
             "stats": stats,
             "forwarded_total": forwarded,
             "lateness_p99_seconds": lateness_p99,
+            "lateness_p99_1m_seconds": admin.history.recent_p99(&t.config.name),
         }));
     }
-    Ok(Json(json!({ "triggers": out })))
+    Ok(Json(
+        json!({ "triggers": out, "read_only": admin.read_only }),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -208,6 +213,7 @@ async fn forecast(
 #[serde(deny_unknown_fields)]
 struct DeadQuery {
     limit: Option<usize>,
+    after: Option<String>,
 }
 
 async fn dead(
@@ -216,23 +222,87 @@ async fn dead(
     q: Result<Query<DeadQuery>, QueryRejection>,
 ) -> Reply {
     let t = &admin.trigger(&trigger)?;
-    let limit = page_limit(query(q)?.limit)?;
-    let items: Vec<Value> = t
-        .queue
-        .list_dead(limit)
-        .await?
+    let q = query(q)?;
+    let limit = page_limit(q.limit)?;
+    let after: Option<Cursor> = q
+        .after
+        .map(|a| a.parse())
+        .transpose()
+        .map_err(ApiError::bad)?;
+    let page = t.queue.list_dead_after(after.as_ref(), limit).await?;
+    let items: Vec<Value> = page
+        .items
         .into_iter()
         .map(|d| {
+            let reason = d
+                .reason
+                .and_then(|r| serde_json::from_str::<Value>(&r).ok());
             json!({
                 "member": String::from_utf8_lossy(&d.member),
                 "at_ms": d.at_ms,
-                "reason": d.reason.and_then(|r| serde_json::from_str::<Value>(&r).ok()),
+                "attempts": reason.as_ref().and_then(|r| r.get("attempts")).and_then(Value::as_u64),
+                "reason": reason,
                 "body_size": d.body_size,
                 "body_preview": String::from_utf8_lossy(&d.body_preview),
             })
         })
         .collect();
-    Ok(Json(json!({ "items": items })))
+    Ok(Json(
+        json!({ "items": items, "next": page.next.map(|c| c.to_string()) }),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InflightQuery {
+    limit: Option<usize>,
+}
+
+/// Members claimed by a bridge and not yet settled, earliest lease deadline first.
+async fn inflight(
+    State(admin): State<Admin>,
+    Path(trigger): Path<String>,
+    q: Result<Query<InflightQuery>, QueryRejection>,
+) -> Reply {
+    let t = &admin.trigger(&trigger)?;
+    let limit = page_limit(query(q)?.limit)?;
+    let now_ms = t.queue.now_ms().await?;
+    let items: Vec<Value> = t
+        .queue
+        .list_inflight(limit)
+        .await?
+        .into_iter()
+        .map(|(member, deadline)| {
+            json!({ "member": String::from_utf8_lossy(&member), "lease_deadline_ms": deadline })
+        })
+        .collect();
+    Ok(Json(json!({ "now_ms": now_ms, "items": items })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    window: Option<String>,
+}
+
+/// The trigger's last 15 minutes or hour on this bridge, a point per 10 s.
+async fn history(
+    State(admin): State<Admin>,
+    Path(trigger): Path<String>,
+    q: Result<Query<HistoryQuery>, QueryRejection>,
+) -> Reply {
+    let t = &admin.trigger(&trigger)?;
+    let window = query(q)?.window.unwrap_or_else(|| "15m".into());
+    let span = match window.as_str() {
+        "15m" => Duration::from_secs(900),
+        "1h" => Duration::from_secs(3600),
+        _ => return Err(ApiError::bad("`window` must be \"15m\" or \"1h\"")),
+    };
+    Ok(Json(json!({
+        "window": window,
+        "interval_ms": super::history::INTERVAL.as_millis() as u64,
+        "points": admin.history.points(&t.config.name, span),
+    })))
 }
 
 async fn set_paused(admin: &Admin, peer: SocketAddr, trigger: &str, paused: bool) -> Reply {
@@ -326,6 +396,11 @@ struct PurgeBody {
     to_ms: Option<i64>,
     #[serde(default)]
     confirm: bool,
+    /// Only the dead letters with this reason.
+    reason: Option<String>,
+    /// Count what would be deleted, delete nothing.
+    #[serde(default)]
+    dry_run: bool,
 }
 
 async fn purge(
@@ -336,6 +411,18 @@ async fn purge(
 ) -> Reply {
     let t = &admin.trigger(&trigger)?;
     let b = body(b)?;
+    if b.reason.is_some() && b.what != "dead" {
+        return Err(ApiError::bad("`reason` filters dead letters only"));
+    }
+    if b.dry_run {
+        let matching = match (b.what.as_str(), &b.reason) {
+            ("dead", Some(reason)) => t.queue.purge_dead_reason(reason, true).await?,
+            ("dead", None) => t.queue.stats().await?.dead,
+            ("scheduled", _) => t.queue.count_scheduled(b.from_ms, b.to_ms).await?,
+            _ => return Err(ApiError::bad("`what` must be \"scheduled\" or \"dead\"")),
+        };
+        return Ok(Json(json!({ "matching": matching })));
+    }
     let what = match (b.what.as_str(), b.from_ms, b.to_ms) {
         ("scheduled", from, to) => Purge::Scheduled { from, to },
         ("dead", None, None) => Purge::Dead,
@@ -347,7 +434,10 @@ async fn purge(
             "a purge deletes messages for good: send \"confirm\": true",
         ));
     }
-    let deleted = t.queue.purge(what).await?;
+    let deleted = match (&b.reason, what) {
+        (Some(reason), Purge::Dead) => t.queue.purge_dead_reason(reason, false).await?,
+        _ => t.queue.purge(what).await?,
+    };
     audit(peer, "purge", t, deleted);
     Ok(Json(json!({ "deleted": deleted })))
 }

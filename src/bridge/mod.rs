@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::redis_conn::Endpoint;
+use crate::redis_conn::{Conn, Endpoint};
 use crate::repeat::Repeated;
 use crate::sink::{self, Sink};
 
@@ -37,9 +37,10 @@ pub struct Reload {
     pub requested: Arc<tokio::sync::Notify>,
 }
 
-/// Loads `path` again and applies its triggers; a configuration that does not validate or
-/// changes more than triggers changes nothing. Returns the configuration now running.
-fn reload_config(
+/// Loads `path` again and applies its triggers; a configuration that does not validate,
+/// changes more than triggers, or would stop serving keys that hold members changes nothing.
+/// Returns the configuration now running.
+async fn reload_config(
     path: &std::path::Path,
     current: &Config,
     running: &mut Running,
@@ -62,6 +63,10 @@ fn reload_config(
             ));
         }
     };
+    let layouts = crate::queue::take_layouts(running.changed(&next), running.conn()).await;
+    if let Err(not_taken) = layouts {
+        return refused(&not_taken.to_string());
+    }
     match running.apply(current, &next) {
         Ok(summary) => {
             metrics.config_reloads.inc();
@@ -85,17 +90,12 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         tracing::warn!("{warning}");
     }
 
-    let mut sinks: BTreeMap<String, Arc<Sink>> = BTreeMap::new();
-    for (name, sc) in &config.sinks {
-        if config.triggers.iter().any(|t| &t.sink == name) {
-            sinks.insert(
-                name.clone(),
-                Sink::new(name, sc).with_context(|| format!("sinks.{name}"))?,
-            );
-        }
-    }
+    let sinks = sinks_in_use(&config)?;
     let health = Health::new(&metrics, sinks.values().cloned().collect());
     let http_stop = CancellationToken::new();
+    // Whichever way `run` returns, its listeners, sink supervisors and workers stop: the
+    // normal shutdown below cancels them in its own order, an early return by these guards.
+    let _http_stopped = http_stop.clone().drop_guard();
     let http = crate::http::serve(
         config.metrics.listen,
         config.admin.listen,
@@ -107,11 +107,11 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
     .with_context(|| format!("metrics.listen: binding {}", config.metrics.listen))?;
 
     // Bound before Redis is waited for and before any worker claims: a taken port stops
-    // nothing mid-batch, and the API answers (with an empty trigger list) while Redis is
-    // down at start; `/readyz` cannot say ready before it listens.
+    // nothing mid-batch, and the API answers (503, "starting") while Redis is down at
+    // start; `/readyz` cannot say ready before it listens.
     let admin_triggers = crate::admin::AdminTriggers::default();
     let reload = shutdown.reload.clone();
-    let admin = match crate::admin::serve(
+    let admin = crate::admin::serve(
         &config.admin,
         admin_triggers.clone(),
         reload.as_ref().map(|r| r.requested.clone()),
@@ -119,81 +119,27 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         http_stop.clone(),
     )
     .await
-    {
-        Ok(admin) => admin,
-        Err(e) => {
-            http_stop.cancel();
-            return Err(e.context(format!(
-                "admin.listen: starting the admin API on {}",
-                config
-                    .admin
-                    .listen
-                    .map_or_else(String::new, |l| l.to_string())
-            )));
-        }
-    };
+    .with_context(|| {
+        let listen = config
+            .admin
+            .listen
+            .map_or_else(String::new, |l| l.to_string());
+        format!("admin.listen: starting the admin API on {listen}")
+    })?;
 
     let tasks = TaskTracker::new();
     let sink_stop = CancellationToken::new();
-    // A sink that cannot work as configured stops the bridge the way a signal does, and
-    // `run` returns its error.
-    let fatal: Arc<OnceLock<sink::Fatal>> = Arc::default();
-    for sink in sinks.values() {
-        let (sink, metrics, cancel) = (sink.clone(), metrics.clone(), sink_stop.clone());
-        let (fatal, stop) = (fatal.clone(), stop.clone());
-        tasks.spawn(async move {
-            if let Err(e) = sink.supervise(metrics, cancel).await {
-                tracing::warn!(sink = %sink.name(), "the sink cannot work as configured: stopping");
-                let _ = fatal.set(e);
-                stop.cancel();
-            }
-        });
-    }
+    let _sinks_stopped = sink_stop.clone().drop_guard();
+    let _workers_stopped = stop.clone().drop_guard();
+    let fatal = supervise_sinks(&sinks, &tasks, &metrics, &sink_stop, &stop);
     let outcome = || match fatal.get() {
         Some(e) => Err(anyhow::Error::new(e.clone())),
         None => Ok(()),
     };
 
-    // Redis may not be up yet (e.g. started together in compose): wait for it.
-    let mut conn = {
-        let mut failures = Repeated::default();
-        loop {
-            match endpoint.connect().await {
-                Ok(c) => break c,
-                // Wrong credentials do not heal by waiting: refuse to start, like a bad config.
-                Err(e) if is_auth_error(&e) => {
-                    sink_stop.cancel();
-                    http_stop.cancel();
-                    anyhow::bail!(
-                        "Redis rejected the credentials (check redis.url and redis.password_file): {e}"
-                    );
-                }
-                Err(e) => {
-                    if let Some(unlogged) = failures.failed() {
-                        tracing::warn!(error = %e, failures = failures.count(), unlogged, "Redis unreachable, retrying");
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                        _ = stop.cancelled() => {
-                            sink_stop.cancel();
-                            http_stop.cancel();
-                            return outcome();
-                        }
-                    }
-                }
-            }
-        }
+    let Some(conn) = wait_for_redis(&endpoint, &stop).await? else {
+        return outcome();
     };
-    // Without a password the connection opens and only commands fail (NOAUTH): ask now.
-    if let Err(e) = redis::cmd("PING").query_async::<()>(&mut conn).await {
-        if is_auth_error(&e) {
-            sink_stop.cancel();
-            http_stop.cancel();
-            anyhow::bail!(
-                "Redis requires credentials (set them in redis.url or redis.password_file): {e}"
-            );
-        }
-    }
     health.redis_answered();
     crate::redis_checks::check_eviction_policy(&conn, config.redis.require_noeviction).await?;
     let notifications =
@@ -214,15 +160,15 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         enable_keyspace_events: config.redis.enable_keyspace_events,
         admin: admin_triggers,
     });
+    // Every key a trigger stops serving must be empty; a pause holds on every key it serves.
+    if let Err(refused) = crate::queue::take_layouts(&config.triggers, &conn).await {
+        return Err(anyhow::Error::new(refused));
+    }
     for tc in &config.triggers {
-        if let Err(e) = running.start(tc) {
-            stop.cancel();
-            sink_stop.cancel();
-            http_stop.cancel();
-            anyhow::bail!(e);
-        }
+        running.start(tc).map_err(anyhow::Error::msg)?;
     }
     running.publish(config.metrics.backlog_interval);
+    health.triggers_started();
     tracing::info!(
         triggers = config.triggers.len(),
         workers = running.worker_count(),
@@ -230,23 +176,119 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         "delay-bridge running"
     );
 
-    // The running configuration, its triggers left to `running`, which holds one copy of each.
+    let current = serve_reloads(config, &reload, &mut running, &metrics, &stop).await;
+    tracing::info!(timeout = ?current.shutdown.timeout, "stopping: no new claims; waiting for outstanding confirmations");
+    drain(&workers, &abort, &sinks, current.shutdown.timeout).await;
+    sink_stop.cancel();
+    tasks.close();
+    let _ = tokio::time::timeout(Duration::from_secs(1), tasks.wait()).await;
+    http_stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_millis(500), http).await;
+    if let Some(admin) = admin {
+        let _ = tokio::time::timeout(Duration::from_millis(500), admin).await;
+    }
+    tracing::info!("stopped");
+    outcome()
+}
+
+/// The sinks some trigger uses, made from their configuration (not yet connected).
+fn sinks_in_use(config: &Config) -> anyhow::Result<BTreeMap<String, Arc<Sink>>> {
+    let mut sinks = BTreeMap::new();
+    for (name, sc) in &config.sinks {
+        if config.triggers.iter().any(|t| &t.sink == name) {
+            let sink = Sink::new(name, sc).with_context(|| format!("sinks.{name}"))?;
+            sinks.insert(name.clone(), sink);
+        }
+    }
+    Ok(sinks)
+}
+
+/// Keeps each sink connected until `sink_stop`. A sink that cannot work as configured stops
+/// the bridge the way a signal does; its error is then in the returned cell, for `run` to
+/// return.
+fn supervise_sinks(
+    sinks: &BTreeMap<String, Arc<Sink>>,
+    tasks: &TaskTracker,
+    metrics: &Metrics,
+    sink_stop: &CancellationToken,
+    stop: &CancellationToken,
+) -> Arc<OnceLock<sink::Fatal>> {
+    let fatal: Arc<OnceLock<sink::Fatal>> = Arc::default();
+    for sink in sinks.values() {
+        let (sink, metrics, cancel) = (sink.clone(), metrics.clone(), sink_stop.clone());
+        let (fatal, stop) = (fatal.clone(), stop.clone());
+        tasks.spawn(async move {
+            if let Err(e) = sink.supervise(metrics, cancel).await {
+                tracing::warn!(sink = %sink.name(), "the sink cannot work as configured: stopping");
+                let _ = fatal.set(e);
+                stop.cancel();
+            }
+        });
+    }
+    fatal
+}
+
+/// A connection to Redis, waiting for it while it is unreachable (it may start together with
+/// the bridge); `None` when `stop` comes first. Wrong or missing credentials do not heal by
+/// waiting: they refuse the start, like a bad configuration.
+async fn wait_for_redis(
+    endpoint: &Arc<Endpoint>,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<Conn>> {
+    let mut failures = Repeated::default();
+    let mut conn = loop {
+        match endpoint.connect().await {
+            Ok(c) => break c,
+            Err(e) if is_auth_error(&e) => anyhow::bail!(
+                "Redis rejected the credentials (check redis.url and redis.password_file): {e}"
+            ),
+            Err(e) => {
+                if let Some(unlogged) = failures.failed() {
+                    tracing::warn!(error = %e, failures = failures.count(), unlogged, "Redis unreachable, retrying");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    _ = stop.cancelled() => return Ok(None),
+                }
+            }
+        }
+    };
+    // Without a password the connection opens and only commands fail (NOAUTH): ask now.
+    if let Err(e) = redis::cmd("PING").query_async::<()>(&mut conn).await {
+        if is_auth_error(&e) {
+            anyhow::bail!(
+                "Redis requires credentials (set them in redis.url or redis.password_file): {e}"
+            );
+        }
+    }
+    Ok(Some(conn))
+}
+
+/// Applies each requested reload until `stop`; returns the configuration then running (its
+/// triggers left to `running`, which holds one copy of each).
+async fn serve_reloads(
+    config: Config,
+    reload: &Option<Reload>,
+    running: &mut Running,
+    metrics: &Metrics,
+    stop: &CancellationToken,
+) -> Config {
     let mut current = Config {
         triggers: Vec::new(),
         ..config
     };
     loop {
         let requested = async {
-            match &reload {
+            match reload {
                 Some(r) => r.requested.notified().await,
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
-            _ = stop.cancelled() => break,
+            _ = stop.cancelled() => return current,
             _ = requested => {
                 let path = &reload.as_ref().expect("requested").path;
-                if let Some(next) = reload_config(path, &current, &mut running, &metrics) {
+                if let Some(next) = reload_config(path, &current, running, metrics).await {
                     current = Config {
                         triggers: Vec::new(),
                         ..next
@@ -255,11 +297,17 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
             }
         }
     }
-    tracing::info!(timeout = ?current.shutdown.timeout, "stopping: no new claims; waiting for outstanding confirmations");
+}
+
+/// Lets the workers finish within `timeout`: confirmations may take all but a margin, the
+/// margin is for putting back what `abort` cut short; then each sink flushes what it holds.
+async fn drain(
+    workers: &TaskTracker,
+    abort: &CancellationToken,
+    sinks: &BTreeMap<String, Arc<Sink>>,
+    timeout: Duration,
+) {
     workers.close();
-    // Everything, putting back the aborted batches included, fits in shutdown.timeout:
-    // confirmations may take all but a margin, the margin is for the put-back scripts.
-    let timeout = current.shutdown.timeout;
     let deadline = tokio::time::Instant::now() + timeout;
     let margin = (timeout / 5).min(Duration::from_secs(2));
     tokio::select! {
@@ -277,16 +325,6 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         sink.flush(left.max(Duration::from_millis(100))).await;
     }
-    sink_stop.cancel();
-    tasks.close();
-    let _ = tokio::time::timeout(Duration::from_secs(1), tasks.wait()).await;
-    http_stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_millis(500), http).await;
-    if let Some(admin) = admin {
-        let _ = tokio::time::timeout(Duration::from_millis(500), admin).await;
-    }
-    tracing::info!("stopped");
-    outcome()
 }
 
 /// Wrong or missing Redis credentials: waiting will not fix them.

@@ -155,6 +155,16 @@ impl Running {
             backlog_interval,
             self.housekeeping_stop.clone(),
         ));
+        let queues = self
+            .entries
+            .values()
+            .map(|e| (e.queue.clone(), e.shards[0].clone()))
+            .collect();
+        self.shared.tasks.spawn(worker::watch_unserved(
+            queues,
+            backlog_interval,
+            self.housekeeping_stop.clone(),
+        ));
         let admin: BTreeMap<String, AdminTrigger> = self
             .entries
             .values()
@@ -243,6 +253,23 @@ impl Running {
         Ok(format!(
             "added {added:?}, removed {removed:?}, replaced {replaced:?}"
         ))
+    }
+
+    /// The triggers of `new` that are not running as they are configured there.
+    pub fn changed<'a>(&self, new: &'a Config) -> Vec<&'a TriggerConfig> {
+        new.triggers
+            .iter()
+            .filter(|tc| {
+                self.entries
+                    .get(&tc.name)
+                    .is_none_or(|e| section(*tc) != section(&*e.config))
+            })
+            .collect()
+    }
+
+    /// The bridge's Redis connection.
+    pub fn conn(&self) -> &Conn {
+        &self.shared.conn
     }
 
     /// Every shard of every running trigger.

@@ -21,15 +21,21 @@ macro_rules! say {
 /// Exit code for a bad configuration (EX_CONFIG).
 pub const EXIT_CONFIG: i32 = 78;
 
+mod health;
 mod operate;
 mod queue;
+mod text;
 mod when;
 
 use queue::{cancel, consume, dead_list, dead_requeue, enqueue, pause, stats};
 
 /// delay-bridge: Redis sorted sets in, RabbitMQ / Kafka messages out, on time.
 #[derive(Debug, Parser)]
-#[command(name = "delay-bridge", version, about)]
+#[command(
+    name = "delay-bridge",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("DELAY_BRIDGE_REVISION"), ")"),
+    about
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -128,6 +134,9 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Ask a running bridge's `/healthz` whether it is alive: exit 0 on 200, else 1 (for
+    /// container and service health checks).
+    Health(health::HealthArgs),
     /// Print messages arriving on a RabbitMQ queue with their lateness (for trying the bridge out).
     Consume {
         /// AMQP URL.
@@ -155,9 +164,12 @@ pub enum DeadLetter {
         /// Trigger to look at.
         #[arg(long, short)]
         trigger: String,
-        /// At most this many.
+        /// At most this many (fewer when their members reach 1 MiB).
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Move dead letters back to the queue, due now.
     Requeue {
@@ -179,16 +191,35 @@ pub enum DeadLetter {
 }
 
 /// `--config FILE`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ConfigArg {
-    /// Path of the TOML configuration.
-    #[arg(
-        long,
-        short,
-        env = "DELAY_BRIDGE_CONFIG",
-        default_value = "config/example.toml"
-    )]
-    pub config: PathBuf,
+    /// Path of the TOML configuration. Without one (or `--config` alone), the first that
+    /// exists of `$DELAY_BRIDGE_CONFIG`, `./delay-bridge.toml`, `/etc/delay-bridge/config.toml`.
+    #[arg(long, short, value_name = "FILE", num_args = 0..=1)]
+    pub config: Option<Option<PathBuf>>,
+}
+
+impl ConfigArg {
+    /// The file named on the command line, if any.
+    pub fn explicit(&self) -> Option<&std::path::Path> {
+        self.config.as_ref().and_then(|c| c.as_deref())
+    }
+
+    /// The file to load: the one named, else the first found on the search path; prints the
+    /// paths tried and returns the EX_CONFIG exit code when none exists.
+    pub fn resolve(&self) -> Result<PathBuf, i32> {
+        config::find_config(self.explicit()).map_err(|e| {
+            eprintln!("error: {e}");
+            EXIT_CONFIG
+        })
+    }
+}
+
+/// Finds and loads the config, or prints every problem and returns the EX_CONFIG exit code.
+pub fn find_and_load(arg: &ConfigArg) -> Result<(PathBuf, Config), i32> {
+    let path = arg.resolve()?;
+    let config = load_or_exit(&path)?;
+    Ok((path, config))
 }
 
 /// Loads the config or prints every problem and returns the EX_CONFIG exit code.
@@ -234,13 +265,13 @@ pub fn init_tracing(format: LogFormat, level: &str) {
 /// Runs a parsed command line; returns the process exit code.
 pub async fn dispatch(cli: Cli) -> i32 {
     let result = match cli.command {
-        Command::Run(c) => return run(&c.config).await,
-        Command::Check(c) => return check(&c.config).await,
+        Command::Run(c) => return run(&c).await,
+        Command::Check(c) => return check(&c).await,
         Command::Stats {
             config,
             json,
             shards,
-        } => with_config(&config.config, |c| stats(c, json, shards)).await,
+        } => with_config(&config, |c| stats(c, json, shards)).await,
         Command::Enqueue {
             config,
             trigger,
@@ -248,65 +279,57 @@ pub async fn dispatch(cli: Cli) -> i32 {
             at,
             id,
             payload,
-        } => {
-            with_config(&config.config, |c| {
-                enqueue(c, trigger, delay, at, id, payload)
-            })
-            .await
-        }
+        } => with_config(&config, |c| enqueue(c, trigger, delay, at, id, payload)).await,
         Command::Cancel {
             config,
             trigger,
             id,
             payload,
-        } => with_config(&config.config, |c| cancel(c, trigger, id, payload)).await,
+        } => with_config(&config, |c| cancel(c, trigger, id, payload)).await,
         Command::Browse(a) => {
-            let path = a.config_path().to_path_buf();
-            with_config(&path, |c| operate::browse(c, a)).await
+            let config = a.config_arg().clone();
+            with_config(&config, |c| operate::browse(c, a)).await
         }
         Command::Show(a) => {
-            let path = a.config_path().to_path_buf();
-            with_config(&path, |c| operate::show(c, a)).await
+            let config = a.config_arg().clone();
+            with_config(&config, |c| operate::show(c, a)).await
         }
         Command::Forecast(a) => {
-            let path = a.config_path().to_path_buf();
-            with_config(&path, |c| operate::forecast(c, a)).await
+            let config = a.config_arg().clone();
+            with_config(&config, |c| operate::forecast(c, a)).await
         }
         Command::Promote(a) => {
-            let path = a.config_path().to_path_buf();
-            with_config(&path, |c| operate::promote(c, a)).await
+            let config = a.config_arg().clone();
+            with_config(&config, |c| operate::promote(c, a)).await
         }
         Command::Reschedule(a) => {
-            let path = a.config_path().to_path_buf();
-            with_config(&path, |c| operate::reschedule(c, a, false)).await
+            let config = a.config_arg().clone();
+            with_config(&config, |c| operate::reschedule(c, a, false)).await
         }
         Command::Purge(a) => {
-            let path = a.config_path().to_path_buf();
-            with_config(&path, |c| operate::purge(c, a)).await
+            let config = a.config_arg().clone();
+            with_config(&config, |c| operate::purge(c, a)).await
         }
         Command::Pause { config, trigger } => {
-            with_config(&config.config, |c| pause(c, trigger, true)).await
+            with_config(&config, |c| pause(c, trigger, true)).await
         }
         Command::Resume { config, trigger } => {
-            with_config(&config.config, |c| pause(c, trigger, false)).await
+            with_config(&config, |c| pause(c, trigger, false)).await
         }
         Command::DeadLetter(DeadLetter::List {
             config,
             trigger,
             limit,
-        }) => with_config(&config.config, |c| dead_list(c, trigger, limit)).await,
+            json,
+        }) => with_config(&config, |c| dead_list(c, trigger, limit, json)).await,
         Command::DeadLetter(DeadLetter::Requeue {
             config,
             trigger,
             members,
             limit,
             yes,
-        }) => {
-            with_config(&config.config, |c| {
-                dead_requeue(c, trigger, members, limit, yes)
-            })
-            .await
-        }
+        }) => with_config(&config, |c| dead_requeue(c, trigger, members, limit, yes)).await,
+        Command::Health(args) => return health::health(args).await,
         Command::Bench { args } => bench(args),
         Command::Consume {
             url,
@@ -370,25 +393,27 @@ fn bench(args: Vec<String>) -> anyhow::Result<i32> {
     }
 }
 
-async fn with_config<F, Fut>(path: &std::path::Path, f: F) -> anyhow::Result<i32>
+async fn with_config<F, Fut>(arg: &ConfigArg, f: F) -> anyhow::Result<i32>
 where
     F: FnOnce(Config) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<i32>>,
 {
-    match load_or_exit(path) {
-        Ok(c) => f(c).await,
+    match find_and_load(arg) {
+        Ok((_, c)) => f(c).await,
         Err(code) => Ok(code),
     }
 }
 
-async fn run(path: &std::path::Path) -> i32 {
-    let config = match load_or_exit(path) {
-        Ok(c) => c,
+async fn run(arg: &ConfigArg) -> i32 {
+    let (path, config) = match find_and_load(arg) {
+        Ok(found) => found,
         Err(code) => return code,
     };
     init_tracing(config.log.format, &config.log.level);
+    tracing::info!(config = %path.display(), version = env!("CARGO_PKG_VERSION"),
+        revision = crate::metrics::REVISION, "starting");
     let reload = crate::bridge::Reload {
-        path: path.to_path_buf(),
+        path: path.clone(),
         requested: Default::default(),
     };
     #[cfg(unix)]
@@ -422,7 +447,18 @@ async fn run(path: &std::path::Path) -> i32 {
             let line = one_line(&e);
             tracing::error!(error = %line, "delay-bridge failed");
             eprintln!("error: {line}");
-            1
+            // Keys that hold members and that the configuration would not serve: its fault.
+            let stranded = e
+                .downcast_ref::<crate::queue::LayoutRefused>()
+                .is_some_and(|r| {
+                    r.0.iter()
+                        .any(|l| matches!(l, crate::queue::LayoutError::Stranded { .. }))
+                });
+            if stranded {
+                EXIT_CONFIG
+            } else {
+                1
+            }
         }
     }
 }
@@ -465,9 +501,9 @@ fn tls_summary(tls: Option<&crate::config::TlsConfig>) -> String {
     format!(" [tls: {}]", parts.join(", "))
 }
 
-async fn check(path: &std::path::Path) -> i32 {
-    let config = match load_or_exit(path) {
-        Ok(c) => c,
+async fn check(arg: &ConfigArg) -> i32 {
+    let (path, config) = match find_and_load(arg) {
+        Ok(found) => found,
         Err(code) => return code,
     };
     say!("config {} is valid", path.display());
@@ -578,7 +614,30 @@ async fn check(path: &std::path::Path) -> i32 {
     if config.redis.mode == crate::config::RedisMode::Cluster {
         shard_map(&config).await;
     }
-    0
+    unserved_keys(&config).await
+}
+
+/// Members on keys of a trigger that this configuration does not serve (an earlier shard
+/// count's): the bridge would refuse to start; `EXIT_CONFIG` if there are some.
+async fn unserved_keys(config: &Config) -> i32 {
+    let conn = match queue::connect(config).await {
+        Ok(conn) => conn,
+        Err(e) => {
+            say!(
+                "redis: not reached, so members on keys no longer served are not looked for: {e:#}"
+            );
+            return 0;
+        }
+    };
+    match crate::queue::take_layouts_dry(&config.triggers, &conn).await {
+        Ok(()) => 0,
+        Err(refused) => {
+            for e in &refused.0 {
+                say!("error: {e}");
+            }
+            EXIT_CONFIG
+        }
+    }
 }
 
 /// In cluster mode, each sharded trigger's shard -> slot -> master, read from the cluster, with

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::queue::{connect, queue_for};
+use super::text::{listed, ms_text};
 use super::when::{self, When};
 use super::*;
 use crate::queue::Queue;
@@ -132,25 +133,6 @@ async fn open(target: &Target, config: &Config) -> anyhow::Result<Queue> {
     queue_for(config, conn, &target.trigger)
 }
 
-/// A member as the other commands take it back (`show`, `cancel`, `reschedule`): as it is
-/// when it is text without control characters, escaped (and then not pasteable) otherwise.
-fn pasteable(member: &[u8]) -> String {
-    match std::str::from_utf8(member) {
-        Ok(text) if !text.chars().any(char::is_control) => text.to_string(),
-        _ => String::from_utf8_lossy(member).escape_debug().to_string(),
-    }
-}
-
-fn ms_text(ms: i64) -> String {
-    match u64::try_from(ms) {
-        Ok(ms) if ms < 253_402_300_800_000 => {
-            let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
-            humantime::format_rfc3339_millis(at).to_string()
-        }
-        _ => ms.to_string(),
-    }
-}
-
 pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32> {
     anyhow::ensure!(
         (1..=MAX_PAGE).contains(&a.limit),
@@ -182,7 +164,7 @@ pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32>
             ms_text(e.due_ms),
             e.due_ms,
             e.attempts,
-            pasteable(&e.member)
+            listed(&e.member)
         );
     }
     match page.next {
@@ -336,17 +318,17 @@ pub(super) async fn purge(config: Config, a: PurgeArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-macro_rules! config_path {
+macro_rules! config_arg {
     ($($t:ty),*) => {$(
         impl $t {
-            /// The `--config` file.
-            pub fn config_path(&self) -> &std::path::Path {
-                &self.target.config.config
+            /// The `--config` argument.
+            pub fn config_arg(&self) -> &ConfigArg {
+                &self.target.config
             }
         }
     )*};
 }
-config_path!(
+config_arg!(
     BrowseArgs,
     ShowArgs,
     ForecastArgs,

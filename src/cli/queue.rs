@@ -43,13 +43,17 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
             .iter()
             .map(|s| s.keys().source.clone())
             .collect();
-        rows.push((t.name.clone(), QueueStats::sum(&each), keys, each));
+        let stranded = queue.stranded().await?;
+        rows.push((t.name.clone(), QueueStats::sum(&each), keys, each, stranded));
     }
     if json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(name, s, keys, each)| {
+            .map(|(name, s, keys, each, stranded)| {
                 let mut row = serde_json::json!({"trigger": name, "stats": s});
+                if !stranded.is_empty() {
+                    row["unserved_keys"] = serde_json::json!(stranded);
+                }
                 if shards && each.len() > 1 {
                     row["shards"] = keys
                         .iter()
@@ -84,13 +88,21 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
             if s.paused { "paused" } else { "active" }
         );
     };
-    for (name, s, keys, each) in rows {
+    let mut unserved = Vec::new();
+    for (name, s, keys, each, stranded) in rows {
         line(&name, &s);
         if shards && each.len() > 1 {
             for (key, s) in keys.iter().zip(&each) {
                 line(&format!("  {key}"), s);
             }
         }
+        unserved.extend(stranded.into_iter().map(|k| (name.clone(), k)));
+    }
+    for (name, k) in &unserved {
+        say!(
+            "warning: trigger {name}: {k}, on a key this configuration does not serve              (add `drain_shards = {}` to deliver them)",
+            k.shards
+        );
     }
     Ok(0)
 }
@@ -214,30 +226,72 @@ pub(super) async fn dead_list(
     config: Config,
     trigger: String,
     limit: usize,
+    json: bool,
 ) -> anyhow::Result<i32> {
     let conn = connect(&config).await?;
     let queue = queue_for(&config, conn, &trigger)?;
-    for d in queue.list_dead(limit).await? {
+    let letters = queue.list_dead(limit).await?;
+    let reason = |d: &crate::store::DeadLetter| -> serde_json::Value {
+        d.reason
+            .as_deref()
+            .and_then(|r| serde_json::from_str(r).ok())
+            .unwrap_or(serde_json::Value::Null)
+    };
+    if json {
+        let items: Vec<serde_json::Value> = letters
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "member": String::from_utf8_lossy(&d.member),
+                    "at_ms": d.at_ms,
+                    "at": super::text::ms_text(d.at_ms),
+                    "reason": reason(d),
+                    "body_size": d.body_size,
+                    "body_preview": String::from_utf8_lossy(&d.body_preview),
+                })
+            })
+            .collect();
+        say!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "items": items }))?
+        );
+        return Ok(0);
+    }
+    say!(
+        "{:<24} {:>8}  {:<20} MEMBER",
+        "DEAD-LETTERED",
+        "ATTEMPTS",
+        "REASON"
+    );
+    for d in &letters {
+        let why = reason(d);
+        let text = |name: &str| why.get(name).and_then(|v| v.as_str()).map(str::to_string);
         let body = match (d.body_size, queue.hash_bodies()) {
-            (Some(size), _) if d.body_preview.len() as u64 == size => {
-                format!("\t{}", String::from_utf8_lossy(&d.body_preview))
-            }
+            (Some(size), _) if d.body_preview.len() as u64 == size => format!(
+                "  body: {}",
+                String::from_utf8_lossy(&d.body_preview).escape_debug()
+            ),
             (Some(size), _) if d.body_preview.is_empty() => {
-                format!("\t({size} B: see `show` for the body)")
+                format!("  body: {size} B (`show` prints it)")
             }
             (Some(size), _) => format!(
-                "\t{} ... ({size} B)",
-                String::from_utf8_lossy(&d.body_preview)
+                "  body: {}... ({size} B)",
+                String::from_utf8_lossy(&d.body_preview).escape_debug()
             ),
-            (None, true) => "\t(no body)".into(),
+            (None, true) => "  (no body)".into(),
             (None, false) => String::new(),
         };
+        let detail = text("detail").map_or(String::new(), |d| format!("  detail: {d}"));
         say!(
-            "{}\t{}\t{}{body}",
-            d.at_ms,
-            d.reason.as_deref().unwrap_or("{}"),
-            String::from_utf8_lossy(&d.member)
+            "{:<24} {:>8}  {:<20} {}{body}{detail}",
+            super::text::ms_text(d.at_ms),
+            why.get("attempts").and_then(|v| v.as_i64()).unwrap_or(0),
+            text("reason").unwrap_or_else(|| "-".into()),
+            super::text::listed(&d.member)
         );
+    }
+    if letters.is_empty() {
+        say!("(no dead letters)");
     }
     Ok(0)
 }

@@ -18,7 +18,7 @@ use super::{
 pub const ENV_PREFIX: &str = "DELAY_BRIDGE_";
 
 /// `DELAY_BRIDGE_<SECTION>__<KEY>` variables. Every setting lives in a section, so a name
-/// without `__` (`DELAY_BRIDGE_CONFIG`, the `--config` default) is not an override.
+/// without `__` (`DELAY_BRIDGE_CONFIG`, where the file is searched) is not an override.
 pub fn env_overrides() -> Env {
     Env::prefixed(ENV_PREFIX)
         .filter(|key| key.as_str().contains("__"))

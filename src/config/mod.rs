@@ -3,22 +3,25 @@
 mod load;
 mod problem;
 mod route;
+mod search;
 mod tls;
 mod validate;
+pub use validate::MAX_SHARDS;
 
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use load::{load, load_from};
+pub use crate::tls::TlsConfig;
+pub use load::{env_overrides, load, load_from};
 pub use problem::{ConfigError, Problem};
 pub use route::{AmqpRoute, AmqpRouting, Destination, KafkaRoute};
+pub use search::{find as find_config, NotFound, CONFIG_ENV, LOCAL_CONFIG, SYSTEM_CONFIG};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -307,47 +310,6 @@ pub struct AmqpSinkConfig {
     /// itself. Without it, `amqps://` trusts the system's CAs and checks the URL's host name.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
-}
-
-/// `[redis.tls]`, `[sinks.NAME.tls]`: TLS client settings. The files are read when the
-/// configuration is loaded, never logged.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    /// PEM file with the CA certificates to trust instead of the system's (a private CA).
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    /// PEM file with the client certificate (and its chain), for servers that require one.
-    /// Needs `key_file`.
-    #[serde(default)]
-    pub cert_file: Option<PathBuf>,
-    /// PEM file with the client certificate's private key (PKCS#8, PKCS#1 or SEC1). Keep it
-    /// readable by the bridge's user only: a key readable by group or others is warned about.
-    #[serde(default)]
-    pub key_file: Option<PathBuf>,
-    /// The name the server's certificate must carry, where the URL's host is not that name
-    /// (an IP address, a load balancer, a tunnel). Also sent as SNI.
-    #[serde(default)]
-    pub server_name: Option<String>,
-    /// Accept any certificate from any server: no verification at all, so anyone on the path
-    /// can read and change messages. Only for trying things out; warned at start and by
-    /// `check`. Excludes `ca_file`; `server_name` is then only sent as SNI.
-    #[serde(default)]
-    pub insecure: bool,
-    /// The client built from the files above when the configuration was loaded, so that
-    /// they are read once (`None` in a configuration that was not loaded).
-    #[serde(skip)]
-    pub client: Option<crate::tls::Tls>,
-}
-
-impl TlsConfig {
-    /// The client loaded with the configuration, or one built from the files now.
-    pub fn client(&self) -> Result<crate::tls::Tls, Vec<crate::tls::TlsProblem>> {
-        match &self.client {
-            Some(client) => Ok(client.clone()),
-            None => crate::tls::Tls::new(self),
-        }
-    }
 }
 
 fn default_reconnect_max() -> Duration {

@@ -51,6 +51,12 @@ impl ByLabel {
             .map_or(0, |(_, v)| *v)
     }
 
+    /// The sum over every label.
+    pub fn total(&self) -> u64 {
+        let values = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        values.iter().map(|(_, v)| *v).sum()
+    }
+
     fn each(&self, out: Emit<'_>) {
         let values = self.0.lock().unwrap_or_else(|e| e.into_inner());
         for (label, v) in values.iter() {
@@ -111,6 +117,8 @@ pub struct Cells {
     pub oldest_due_age: AtomicU64,
     /// 1 while paused.
     pub paused: AtomicI64,
+    /// Members on the trigger's keys that its configuration does not serve.
+    pub unserved: AtomicI64,
 }
 
 impl Cells {
@@ -260,6 +268,13 @@ const FAMILIES: &[Family] = &[
         kind: MetricType::GAUGE,
         labels: &["trigger"],
         series: |c, out| out(None, c.paused.load(Relaxed) as f64),
+    },
+    Family {
+        name: "unserved_members",
+        help: "Members on the trigger's keys that its configuration does not serve (an earlier shard count's): nothing delivers them",
+        kind: MetricType::GAUGE,
+        labels: &["trigger"],
+        series: |c, out| out(None, c.unserved.load(Relaxed) as f64),
     },
 ];
 

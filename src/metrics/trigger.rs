@@ -217,6 +217,13 @@ impl TriggerMetrics {
         self.cells.set_oldest_due_age(total.oldest_due_age_seconds);
     }
 
+    /// `members` sit on keys of the trigger that its configuration does not serve.
+    pub fn unserved(&self, members: u64) {
+        self.cells
+            .unserved
+            .store(i64::try_from(members).unwrap_or(i64::MAX), Relaxed);
+    }
+
     /// Whether an operator has paused shard `shard`, as the last claim or stats call saw it:
     /// the gauge is 1 while any shard is.
     pub fn paused(&self, shard: usize, paused: bool) {

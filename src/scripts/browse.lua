@@ -3,17 +3,27 @@
 -- found by rank even if that member has left meanwhile: work is bounded by the page size
 -- and the log of the set's size, never by how far into the set the page is.
 -- KEYS: the queue's eight keys (see prelude)
+-- A page also ends once the members and previews it returns reach a byte budget (after its
+-- first entry), and no body over the largest readable size is read: what a call copies and
+-- returns is bounded by the budget and one member, whatever is stored.
+-- A cursor names its member, or (after a large member, which would make a cursor as large)
+-- its place among the members of its score.
 -- ARGV: from (ms or "-inf"), to (ms or "+inf"), limit, cursor score ("" for the first page),
---       cursor member, preview (most body bytes returned per entry, hash mode; 0: inline)
--- Reply: {member, due_score, attempt_entry or "", body_size, body_preview, ...}
+--       cursor member, preview (most body bytes returned per entry, hash mode; 0: inline),
+--       largest body read for a preview, byte budget, cursor place ("": by member)
+-- Reply: {cut (1 if the budget ended the page, else 0), the last entry's place among the
+--         members of its score (0 for none), member, due_score, attempt_entry or "",
+--         body_size, body_preview, ...}
 --   body_size: -1 inline (the member is the body) or in hash mode when the id has no body;
---   body_preview: its first bytes, "" over 1 MiB.
+--   body_preview: its first bytes, "" over the largest readable size.
 local bad = wrong_type()
 if bad then
   return bad
 end
 local limit = tonumber(ARGV[3])
 local preview = tonumber(ARGV[6])
+local readable = tonumber(ARGV[7]) or 0
+local budget = tonumber(ARGV[8]) or 0
 local to = tonumber(ARGV[2])
 if ARGV[2] == '+inf' then
   to = math.huge
@@ -29,9 +39,12 @@ local function before(a, b)
   return #a < #b
 end
 
-local page
+-- The page's first rank: after the cursor, or the first member due from `from` on.
+local first
 if ARGV[4] == '' then
-  page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[2], 'WITHSCORES', 'LIMIT', 0, limit)
+  first = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[1])
+elseif (ARGV[9] or '') ~= '' then
+  first = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[4]) + tonumber(ARGV[9]) + 1
 else
   -- The first rank after the cursor, whether or not its member is still there: members of
   -- the cursor's score sit at ranks [lo, hi), in byte order; binary search among them.
@@ -46,29 +59,43 @@ else
       lo = mid + 1
     end
   end
-  page = redis.call('ZRANGE', KEYS[1], lo, lo + limit - 1, 'WITHSCORES')
+  first = lo
 end
-local out = {}
-for j = 1, #page / 2 do
-  local member, score = page[2 * j - 1], page[2 * j]
-  if tonumber(score) > to then
+-- One member at a time, so that the budget stops the page before the next member is read.
+local out = {0, 0}
+local spent = 0
+local last_rank, last_score
+for rank = first, first + limit - 1 do
+  if #out > 2 and spent >= budget then
+    out[1] = 1
     break
   end
+  local entry = redis.call('ZRANGE', KEYS[1], rank, rank, 'WITHSCORES')
+  local member, score = entry[1], entry[2]
+  if not member or tonumber(score) > to then
+    break
+  end
+  spent = spent + #member
+  last_rank, last_score = rank, score
   out[#out + 1] = member
   out[#out + 1] = score
   out[#out + 1] = redis.call('HGET', KEYS[3], member) or ''
   if preview > 0 and redis.call('HEXISTS', KEYS[6], member) == 1 then
     local size = redis.call('HSTRLEN', KEYS[6], member)
     out[#out + 1] = size
-    if size <= 1048576 then
+    if size <= readable then
       out[#out + 1] = string.sub(redis.call('HGET', KEYS[6], member), 1, preview)
+      spent = spent + preview
     else
-      -- Reading a huge body to show its first bytes would block Redis for nothing.
+      -- Reading a large body to show its first bytes would block Redis for nothing.
       out[#out + 1] = ''
     end
   else
     out[#out + 1] = -1
     out[#out + 1] = ''
   end
+end
+if last_rank then
+  out[2] = last_rank - redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. last_score)
 end
 return out

@@ -3,18 +3,23 @@
 -- letter was requeued, purged or dead-lettered again meanwhile, changes nothing.
 --   confirmed: the broker has it: out of the dead-letter set with its reason and lease; in
 --     hash mode its body too, unless the id is scheduled again or in flight.
+--   kept: the broker has it, but the forwarded message could not carry what a remedy needs
+--     (hash mode, `missing_body`: the id alone, which an operator completes in Redis): kept as
+--     a dead letter with the score +inf and without a lease, like a refused one.
 --   refused: the broker will never take it: kept as a dead letter with the score +inf, which
 --     claims never look at (its time stays in its reason), and without a lease.
 --   released: not forwarded (shutdown): the lease goes, the next claim takes it again.
 -- KEYS: the queue's eight keys (see prelude)
--- ARGV: deadline, hash 0|1, n_confirmed, n_refused, n_released, member...
--- Reply: {confirmed, refused, released}
+-- ARGV: deadline, hash 0|1, n_confirmed, n_kept, n_refused, n_released, member...
+-- Reply: {confirmed, kept, refused, released}
 local deadline, malformed = number_arg(1, 'dead-letter deadline')
 if malformed then
   return malformed
 end
-local n_ok, n_refused, n_released = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-if not (n_ok and n_refused and n_released) or #ARGV ~= 5 + n_ok + n_refused + n_released then
+local n_ok, n_kept = tonumber(ARGV[3]), tonumber(ARGV[4])
+local n_refused, n_released = tonumber(ARGV[5]), tonumber(ARGV[6])
+if not (n_ok and n_kept and n_refused and n_released)
+  or #ARGV ~= 6 + n_ok + n_kept + n_refused + n_released then
   return redis.error_reply('ERR dead-letter settle: malformed arguments')
 end
 local _, bad = begin()
@@ -38,9 +43,10 @@ local function owned(first, n)
   return mine
 end
 
-local confirmed = owned(6, n_ok)
-local refused = owned(6 + n_ok, n_refused)
-local released = owned(6 + n_ok + n_refused, n_released)
+local confirmed = owned(7, n_ok)
+local kept = owned(7 + n_ok, n_kept)
+local refused = owned(7 + n_ok + n_kept, n_refused)
+local released = owned(7 + n_ok + n_kept + n_refused, n_released)
 if #confirmed > 0 then
   each_chunk('ZREM', KEYS[4], confirmed)
   each_chunk('HDEL', KEYS[5], confirmed)
@@ -56,9 +62,11 @@ if #confirmed > 0 then
     each_chunk('HDEL', KEYS[6], done)
   end
 end
-for _, member in ipairs(refused) do
-  redis.call('ZADD', KEYS[4], 'XX', '+inf', member)
+for _, set in ipairs({kept, refused}) do
+  for _, member in ipairs(set) do
+    redis.call('ZADD', KEYS[4], 'XX', '+inf', member)
+  end
+  each_chunk('ZREM', KEYS[8], set)
 end
-each_chunk('ZREM', KEYS[8], refused)
 each_chunk('ZREM', KEYS[8], released)
-return {#confirmed, #refused, #released}
+return {#confirmed, #kept, #refused, #released}

@@ -4,8 +4,11 @@
 -- A scheduled member's attempt entry goes with it; in hash mode (ARGV[5] = "1") so does each id's body, unless a
 -- copy of the id is still scheduled, in flight or dead. In-flight members are never touched:
 -- their batches settle them. The caller repeats until the reply is 0.
+-- With ARGV[1] = "dead_reason", the dead letters among the members named from ARGV[7] on whose
+-- reason JSON's `reason` is ARGV[6] (the caller read them; each is checked again here).
 -- KEYS: the queue's eight keys (see prelude)
--- ARGV: "scheduled" or "dead", limit, from (ms or "-inf"), to (ms or "+inf"), hash flag
+-- ARGV: "scheduled", "dead" or "dead_reason", limit, from (ms or "-inf"), to (ms or "+inf"),
+-- hash flag, reason, member...
 -- Reply: members deleted
 local limit, malformed = number_arg(2, 'purge limit')
 if malformed then
@@ -24,6 +27,18 @@ local from_set
 if ARGV[1] == 'dead' then
   from_set = KEYS[4]
   members = redis.call('ZRANGE', KEYS[4], 0, limit - 1)
+elseif ARGV[1] == 'dead_reason' then
+  from_set = KEYS[4]
+  members = {}
+  for i = 7, #ARGV do
+    local member = ARGV[i]
+    if #members < limit and redis.call('ZSCORE', KEYS[4], member) then
+      local ok, reason = pcall(cjson.decode, redis.call('HGET', KEYS[5], member) or '')
+      if ok and type(reason) == 'table' and reason.reason == ARGV[6] then
+        members[#members + 1] = member
+      end
+    end
+  end
 elseif ARGV[1] == 'scheduled' then
   from_set = KEYS[1]
   members = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[3], ARGV[4], 'LIMIT', 0, limit)

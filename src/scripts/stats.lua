@@ -4,10 +4,11 @@
 --         earliest lease deadline or "", attempt entries, dead letters not refused}
 local now = now_ms()
 local due = redis.call('ZCOUNT', KEYS[1], '-inf', now)
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+-- The head's score: read only when something is due (it copies the head member, which
+-- inline is a whole message).
 local oldest = ''
-if due > 0 and head[2] then
-  oldest = head[2]
+if due > 0 then
+  oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or ''
 end
 local paused = 0
 if is_paused(KEYS[4]) then

@@ -17,21 +17,70 @@ pub const PREVIEW: usize = 256;
 /// Largest body a list reads to show its first bytes: a larger one is listed with its size
 /// only, as Redis cannot read the start of a hash field without copying all of it.
 pub const LIST_BODY_MAX: u64 = 16 * 1024;
+
+/// Member and preview bytes after which a list's page ends (it always has its first entry):
+/// a page costs Redis, the bridge and the network about this much, whatever is stored.
+pub const LIST_BUDGET: usize = 1024 * 1024;
 /// Largest body that showing one message returns; a larger one is shown by its size only.
 pub const SHOW_BODY_MAX: u64 = 1024 * 1024;
 /// Members one reschedule or purge script call takes; the store makes as many calls as needed.
 const CHUNK: usize = 1000;
 
-/// Where a page ended: the due score and member of its last entry. Written as
-/// `SCORE:MEMBER` with the member in unpadded URL-safe base64.
+/// Members longer than this end a page with a cursor by place, not by member: a cursor
+/// travels in a URL.
+pub(crate) const CURSOR_MEMBER_MAX: usize = 1024;
+
+/// Where a page ended: the due score of its last entry and that entry's member, written as
+/// `SCORE:MEMBER` with the member in unpadded URL-safe base64; or, after a member too large
+/// for a URL, its place among the members of that score, written as `SCORE#PLACE`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
     score: String,
     member: Vec<u8>,
+    /// The place among the members of `score` (`member` is then empty).
+    place: Option<u64>,
+}
+
+impl Cursor {
+    /// After `member`, whose score Redis writes as `score`.
+    pub(crate) fn after(score: String, member: Vec<u8>) -> Self {
+        Self {
+            score,
+            member,
+            place: None,
+        }
+    }
+
+    /// After the member at `place` among the members of `score`.
+    pub(crate) fn at_place(score: String, place: u64) -> Self {
+        Self {
+            score,
+            member: Vec::new(),
+            place: Some(place),
+        }
+    }
+
+    /// The score, as Redis takes it.
+    pub(crate) fn score(&self) -> &str {
+        &self.score
+    }
+
+    /// The member (empty for a cursor by place).
+    pub(crate) fn member(&self) -> &[u8] {
+        &self.member
+    }
+
+    /// The place among the members of the score, for a cursor by place.
+    pub(crate) fn place(&self) -> Option<u64> {
+        self.place
+    }
 }
 
 impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(place) = self.place {
+            return write!(f, "{}#{place}", self.score);
+        }
         let member = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&self.member);
         write!(f, "{}:{member}", self.score)
     }
@@ -42,18 +91,27 @@ impl std::str::FromStr for Cursor {
 
     fn from_str(s: &str) -> Result<Self, String> {
         let bad = || format!("`{s}` is not a cursor from a previous page");
-        let (score, member) = s.split_once(':').ok_or_else(bad)?;
+        let by_place = s.split_once('#');
+        let (score, rest) = by_place.or_else(|| s.split_once(':')).ok_or_else(bad)?;
         // Redis takes any float as a bound but NaN (and Rust would parse `NaN`, `nan`, `inf`).
         let parsed = score.parse::<f64>().map_err(|_| bad())?;
         if parsed.is_nan() {
             return Err(bad());
         }
+        if by_place.is_some() {
+            return Ok(Self {
+                score: score.to_string(),
+                member: Vec::new(),
+                place: Some(rest.parse().map_err(|_| bad())?),
+            });
+        }
         let member = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(member)
+            .decode(rest)
             .map_err(|_| bad())?;
         Ok(Self {
             score: score.to_string(),
             member,
+            place: None,
         })
     }
 }
@@ -92,6 +150,7 @@ impl ScheduledEntry {
         Cursor {
             score: self.score.clone(),
             member: self.member.clone(),
+            place: None,
         }
     }
 }
@@ -197,9 +256,19 @@ impl Store {
             .arg(limit)
             .arg(after.map_or("", |c| c.score.as_str()))
             .arg(after.map_or(&[][..], |c| c.member.as_slice()))
-            .arg(if self.hash_bodies() { PREVIEW } else { 0 });
+            .arg(if self.hash_bodies() { PREVIEW } else { 0 })
+            .arg(LIST_BODY_MAX)
+            .arg(LIST_BUDGET)
+            .arg(
+                after
+                    .and_then(|c| c.place)
+                    .map_or(String::new(), |p| p.to_string()),
+            );
         let Value::Array(reply) = inv.invoke_async(&mut conn).await? else {
             return Err(StoreError::Reply("browse reply is not an array"));
+        };
+        let [Value::Int(cut), Value::Int(place), reply @ ..] = reply.as_slice() else {
+            return Err(StoreError::Reply("browse reply"));
         };
         let mut items = Vec::new();
         for entry in reply.chunks(5) {
@@ -220,8 +289,15 @@ impl Store {
         }
         let next = items
             .last()
-            .filter(|_| items.len() == limit)
-            .map(ScheduledEntry::cursor);
+            .filter(|_| items.len() == limit || *cut == 1)
+            .map(|last| match last.member.len() > CURSOR_MEMBER_MAX {
+                true => Cursor {
+                    score: last.score.clone(),
+                    member: Vec::new(),
+                    place: u64::try_from(*place).ok(),
+                },
+                false => last.cursor(),
+            });
         Ok(Page { items, next })
     }
 
@@ -445,9 +521,17 @@ mod tests {
         let c = Cursor {
             score: "1732240000000".into(),
             member: b"\xff\x00:a b".to_vec(),
+            place: None,
         };
         assert_eq!(c.to_string().parse::<Cursor>(), Ok(c));
-        for bad in ["", "12", "x:YQ", "12:***"] {
+        let c = Cursor {
+            score: "inf".into(),
+            member: Vec::new(),
+            place: Some(3),
+        };
+        assert_eq!(c.to_string(), "inf#3");
+        assert_eq!(c.to_string().parse::<Cursor>(), Ok(c));
+        for bad in ["", "12", "x:YQ", "12:***", "12#x", "NaN#1"] {
             assert!(bad.parse::<Cursor>().is_err(), "{bad}");
         }
     }

@@ -13,9 +13,10 @@ use crate::config::Destination;
 use crate::envelope::{HeaderValue, Properties};
 use crate::repeat::Repeated;
 use crate::sink::{Disposition, MessageId, OutMessage, PublishError, Publisher};
-use crate::store::{Body, DeadClaim, DeadItem};
+use crate::store::{Body, DeadClaim, DeadItem, DeadOutcome};
 use crate::wire::{
-    HEADER_DEAD_ATTEMPTS, HEADER_DEAD_AT_MS, HEADER_DEAD_DETAIL, HEADER_DEAD_REASON,
+    HEADER_DEAD_ATTEMPTS, HEADER_DEAD_AT_MS, HEADER_DEAD_DETAIL, HEADER_DEAD_ID,
+    HEADER_DEAD_ID_B64, HEADER_DEAD_KEY, HEADER_DEAD_REASON,
 };
 
 /// Most dead letters one forward takes.
@@ -75,15 +76,24 @@ type Refused<'a> = (&'a [u8], std::borrow::Cow<'static, str>, String);
 /// What became of each letter of one forward.
 #[derive(Default)]
 struct Sorted<'a> {
-    confirmed: Vec<&'a [u8]>,
-    /// The broker will never take these: kept in Redis for good, with the reason.
+    /// The letters to settle: confirmed; kept (confirmed, but the message could not carry
+    /// the remedy: no body, the id only, which an operator completes in Redis); refused;
+    /// released (not forwarded for a reason of the sink, claimable again at once).
+    outcome: DeadOutcome<'a>,
+    /// The refused ones with their reason: kept in Redis for good.
     refused: Vec<Refused<'a>>,
-    /// Not forwarded for a reason of the sink, not the letter's: claimable again at once.
-    released: Vec<&'a [u8]>,
     /// Not confirmed: tried again once the lease expires (the broker may still have them).
     unconfirmed: Vec<std::borrow::Cow<'static, str>>,
     /// The sink failed: get a new publisher and back off.
     sink_broken: bool,
+}
+
+impl<'a> Sorted<'a> {
+    /// `member` will never be taken by the broker: `label` and `why` say so.
+    fn refuse(&mut self, member: &'a [u8], label: std::borrow::Cow<'static, str>, why: String) {
+        self.outcome.refused.push(member);
+        self.refused.push((member, label, why));
+    }
 }
 
 impl Forwarder {
@@ -127,7 +137,7 @@ impl Forwarder {
                 self.pause(ERROR_BACKOFF.delay(self.broken_forwards)).await;
             } else {
                 self.broken_forwards = 0;
-                if sorted.confirmed.is_empty() && !sorted.unconfirmed.is_empty() {
+                if sorted.outcome.confirmed.is_empty() && !sorted.unconfirmed.is_empty() {
                     // Nothing got through (unroutable, nacked): those wait for their lease;
                     // the next claim waits a little too, longer while it goes on.
                     self.pause(ERROR_BACKOFF.delay(self.unforwarded.count()))
@@ -177,14 +187,14 @@ impl Forwarder {
                 Some(payload) => sendable.push((
                     item,
                     payload,
-                    headers(item),
+                    headers(item, &self.t.store.keys().source),
                     MessageId::new(&cfg.key, &item.member),
                 )),
-                None => sorted.refused.push((
+                None => sorted.refuse(
                     item.member.as_slice(),
                     "too_large".into(),
                     format!("larger than max_message_bytes ({})", cfg.max_message_bytes),
-                )),
+                ),
             }
         }
         let messages: Vec<OutMessage<'_>> = sendable
@@ -215,8 +225,12 @@ impl Forwarder {
         for ((item, ..), outcome) in sendable.iter().zip(outcomes) {
             let member = item.member.as_slice();
             let e = match outcome {
+                Ok(_) if matches!(item.body, Body::Missing) => {
+                    sorted.outcome.kept.push(member);
+                    continue;
+                }
                 Ok(_) => {
-                    sorted.confirmed.push(member);
+                    sorted.outcome.confirmed.push(member);
                     continue;
                 }
                 Err(e) => e,
@@ -224,12 +238,12 @@ impl Forwarder {
             sorted.sink_broken |= e.breaks_sink();
             if e.is_refusal() {
                 // Refused alone while others went through: it would be refused again.
-                sorted.refused.push((member, e.reason(), e.to_string()));
+                sorted.refuse(member, e.reason(), e.to_string());
                 continue;
             }
             match e.disposition() {
-                Disposition::DeadLetter => sorted.refused.push((member, e.reason(), e.to_string())),
-                Disposition::PutBack => sorted.released.push(member),
+                Disposition::DeadLetter => sorted.refuse(member, e.reason(), e.to_string()),
+                Disposition::PutBack => sorted.outcome.released.push(member),
                 Disposition::Retry => sorted.unconfirmed.push(e.reason()),
             }
         }
@@ -246,18 +260,12 @@ impl Forwarder {
         for reason in &sorted.unconfirmed {
             t.metrics.dead_letter_not_forwarded(reason);
         }
-        let refused: Vec<&[u8]> = sorted.refused.iter().map(|(m, ..)| *m).collect();
         let give_up = Instant::now() + t.config.lease;
         let mut failures = 0u32;
         let settled = loop {
             match t
                 .store
-                .settle_dead(
-                    claim.deadline_ms,
-                    &sorted.confirmed,
-                    &refused,
-                    &sorted.released,
-                )
+                .settle_dead(claim.deadline_ms, &sorted.outcome)
                 .await
             {
                 Ok(settled) => break settled,
@@ -272,7 +280,8 @@ impl Forwarder {
                 }
             }
         };
-        t.metrics.dead_letters_forwarded(settled.confirmed);
+        t.metrics
+            .dead_letters_forwarded(settled.confirmed + settled.kept);
         if settled.refused == 0 {
             self.refusals.recovered();
         } else if let Some(unlogged) = self.refusals.failed() {
@@ -318,9 +327,10 @@ impl Forwarder {
     }
 }
 
-/// The headers that say why a letter is dead (reason, detail, attempts, when), read from
-/// its reason JSON once, and its attempt count.
-fn headers(item: &DeadItem) -> (Properties, i64) {
+/// The headers that say why a letter is dead (reason, detail, attempts, when) and which it
+/// is (its key, and in hash mode its id), read from its reason JSON once, and its attempt
+/// count.
+fn headers(item: &DeadItem, key: &str) -> (Properties, i64) {
     use serde_json::Value;
     let why: Option<Value> = item
         .reason
@@ -336,7 +346,25 @@ fn headers(item: &DeadItem) -> (Properties, i64) {
         ),
         (HEADER_DEAD_ATTEMPTS.to_string(), HeaderValue::Int(attempts)),
         (HEADER_DEAD_AT_MS.to_string(), HeaderValue::Int(item.at_ms)),
+        (
+            HEADER_DEAD_KEY.to_string(),
+            HeaderValue::Text(key.to_string()),
+        ),
     ];
+    // Inline, the body is the member itself; in hash mode the id says which body it was.
+    if !matches!(item.body, Body::Member) {
+        use base64::Engine;
+        headers.push(match std::str::from_utf8(&item.member) {
+            Ok(id) => (
+                HEADER_DEAD_ID.to_string(),
+                HeaderValue::Text(id.to_string()),
+            ),
+            Err(_) => (
+                HEADER_DEAD_ID_B64.to_string(),
+                HeaderValue::Text(base64::engine::general_purpose::STANDARD.encode(&item.member)),
+            ),
+        });
+    }
     if let Some(detail) = text("detail") {
         headers.push((HEADER_DEAD_DETAIL.to_string(), HeaderValue::Text(detail)));
     }

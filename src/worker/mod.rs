@@ -25,11 +25,13 @@ mod maintenance;
 mod prepare;
 mod route;
 mod settlement;
+mod unserved;
 
 use batch::AdaptiveBatch;
 use deliver::Verdict;
 pub use forward::forward_dead_letters;
 pub use maintenance::maintain;
+pub use unserved::watch_unserved;
 
 /// Everything the workers of one trigger share.
 pub struct Trigger {

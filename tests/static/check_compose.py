@@ -8,13 +8,18 @@ Checks, without Docker or network access:
   * docker/prometheus.yml parses and scrapes compose services;
   * grafana/provisioning/**/*.yaml parse; file providers load from a directory
     that compose mounts into the Grafana container;
-  * docker/Dockerfile has a HEALTHCHECK, EXPOSE 9464 and a non-root USER in its
-    final stage;
+  * docker/Dockerfile has a HEALTHCHECK (`delay-bridge health`, exec form, or a
+    poll of :9464/healthz), EXPOSE 9464 and a numeric non-root USER in its final
+    stage;
+  * compose secrets have existing files, and services use only declared ones;
+  * the stack's images are on the expected major versions (IMAGE_MAJORS);
   * the dashboard JSON parses, and every panel query has an expression;
   * the pieces agree with each other: the bridge service mounts the config
     file its command (or the image's CMD) names; that config listens on all
     interfaces on the port the image EXPOSEs, health-checks and Prometheus
     scrapes; its shutdown timeout fits in the service's stop_grace_period;
+    the admin API, when the config enables it, listens on all interfaces on an
+    EXPOSEd port with its token_file a mounted compose secret;
     Redis runs with appendonly and noeviction; Kafka's KRaft settings are
     complete; Prometheus rule files exist and are mounted next to its config.
 
@@ -55,6 +60,15 @@ DASHBOARD = Path("grafana/dashboards/delay-bridge.json")
 METRICS_PORT = "9464"
 
 BRIDGE_SERVICE = "bridge"
+# The major version each third-party image of the stack is expected on.
+IMAGE_MAJORS = {
+    "rabbitmq": 4,
+    "apache/kafka": 4,
+    "prom/prometheus": 3,
+    "grafana/grafana": 12,
+}
+# Where compose mounts a service's secrets.
+SECRETS_DIR = "/run/secrets"
 PROMETHEUS_CONFIG_IN_CONTAINER = "/etc/prometheus/prometheus.yml"
 # Docker's default when a service sets no stop_grace_period.
 DEFAULT_GRACE_SECONDS = 10.0
@@ -161,6 +175,11 @@ class Checker:
                 elif not host.exists():
                     self.fail(f"{where}: bind mount {source!r} -> {self.rel(host)} does not exist")
                 mounts[name].append((host, target))
+            self._check_image(where, svc.get("image"))
+            for secret in svc.get("secrets") or []:
+                name = secret.get("source") if isinstance(secret, dict) else secret
+                if name not in (compose.get("secrets") or {}):
+                    self.fail(f"{where}: secret {name!r} is not declared under top-level secrets")
             for env_file in self._as_list(svc.get("env_file")):
                 path = env_file.get("path") if isinstance(env_file, dict) else env_file
                 if not (base / str(path)).is_file():
@@ -227,6 +246,30 @@ class Checker:
             self.fail(f"{where}: build context {context!r} is outside the repository")
         if not (ctx / dockerfile).is_file():
             self.fail(f"{where}: Dockerfile {dockerfile!r} not found in build context {self.rel(ctx)}")
+
+    def check_secrets(self, compose: dict | None) -> None:
+        if compose is None:
+            return
+        base = (self.root / COMPOSE).parent
+        for name, secret in (compose.get("secrets") or {}).items():
+            if not isinstance(secret, dict):
+                self.fail(f"{COMPOSE}: secret {name}: expected a mapping")
+                continue
+            if "file" in secret and not (base / str(secret["file"])).is_file():
+                self.fail(f"{COMPOSE}: secret {name}: file {secret['file']!r} does not exist")
+
+    def _check_image(self, where: str, image) -> None:
+        if not isinstance(image, str):
+            return
+        name, _, tag = image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "")
+        expected = IMAGE_MAJORS.get(name)
+        if expected is None:
+            return
+        match = re.match(r"v?(\d+)", tag)
+        if not match:
+            self.fail(f"{where}: image {image!r} names no version; pin major {expected}")
+        elif int(match.group(1)) != expected:
+            self.fail(f"{where}: image {image!r} is on major {match.group(1)}, expected {expected}")
 
     def _inside_repo(self, path: Path) -> bool:
         try:
@@ -332,7 +375,31 @@ class Checker:
             user = users[-1].split(":")[0]
             if user in ("root", "0"):
                 self.fail(f"{DOCKERFILE}: the final stage runs as {users[-1]!r}; use a non-root USER")
+            elif not all(part.isdigit() for part in users[-1].split(":")):
+                self.fail(f"{DOCKERFILE}: USER {users[-1]!r} is not numeric (uid or uid:gid), so "
+                          f"runAsNonRoot cannot verify it")
+        if has_health and not self._health_command_ok(health[-1]):
+            self.fail(f"{DOCKERFILE}: HEALTHCHECK neither runs `delay-bridge health` (exec form) "
+                      f"nor polls :{METRICS_PORT}/healthz")
         return has_health
+
+    @staticmethod
+    def _health_command(arg: str) -> str:
+        """The command of a HEALTHCHECK instruction, its options left out."""
+        words = arg.split()
+        while words and words[0].startswith("--"):
+            words.pop(0)
+        if words and words[0].upper() == "CMD":
+            words.pop(0)
+        return " ".join(words)
+
+    def _health_command_ok(self, arg: str) -> bool:
+        command = self._health_command(arg)
+        if command.startswith("["):
+            exec_form = self._exec_form(command)
+            if exec_form[:2] == ["delay-bridge", "health"]:
+                return True
+        return f":{METRICS_PORT}/healthz" in command
 
     @staticmethod
     def _dockerfile_instructions(text: str) -> list[tuple[str, str]]:
@@ -404,9 +471,7 @@ class Checker:
         if port != METRICS_PORT:
             self.fail(f"{self.rel(host)}: metrics.listen port {port} is not {METRICS_PORT}, the port "
                       f"{DOCKERFILE} exposes and health-checks")
-        for op, arg in dockerfile:
-            if op == "HEALTHCHECK" and f":{METRICS_PORT}/healthz" not in arg:
-                self.fail(f"{DOCKERFILE}: HEALTHCHECK does not poll :{METRICS_PORT}/healthz")
+        self._check_admin(where, config, host, env, bridge, dockerfile)
         if prom is not None:
             targets = [str(t) for job in prom.get("scrape_configs") or []
                        for sc in job.get("static_configs") or [] for t in sc.get("targets") or []]
@@ -423,6 +488,34 @@ class Checker:
 
         self._check_redis(services.get("redis"))
         self._check_kafka(services.get("kafka"))
+
+    def _check_admin(self, where: str, config: dict, host: Path, env: dict, bridge: dict,
+                     dockerfile: list) -> None:
+        admin = config.get("admin") or {}
+        listen = str(env.get("DELAY_BRIDGE_ADMIN__LISTEN") or admin.get("listen") or "")
+        if not listen:
+            return
+        listen_host, _, port = listen.rpartition(":")
+        if listen_host.strip("[]") in ("127.0.0.1", "localhost", "::1"):
+            self.fail(f"{self.rel(host)}: admin.listen = {listen!r} is loopback: the published port "
+                      f"cannot reach it")
+        exposed = {p.split("/")[0] for op, arg in dockerfile if op == "EXPOSE" for p in arg.split()}
+        if port not in exposed:
+            self.fail(f"{DOCKERFILE}: does not EXPOSE the admin port {port}")
+        published = [str(p) for p in bridge.get("ports") or []]
+        if not any(p.endswith(f":{port}") for p in published):
+            self.fail(f"{where}: the admin port {port} is not published")
+        token_file = str(env.get("DELAY_BRIDGE_ADMIN__TOKEN_FILE") or admin.get("token_file") or "")
+        if not token_file:
+            if not admin.get("read_only"):
+                self.fail(f"{self.rel(host)}: the admin API has no token_file")
+            return
+        secrets = [s.get("target") or s.get("source") if isinstance(s, dict) else s
+                   for s in bridge.get("secrets") or []]
+        mounted = {t if str(t).startswith("/") else f"{SECRETS_DIR}/{t}" for t in secrets}
+        if token_file not in mounted:
+            self.fail(f"{where}: admin.token_file {token_file} is not a secret of the service "
+                      f"(mounted: {sorted(mounted)})")
 
     def _check_redis(self, redis) -> None:
         if not isinstance(redis, dict):
@@ -592,6 +685,7 @@ def main(argv: list[str]) -> int:
     prom = checker.load_yaml(PROMETHEUS)
     checker.check_prometheus(prom, compose)
     checker.check_rule_files(prom, mounts)
+    checker.check_secrets(compose)
     checker.check_stack(compose, mounts, prom)
     checker.check_provisioning(mounts)
     checker.check_dashboard(checker.load_dashboard())

@@ -11,11 +11,10 @@
 //! (`SinkRefused`: put back without an attempt, and the worker backs off).
 
 use lapin::options::ConfirmSelectOptions;
-use lapin::types::AMQPValue;
 use lapin::{Channel, Connection};
 use tokio_util::sync::CancellationToken;
 
-use super::publisher::{confirmation, properties, AmqpPublisher, MANDATORY};
+use super::publisher::{confirmation, properties, AmqpPublisher, Target, MANDATORY};
 use crate::sink::{record_outcome, Confirms, OutMessage, Outcome, PublishError};
 
 /// True when `r` is a member the close may have failed without its fault: to be tried again.
@@ -32,43 +31,6 @@ fn close_of(results: &[Outcome]) -> Option<(u16, String)> {
         Err(PublishError::Closed { code, text }) => Some((*code, text.clone())),
         _ => None,
     })
-}
-
-/// Where the batch's messages go: the route's exchange and key, the trigger header.
-pub(super) struct Target<'a> {
-    pub exchange: &'a str,
-    /// The route's key, for messages that bring none.
-    pub routing_key: &'a str,
-    pub trigger: &'a AMQPValue,
-}
-
-/// The messages the broker refused alone while others went through, by message id, for an
-/// hour: when such a message is retried alone (nothing else due to tell), it is still its
-/// own fault, not the sink's. Bounded: the oldest are forgotten first.
-#[derive(Default)]
-pub(crate) struct Refused {
-    ids: std::sync::Mutex<std::collections::VecDeque<(String, tokio::time::Instant)>>,
-}
-
-impl Refused {
-    const KEEP: std::time::Duration = std::time::Duration::from_secs(3600);
-    const MOST: usize = 10_000;
-
-    fn remember(&self, id: &str) {
-        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
-        if ids.len() >= Self::MOST {
-            ids.pop_front();
-        }
-        ids.push_back((id.to_string(), tokio::time::Instant::now()));
-    }
-
-    fn was_refused(&self, id: &str) -> bool {
-        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
-        while ids.front().is_some_and(|(_, at)| at.elapsed() > Self::KEEP) {
-            ids.pop_front();
-        }
-        ids.iter().any(|(known, _)| known == id)
-    }
 }
 
 impl AmqpPublisher {
@@ -127,13 +89,14 @@ impl AmqpPublisher {
         results: &mut [Outcome],
         confirms: Option<&Confirms>,
     ) {
-        // Only what goes through after the close tells: a message confirmed before it says
-        // nothing of an exchange deleted or permissions revoked since.
-        let mut witnessed = false;
+        // Only what goes through after a refusal tells it was the message's: a message
+        // confirmed before it says nothing of an exchange deleted or permissions revoked
+        // since (a revocation can take effect between two messages of this pass).
+        let mut last_confirmed: Option<usize> = None;
         let mut refused_alone = Vec::new();
         let mut private: Option<Connection> = None;
         let mut channel: Option<Channel> = None;
-        for i in suspects {
+        for (order, i) in suspects.into_iter().enumerate() {
             let open = match channel.take().filter(|c| c.status().connected()) {
                 Some(c) => Ok(c),
                 None => self.fresh_channel(&mut private).await,
@@ -161,10 +124,12 @@ impl AmqpPublisher {
             };
             match outcome {
                 Ok(c) => {
-                    witnessed = true;
+                    last_confirmed = Some(order);
                     record_outcome(results, i, Ok(c), confirms);
                 }
-                Err(PublishError::Closed { code, text }) => refused_alone.push((i, code, text)),
+                Err(PublishError::Closed { code, text }) => {
+                    refused_alone.push((order, i, code, text))
+                }
                 Err(e) => results[i] = Err(e),
             }
             channel = Some(ch);
@@ -175,9 +140,11 @@ impl AmqpPublisher {
         if let Some(conn) = private {
             let _ = conn.close(200, "isolated").await;
         }
-        for (i, code, text) in refused_alone {
+        for (order, i, code, text) in refused_alone {
             let id = messages[i].id;
-            // Refused alone while others went through, now or on an earlier try: its fault.
+            // Refused alone while another went through after it, now or on an earlier try:
+            // its fault. Refused with nothing through after it: the sink's, for now.
+            let witnessed = last_confirmed.is_some_and(|last| last > order);
             let culprit = witnessed || self.refused.was_refused(id);
             results[i] = Err(if culprit {
                 self.refused.remember(id);

@@ -6,6 +6,7 @@ mod frame;
 mod isolate;
 mod nodes;
 mod publisher;
+mod refused;
 mod topology;
 
 use std::collections::HashSet;
@@ -69,8 +70,8 @@ pub(super) struct Connector {
 pub struct AmqpSink {
     name: String,
     connector: Arc<Connector>,
-    /// Messages the broker refused alone (see [`isolate::Refused`]).
-    refused_alone: Arc<isolate::Refused>,
+    /// Messages the broker refused alone (see [`refused::Refused`]).
+    refused_alone: Arc<refused::Refused>,
     declare: Vec<AmqpDeclare>,
     reconnect_max: Duration,
     conn: tokio::sync::Mutex<Option<Arc<Connection>>>,

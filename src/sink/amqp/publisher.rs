@@ -16,13 +16,20 @@ use crate::envelope::HeaderValue;
 use tokio_util::sync::CancellationToken;
 
 use super::frame;
-use super::isolate::Target;
 use super::Connector;
 use crate::config::{AmqpRoute, AmqpRouting};
 use crate::sink::{
     await_confirms, record_outcome, Confirmed, Confirms, OutMessage, Outcome, PublishError,
 };
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_TRIGGER};
+
+/// Where the batch's messages go: the route's exchange and key, the trigger header.
+pub(super) struct Target<'a> {
+    pub exchange: &'a str,
+    /// The route's key, for messages that bring none.
+    pub routing_key: &'a str,
+    pub trigger: &'a AMQPValue,
+}
 
 /// A confirm-mode channel from the sink's pool, bound to one route (workers may share a
 /// channel; clones share it too: a worker's batches in flight).
@@ -33,7 +40,7 @@ pub struct AmqpPublisher {
     /// Opens a connection of its own to isolate a message that closed the shared one.
     pub(super) connector: Arc<Connector>,
     /// Messages the broker refused alone, shared by the sink's publishers.
-    pub(super) refused: Arc<super::isolate::Refused>,
+    pub(super) refused: Arc<super::refused::Refused>,
     pub(super) route: AmqpRoute,
     /// The sink's window of unconfirmed messages (`max_unconfirmed`), shared by every
     /// publisher on its connection.

@@ -1,15 +1,12 @@
 //! Delivery reports: each record's outcome goes straight to the batch that sent it, on one
 //! channel per batch, and wakes publishers waiting for room in librdkafka's queue.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::ProducerContext;
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::Notify;
 
+use super::errors::classify;
 use super::health::HealthContext;
-use super::publisher::classify;
 use crate::sink::{Confirmed, Outcome, PublishError};
 
 /// Where one record's delivery report goes: its batch's channel, at its position there.
@@ -47,39 +44,6 @@ impl Drop for Report {
         self.send(Err(PublishError::Connection(
             "the producer dropped the record".into(),
         )));
-    }
-}
-
-/// Room in librdkafka's queue (shared by every worker of the sink): a publisher that found it
-/// full waits for the next delivery report.
-#[derive(Default)]
-pub(super) struct Room {
-    freed: Notify,
-    /// Some publisher waits: only then does a report take the notifier's lock.
-    waiting: AtomicBool,
-}
-
-impl Room {
-    /// Registers a waiter for the next report; register before trying again, so a report
-    /// arriving in between is not missed.
-    pub(super) fn wait(&self) -> std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>> {
-        let mut freed = Box::pin(self.freed.notified());
-        freed.as_mut().enable();
-        self.waiting.store(true, Ordering::SeqCst);
-        freed
-    }
-
-    /// A report came in: wake the waiting publishers, if any.
-    pub(super) fn freed(&self) {
-        if self.waiting.load(Ordering::Relaxed) && self.waiting.swap(false, Ordering::SeqCst) {
-            self.freed.notify_waiters();
-        }
-    }
-
-    /// Wakes every waiting publisher (a new producer has an empty queue).
-    pub(super) fn reset(&self) {
-        self.waiting.store(false, Ordering::SeqCst);
-        self.freed.notify_waiters();
     }
 }
 

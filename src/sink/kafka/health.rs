@@ -72,7 +72,7 @@ impl Health {
 pub struct HealthContext {
     pub(super) health: Arc<Health>,
     pub(super) name: String,
-    pub(super) room: Arc<super::delivery::Room>,
+    pub(super) room: Arc<super::room::Room>,
 }
 
 impl ClientContext for HealthContext {

@@ -1,9 +1,11 @@
 //! Kafka sink: an idempotent `acks=all` producer; a record counts only once its delivery report is in.
 
 mod delivery;
+mod errors;
 mod health;
 mod poller;
 mod publisher;
+mod room;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
@@ -16,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 use super::PublishError;
 use crate::config::{KafkaRoute, KafkaSinkConfig};
 use crate::metrics::Metrics;
-use delivery::Room;
 use health::{Health, HealthContext};
 pub use publisher::KafkaPublisher;
+use room::Room;
 
 /// Properties the bridge sets unless the sink's `properties` override them.
 ///

@@ -1,0 +1,158 @@
+//! `health`: asks a running bridge's `/healthz` whether it is alive, for container and
+//! service-manager health checks (exit 0 when it answers 200).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::Context;
+use figment::providers::{Format, Toml};
+use figment::Figment;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+
+/// `health` arguments.
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    /// URL to ask (default: `/healthz` on the `[metrics] listen` address of the config, or
+    /// `http://127.0.0.1:9464/healthz` when no config is found).
+    #[arg(long)]
+    url: Option<String>,
+    /// Give up after this long.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
+    timeout: Duration,
+    #[command(flatten)]
+    config: ConfigArg,
+}
+
+/// The metrics listener's address when no config says otherwise.
+const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9464);
+
+/// Runs the check: prints one line and returns 0 when the answer is 200, else 1.
+pub async fn health(args: HealthArgs) -> i32 {
+    let url = match &args.url {
+        Some(url) => url.clone(),
+        None => match default_url(&args.config) {
+            Ok(url) => url,
+            Err(e) => {
+                say!("unhealthy: {}", one_line(&e));
+                return 1;
+            }
+        },
+    };
+    match tokio::time::timeout(args.timeout, get_status(&url)).await {
+        Ok(Ok(200)) => {
+            say!("healthy: {url} answered 200");
+            0
+        }
+        Ok(Ok(status)) => {
+            say!("unhealthy: {url} answered {status}");
+            1
+        }
+        Ok(Err(e)) => {
+            say!("unhealthy: {url}: {}", one_line(&e));
+            1
+        }
+        Err(_) => {
+            say!(
+                "unhealthy: {url}: no answer within {}",
+                humantime::format_duration(args.timeout)
+            );
+            1
+        }
+    }
+}
+
+/// `/healthz` on the config's metrics listener. Only `[metrics] listen` is read (with its
+/// `DELAY_BRIDGE_METRICS__LISTEN` override), so a check never touches secrets or brokers.
+fn default_url(arg: &ConfigArg) -> anyhow::Result<String> {
+    let listen = match config::find_config(arg.explicit()) {
+        Ok(path) => {
+            anyhow::ensure!(path.is_file(), "{}: no such file", path.display());
+            let figment = Figment::new()
+                .merge(Toml::file_exact(&path))
+                .merge(config::env_overrides());
+            if figment.contains("metrics.listen") {
+                figment
+                    .extract_inner::<SocketAddr>("metrics.listen")
+                    .with_context(|| format!("{}: metrics.listen", path.display()))?
+            } else {
+                DEFAULT_LISTEN
+            }
+        }
+        // Nothing on the search path: the default listener.
+        Err(_) => DEFAULT_LISTEN,
+    };
+    Ok(format!("http://{}/healthz", reachable(listen)))
+}
+
+/// A listener on every interface is asked on loopback.
+fn reachable(listen: SocketAddr) -> SocketAddr {
+    match listen.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), listen.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), listen.port())
+        }
+        _ => listen,
+    }
+}
+
+/// `GET url` over plain HTTP/1.1; the response's status code.
+async fn get_status(url: &str) -> anyhow::Result<u16> {
+    let parsed = url::Url::parse(url).with_context(|| format!("not a URL: {url}"))?;
+    anyhow::ensure!(parsed.scheme() == "http", "only http:// URLs are supported");
+    let host = parsed.host_str().context("the URL has no host")?;
+    let port = parsed.port_or_known_default().unwrap_or(80);
+    let target = match parsed.query() {
+        Some(q) => format!("{}?{q}", parsed.path()),
+        None => parsed.path().to_string(),
+    };
+    let authority = match parsed.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    };
+    // `[::1]` in a URL is `::1` to the resolver.
+    let dial = host.trim_start_matches('[').trim_end_matches(']');
+    let mut stream = tokio::net::TcpStream::connect((dial, port))
+        .await
+        .context("connecting")?;
+    let request = format!(
+        "GET {target} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: delay-bridge-health\r\n\
+         Connection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await?;
+    // The status line is all that is needed; it fits in the first read of a small buffer.
+    let mut head = Vec::with_capacity(256);
+    let mut buf = [0u8; 256];
+    while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 4096 {
+        let n = stream.read(&mut buf).await.context("reading the answer")?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&head);
+    let line = line.lines().next().unwrap_or_default();
+    let mut parts = line.split_whitespace();
+    match (parts.next(), parts.next().map(str::parse::<u16>)) {
+        (Some(version), Some(Ok(status))) if version.starts_with("HTTP/") => Ok(status),
+        _ => anyhow::bail!("not an HTTP answer: {line:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_interface_is_asked_on_loopback() {
+        let any4: SocketAddr = "0.0.0.0:9464".parse().unwrap();
+        let any6: SocketAddr = "[::]:9000".parse().unwrap();
+        let one: SocketAddr = "10.1.2.3:80".parse().unwrap();
+        assert_eq!(reachable(any4), "127.0.0.1:9464".parse().unwrap());
+        assert_eq!(reachable(any6), "[::1]:9000".parse().unwrap());
+        assert_eq!(reachable(one), one);
+    }
+}

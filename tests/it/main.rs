@@ -1,0 +1,37 @@
+//! The integration tests, one binary: each module is the tests of one subject, against the
+//! real services (see `docs/testing.md`); `common` holds what they start and read.
+
+mod common;
+
+mod admin;
+mod amqp;
+mod cluster;
+mod config;
+mod config_load;
+mod console;
+mod control;
+mod crash;
+mod dead_letters;
+mod docs;
+mod envelope;
+mod faults;
+mod faults_amqp;
+mod faults_redis;
+mod hash_payload;
+mod health;
+mod hostile;
+mod kafka;
+mod kafka_mock;
+mod log_volume;
+mod loss;
+mod model;
+mod observability;
+mod operate;
+mod packaging;
+mod producers;
+mod rabbit_cluster;
+mod refusals;
+mod reload;
+mod security;
+mod tls;
+mod wakeup;

@@ -1,0 +1,503 @@
+//! What the broker refuses by closing a channel or the connection: the culprit pays alone (an
+//! attempt, then a dead letter with the broker's words), innocent neighbours and other
+//! triggers go through, and a refusal of every message (an exchange deleted, permissions
+//! revoked) dead-letters nothing and resumes when fixed.
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
+    QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Connection, ConnectionProperties, ExchangeKind};
+
+use common::servers::RabbitServer;
+use common::*;
+
+/// A topic exchange and a queue bound to it with `pattern`, consumed in the background: how
+/// many copies of each body arrived.
+struct Topic {
+    exchange: String,
+    queue: String,
+    pattern: String,
+    url: String,
+    seen: Arc<Mutex<HashMap<Vec<u8>, usize>>>,
+    conn: Connection,
+}
+
+impl Topic {
+    async fn start(url: &str, pattern: &str) -> Self {
+        let conn = Connection::connect(url, ConnectionProperties::default())
+            .await
+            .expect("RabbitMQ must run on loopback (see README)");
+        let me = Self {
+            exchange: unique("refusals-ex"),
+            queue: unique("refusals-q"),
+            pattern: pattern.to_string(),
+            url: url.to_string(),
+            seen: Arc::default(),
+            conn,
+        };
+        me.declare().await;
+        let ch = me.conn.create_channel().await.unwrap();
+        let mut consumer = ch
+            .basic_consume(
+                &me.queue,
+                "refusals",
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let seen = me.seen.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(d)) = consumer.next().await {
+                *seen.lock().unwrap().entry(d.data.clone()).or_default() += 1;
+                let _ = d.ack(BasicAckOptions::default()).await;
+            }
+        });
+        me
+    }
+
+    /// Declares the exchange and the queue and binds them (again, after a delete).
+    async fn declare(&self) {
+        let ch = self.conn.create_channel().await.unwrap();
+        ch.exchange_declare(
+            &self.exchange,
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        ch.queue_declare(
+            &self.queue,
+            QueueDeclareOptions {
+                exclusive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        ch.queue_bind(
+            &self.queue,
+            &self.exchange,
+            &self.pattern,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        let _ = ch.close(200, "declared").await;
+    }
+
+    async fn delete_exchange(&self) {
+        let ch = self.conn.create_channel().await.unwrap();
+        ch.exchange_delete(&self.exchange, ExchangeDeleteOptions::default())
+            .await
+            .unwrap();
+        let _ = ch.close(200, "deleted").await;
+    }
+
+    fn distinct(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    fn copies(&self, body: &[u8]) -> usize {
+        self.seen.lock().unwrap().get(body).copied().unwrap_or(0)
+    }
+
+    async fn expect_distinct(&self, n: usize, timeout: Duration, bridge: &Bridge) {
+        let done = wait_until(timeout, || self.distinct() >= n).await;
+        assert!(done, "{} of {n} arrived\n{}", self.distinct(), bridge.log());
+    }
+
+    /// The trigger lines that publish to this exchange with `routing_key`.
+    fn destination(&self, routing_key: &str) -> String {
+        format!(
+            "exchange = \"{}\"\nrouting_key = \"{routing_key}\"\n",
+            self.exchange
+        )
+    }
+}
+
+impl Drop for Topic {
+    fn drop(&mut self) {
+        // The exchange is durable: delete it on a connection of its own (the test's runtime
+        // may be gone by now, so on a thread with one of its own).
+        let (url, exchange) = (self.url.clone(), self.exchange.clone());
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Runtime::new().unwrap().block_on(async {
+                if let Ok(c) = Connection::connect(&url, ConnectionProperties::default()).await {
+                    if let Ok(ch) = c.create_channel().await {
+                        let _ = ch
+                            .exchange_delete(&exchange, ExchangeDeleteOptions::default())
+                            .await;
+                    }
+                    let _ = c.close(200, "done").await;
+                }
+            })
+        })
+        .join();
+    }
+}
+
+/// A private RabbitMQ with a user `bridge` who may publish to `exchange` only with routing
+/// keys matching `topic` (topic permissions): its URL for the bridge.
+async fn broker_with_user(rabbit: &RabbitServer, exchange: &str, topic: &str) -> String {
+    rabbit.ctl(&["add_user", "bridge", "bridge-pw"]).await;
+    rabbit
+        .ctl(&["set_permissions", "-p", "/", "bridge", ".*", ".*", ".*"])
+        .await;
+    rabbit
+        .ctl(&[
+            "set_topic_permissions",
+            "-p",
+            "/",
+            "bridge",
+            exchange,
+            topic,
+            topic,
+        ])
+        .await;
+    format!("amqp://bridge:bridge-pw@{}/%2f", rabbit.addr())
+}
+
+/// The end of every test here: no panic in the bridge's log, the bridge stopped, its keys gone.
+async fn done(bridge: Bridge, r: &mut Conn, keys: &[&str]) {
+    bridge.assert_no_panic();
+    drop(bridge);
+    for key in keys {
+        cleanup_keys(r, key).await;
+    }
+}
+
+fn envelope(body: &str, routing_key: &str) -> String {
+    format!(r#"{{"body": "{body}", "routing_key": "{routing_key}"}}"#)
+}
+
+/// A routing key outside the user's topic permissions makes RabbitMQ close the channel (403)
+/// on every try. Published alone it is refused while its neighbours go through: it pays
+/// attempts and is dead-lettered as `broker_refused` with the broker's reply, the ten allowed
+/// messages behind it and another trigger on the same connection are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routing_key_outside_the_permissions_is_refused_alone_and_the_rest_flows() {
+    let rabbit = RabbitServer::start().await;
+    let topic = Topic::start(&rabbit.url(), "allowed.#").await;
+    let url = broker_with_user(&rabbit, &topic.exchange, "^allowed\\..*").await;
+    let mut r = redis().await;
+    let key = format!("{}:{{refusals}}", unique("acl"));
+    let other = format!("{}:{{refusals}}", unique("acl-other"));
+    let now = redis_now(&mut r).await;
+    let poison = envelope("poison", "denied.x");
+    // The poison is the head: claimed first, in one batch with the allowed ones.
+    zadd(&mut r, &key, now - 60_000, &poison).await;
+    for i in 0..10 {
+        zadd(
+            &mut r,
+            &key,
+            now - 50_000 + i,
+            envelope(&format!("ok-{i}"), "allowed.x"),
+        )
+        .await;
+        zadd(&mut r, &other, now - 50_000 + i, format!("other-{i}")).await;
+    }
+    let port = free_port();
+    let lines = "format = \"envelope\"\nworkers = 1\nbatch = 100\nmax_attempts = 2\n\
+                 backoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\n";
+    let cfg = ConfigToml::base(port).amqp_sink("rabbit", &url).to_string()
+        + &trigger(
+            "acl",
+            &key,
+            "rabbit",
+            &(topic.destination("allowed.default") + lines),
+        )
+        + &trigger(
+            "other",
+            &other,
+            "rabbit",
+            &(topic.destination("allowed.other") + "workers = 1\n"),
+        );
+    let bridge = Bridge::start(&cfg, port);
+    topic
+        .expect_distinct(20, Duration::from_secs(30), &bridge)
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let reason = wait_dead_reason(&mut r, &key, poison.as_bytes(), deadline)
+        .await
+        .unwrap_or_else(|| panic!("not dead-lettered\n{}", bridge.log()));
+    assert_eq!(reason["reason"], "broker_refused", "{reason}");
+    assert_eq!(reason["attempts"], 2, "{reason}");
+    let detail = reason["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with("403 ") && detail.contains("ACCESS_REFUSED"),
+        "{reason}"
+    );
+    assert_eq!(topic.copies(b"poison"), 0);
+    assert_eq!(
+        wait_drained(&mut r, &key, Duration::from_secs(10)).await,
+        (0, 0, 1)
+    );
+    assert_eq!(
+        wait_drained(&mut r, &other, Duration::from_secs(10)).await,
+        (0, 0, 0)
+    );
+    let log = bridge.log();
+    assert!(
+        log.contains("the broker refused messages published alone") && log.contains("403"),
+        "the broker's words reach the log:\n{log}"
+    );
+    done(bridge, &mut r, &[&key, &other]).await;
+}
+
+/// ~21,000 short header names are 63,000 bytes of names and values but ~189,000 bytes as an
+/// AMQP field table, over RabbitMQ's frame_max: published, RabbitMQ would close the whole
+/// connection. Measured as the broker will, the message is dead-lettered `too_large` before
+/// it is sent, the connection stays up, and the messages behind it and another trigger's flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_over_the_frame_size_are_dead_lettered_without_cutting_the_connection() {
+    let capture = AmqpCapture::start("frame").await;
+    let mut r = redis().await;
+    let key = format!("{}:{{refusals}}", unique("frame"));
+    let other = format!("{}:{{refusals}}", unique("frame-other"));
+    // Three-character names (but `bcc`, which envelopes may not carry).
+    let names: Vec<String> = (36 * 36..)
+        .map(|i: u32| {
+            let digits: Vec<u8> = [i / 1296, (i / 36) % 36, i % 36]
+                .iter()
+                .map(|&d| b"0123456789abcdefghijklmnopqrstuvwxyz"[d as usize])
+                .collect();
+            String::from_utf8(digits).unwrap()
+        })
+        .filter(|name| name != "bcc")
+        .take(21_000)
+        .map(|name| format!("\"{name}\": \"\""))
+        .collect();
+    let poison = format!(
+        r#"{{"body": "poison", "headers": {{{}}}}}"#,
+        names.join(", ")
+    );
+    let now = redis_now(&mut r).await;
+    zadd(&mut r, &key, now - 60_000, &poison).await;
+    for i in 0..20 {
+        zadd(
+            &mut r,
+            &key,
+            now - 50_000 + i,
+            format!(r#"{{"body": "ok-{i}"}}"#),
+        )
+        .await;
+        zadd(&mut r, &other, now - 50_000 + i, format!("other-{i}")).await;
+    }
+    let port = free_port();
+    let cfg = ConfigToml::base(port).to_string()
+        + &amqp_trigger(
+            "frame",
+            &key,
+            &capture,
+            "format = \"envelope\"\nworkers = 1\nbatch = 100",
+        )
+        + &amqp_trigger("other", &other, &capture, "workers = 1");
+    let bridge = Bridge::start(&cfg, port);
+    bridge
+        .expect_arrivals(40, Duration::from_secs(30), || capture.count())
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let reason = wait_dead_reason(&mut r, &key, poison.as_bytes(), deadline)
+        .await
+        .unwrap_or_else(|| panic!("not dead-lettered\n{}", bridge.log()));
+    assert_eq!(reason["reason"], "too_large", "{reason}");
+    assert_eq!(reason["attempts"], 1, "{reason}");
+    assert!(
+        reason["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("frame_max"),
+        "{reason}"
+    );
+    let log = bridge.log();
+    assert_eq!(
+        log.matches("connected to RabbitMQ").count(),
+        1,
+        "one connection, never cut:\n{log}"
+    );
+    done(bridge, &mut r, &[&key, &other]).await;
+}
+
+/// The exchange deleted mid-stream: every message is refused (404), alone too. Nothing is
+/// dead-lettered and no attempt is counted; once the exchange is back, everything arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exchange_deleted_mid_stream_dead_letters_nothing_and_resumes() {
+    let n = 400;
+    let topic = Topic::start(&amqp_url(), "#").await;
+    let mut r = redis().await;
+    let key = format!("{}:{{refusals}}", unique("deleted"));
+    schedule_over(&mut r, &key, n, Duration::from_secs(6)).await;
+    let port = free_port();
+    let cfg = ConfigToml::base(port).to_string()
+        + &trigger(
+            "deleted",
+            &key,
+            "rabbit",
+            &(topic.destination("k") + "workers = 2\nmax_attempts = 1\npublish_timeout = \"2s\""),
+        );
+    let bridge = Bridge::start(&cfg, port);
+    topic
+        .expect_distinct(20, Duration::from_secs(20), &bridge)
+        .await;
+    topic.delete_exchange().await;
+    // Long enough for every message to fall due and be tried against the missing exchange.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(
+        topic.distinct() < n,
+        "the exchange was deleted before the end"
+    );
+    assert_eq!(
+        zcard(&mut r, &format!("{key}:dead")).await,
+        0,
+        "{}",
+        bridge.log()
+    );
+    topic.declare().await;
+    topic
+        .expect_distinct(n, Duration::from_secs(60), &bridge)
+        .await;
+    let sizes = wait_drained(&mut r, &key, Duration::from_secs(10)).await;
+    assert_eq!(sizes, (0, 0, 0), "nothing dead-lettered\n{}", bridge.log());
+    done(bridge, &mut r, &[&key]).await;
+}
+
+/// The user's permissions revoked for every routing key: each message, alone too, is refused
+/// (403). That is the sink's fault: nothing is dead-lettered, no attempt counted, `/readyz`
+/// says why; once the permissions are back, everything arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permissions_revoked_for_every_key_dead_letter_nothing_and_resume() {
+    let n = 300;
+    let rabbit = RabbitServer::start().await;
+    let topic = Topic::start(&rabbit.url(), "#").await;
+    let url = broker_with_user(&rabbit, &topic.exchange, ".*").await;
+    let mut r = redis().await;
+    let key = format!("{}:{{refusals}}", unique("revoked"));
+    schedule(&mut r, &key, 20, 0).await;
+    let port = free_port();
+    let cfg = ConfigToml::base(port).amqp_sink("rabbit", &url).to_string()
+        + &trigger(
+            "revoked",
+            &key,
+            "rabbit",
+            &(topic.destination("k") + "workers = 2\nmax_attempts = 1\n"),
+        );
+    let bridge = Bridge::start(&cfg, port);
+    topic
+        .expect_distinct(20, Duration::from_secs(20), &bridge)
+        .await;
+    // No routing key is allowed any more; the bridge's channels are made anew (a channel
+    // caches what it was allowed).
+    rabbit
+        .ctl(&[
+            "set_topic_permissions",
+            "-p",
+            "/",
+            "bridge",
+            &topic.exchange,
+            "^$",
+            "^$",
+        ])
+        .await;
+    let connections = rabbit
+        .ctl_output(&["list_connections", "user", "pid"])
+        .await
+        .unwrap();
+    for line in connections.lines().filter(|l| l.starts_with("bridge\t")) {
+        let pid = line.trim_start_matches("bridge\t");
+        rabbit
+            .ctl(&["close_connection", pid, "permissions changed"])
+            .await;
+    }
+    let now = redis_now(&mut r).await;
+    let bodies: Vec<Vec<u8>> = (20..n).map(|i| body(i, 0)).collect();
+    for (i, b) in bodies.iter().enumerate() {
+        zadd(&mut r, &key, now - 1000 + i as i64, b.as_slice()).await;
+    }
+    let (refused, _) = bridge
+        .wait_http("/readyz", Duration::from_secs(30), |status, text| {
+            status == 503 && text.contains("refuses every message") && text.contains("403")
+        })
+        .await;
+    assert!(refused, "/readyz says why\n{}", bridge.log());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        zcard(&mut r, &format!("{key}:dead")).await,
+        0,
+        "{}",
+        bridge.log()
+    );
+    assert!(topic.distinct() < n);
+    rabbit
+        .ctl(&[
+            "set_topic_permissions",
+            "-p",
+            "/",
+            "bridge",
+            &topic.exchange,
+            ".*",
+            ".*",
+        ])
+        .await;
+    topic
+        .expect_distinct(n, Duration::from_secs(60), &bridge)
+        .await;
+    assert_eq!(
+        wait_drained(&mut r, &key, Duration::from_secs(10)).await,
+        (0, 0, 0)
+    );
+    bridge.expect_readyz(200, Duration::from_secs(10)).await;
+    let log = bridge.log();
+    assert_eq!(
+        log.matches("the broker refuses every message of this trigger")
+            .count(),
+        1,
+        "said once per run of refusals:\n{log}"
+    );
+    done(bridge, &mut r, &[&key]).await;
+}
+
+/// A wrong password is a refused login, named as such (not an unreachable broker), and
+/// `/readyz` says the sink is not connected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_named_a_refused_login() {
+    let mut url = url::Url::parse(&amqp_url()).unwrap();
+    url.set_password(Some("not-the-password")).unwrap();
+    let key = format!("{}:{{refusals}}", unique("login"));
+    let port = free_port();
+    let cfg = ConfigToml::base(port)
+        .amqp_sink("rabbit", url.as_str())
+        .to_string()
+        + &trigger(
+            "login",
+            &key,
+            "rabbit",
+            "exchange = \"\"\nrouting_key = \"q\"\n",
+        );
+    let bridge = Bridge::start(&cfg, port);
+    let (said, _) = bridge
+        .wait_http("/readyz", Duration::from_secs(20), |status, _| {
+            status == 503 && bridge.log().contains("refused the bridge's login")
+        })
+        .await;
+    let log = bridge.log();
+    assert!(said, "{log}");
+    assert!(log.contains("check the user and password"), "{log}");
+    assert!(!log.contains("RabbitMQ unreachable"), "{log}");
+    assert!(
+        !log.contains("not-the-password"),
+        "no secret in the log:\n{log}"
+    );
+}

@@ -1,0 +1,171 @@
+//! Waking on time: keyspace notifications, one idle claimer per trigger, bounded batches.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// How long a bridge may take to become ready.
+const READY: Duration = Duration::from_secs(15);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_wakes_the_idle_worker_long_before_the_guard() {
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("wake").await;
+    let key = format!("{}:{{wake}}", unique("delay"));
+    let port = free_port();
+    let cfg = base_config(port) + &amqp_trigger("wake", &key, &capture, "guard_interval = \"60s\"");
+    let bridge = Bridge::start(&cfg, port).ready(READY).await;
+    let labels = [("trigger", "wake")];
+    // Subscribed, the first (empty) claims made: the idle worker sleeps on a 60 s guard.
+    let (settled, _) = bridge
+        .wait_scrape(Duration::from_secs(5), |b| {
+            metric_value(b, "delay_bridge_keyspace_notifications_enabled", &[]) == 1.0
+                && metric_value(b, "delay_bridge_empty_claims_total", &labels) >= 1.0
+        })
+        .await;
+    assert!(settled, "{}", bridge.log());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let woken_before = bridge
+        .metric("delay_bridge_notify_wakeups_total", &labels)
+        .await;
+    schedule_now(&mut r, &key, ["wake up"]).await;
+    assert!(
+        wait_until(Duration::from_secs(20), || capture.count() == 1).await,
+        "not delivered before the 60 s guard: {}",
+        bridge.log()
+    );
+    let woken = bridge
+        .metric("delay_bridge_notify_wakeups_total", &labels)
+        .await;
+    assert!(
+        woken > woken_before,
+        "delivered because a notification woke the worker"
+    );
+    cleanup_keys(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_trigger_claims_once_per_guard_tick_not_once_per_worker() {
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("idle").await;
+    let key = format!("{}:{{idle}}", unique("delay"));
+    let port = free_port();
+    let cfg = base_config(port)
+        + &amqp_trigger(
+            "idle",
+            &key,
+            &capture,
+            "workers = 8\nguard_interval = \"1s\"\nnotified_guard_interval = \"1s\"",
+        );
+    let bridge = Bridge::start(&cfg, port).ready(READY).await;
+    let labels = [("trigger", "idle")];
+    // Let the start-up claims pass.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = bridge
+        .metric("delay_bridge_empty_claims_total", &labels)
+        .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let during = bridge
+        .metric("delay_bridge_empty_claims_total", &labels)
+        .await
+        - before;
+    // Guard ticks are jittered into [0.75 s, 1 s]: at most 8 in 6 s, however many workers.
+    assert!(
+        (5.0..=9.0).contains(&during),
+        "{during} empty claims in 6 s with 8 workers"
+    );
+    cleanup_keys(&mut r, &key).await;
+}
+
+/// While keyspace notifications are subscribed they are the wake-up: an idle trigger sleeps
+/// its `notified_guard_interval`, not its `guard_interval`, and starts with one claim, not
+/// one per worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribed_idle_trigger_sleeps_the_notified_guard() {
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("notified").await;
+    let key = format!("{}:{{notified}}", unique("delay"));
+    let port = free_port();
+    let cfg = base_config(port)
+        + &amqp_trigger(
+            "notified",
+            &key,
+            &capture,
+            "workers = 8\nguard_interval = \"500ms\"\nnotified_guard_interval = \"60s\"",
+        );
+    let bridge = Bridge::start(&cfg, port).ready(READY).await;
+    let labels = [("trigger", "notified")];
+    let (subscribed, _) = bridge
+        .wait_scrape(Duration::from_secs(5), |b| {
+            metric_value(b, "delay_bridge_keyspace_notifications_enabled", &[]) == 1.0
+        })
+        .await;
+    assert!(subscribed, "{}", bridge.log());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let start = bridge
+        .metric("delay_bridge_empty_claims_total", &labels)
+        .await;
+    // The first worker's claim, and one more once subscribed (a write may have been missed).
+    assert!(
+        (1.0..=3.0).contains(&start),
+        "{start} empty claims at the start of 8 workers"
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let idle = bridge
+        .metric("delay_bridge_empty_claims_total", &labels)
+        .await
+        - start;
+    assert_eq!(idle, 0.0, "empty claims in 4 s on a 500 ms guard_interval");
+    // A notification still wakes it at once.
+    schedule_now(&mut r, &key, ["after a quiet spell"]).await;
+    assert!(
+        wait_until(Duration::from_secs(10), || capture.count() == 1).await,
+        "not delivered before the 60 s guard: {}",
+        bridge.log()
+    );
+    cleanup_keys(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_never_exceed_the_batch_and_a_backlog_drains_fully() {
+    let mut r = redis().await;
+    let capture = AmqpCapture::start("batch").await;
+    let key = format!("{}:{{batch}}", unique("delay"));
+    let now = redis_now(&mut r).await;
+    zadd_all(&mut r, &key, (0..500).map(|i| (now - 10, format!("m{i}")))).await;
+    let port = free_port();
+    let cfg = base_config(port) + &amqp_trigger("batch", &key, &capture, "workers = 3\nbatch = 8");
+    let bridge = Bridge::start(&cfg, port);
+    assert!(
+        wait_until(Duration::from_secs(30), || capture.count() >= 500).await,
+        "{}",
+        bridge.log()
+    );
+    let labels = [("trigger", "batch")];
+    let claims = bridge
+        .metric("delay_bridge_claim_batch_size_count", &labels)
+        .await;
+    let at_most_8 = bridge
+        .metric(
+            "delay_bridge_claim_batch_size_bucket",
+            &[("trigger", "batch"), ("le", "8")],
+        )
+        .await;
+    assert!(
+        claims >= 500.0 / 8.0,
+        "{claims} claims for 500 members in batches of 8"
+    );
+    assert_eq!(
+        at_most_8, claims,
+        "every claim took at most `batch` members"
+    );
+    assert_eq!(
+        bridge
+            .metric("delay_bridge_messages_forwarded_total", &labels)
+            .await,
+        500.0
+    );
+    cleanup_keys(&mut r, &key).await;
+}
