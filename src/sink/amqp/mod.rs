@@ -339,6 +339,7 @@ impl AmqpSink {
                     conn,
                     connector: self.connector.clone(),
                     refused: self.refused_alone.clone(),
+                    taken: self.refused_alone.clock(&route.exchange),
                     route: route.clone(),
                     unconfirmed: self.unconfirmed.clone(),
                     window_run: self.window_run,

@@ -41,6 +41,8 @@ pub struct AmqpPublisher {
     pub(super) connector: Arc<Connector>,
     /// Messages the broker refused alone, shared by the sink's publishers.
     pub(super) refused: Arc<super::refused::Refused>,
+    /// Messages confirmed on the route's exchange, by every publisher of the sink.
+    pub(super) taken: super::refused::Taken,
     pub(super) route: AmqpRoute,
     /// The sink's window of unconfirmed messages (`max_unconfirmed`), shared by every
     /// publisher on its connection.
@@ -150,6 +152,8 @@ impl AmqpPublisher {
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         await_confirms(&mut results, pending, left, abort, confirms).await;
+        self.taken
+            .add(results.iter().filter(|r| r.is_ok()).count() as u64);
         if !self.conn.status().blocked() {
             let target = Target {
                 exchange,
