@@ -160,7 +160,9 @@ impl<'a> Settlement<'a> {
     }
 
     /// Acks every member without anything having been published: only for measuring what
-    /// the scripts alone can do (the benchmark's Redis ceiling), never for delivery.
+    /// the scripts alone can do (the benchmark's Redis ceiling), never for delivery. Built
+    /// only with the `bench-hooks` feature, which the daemon's builds leave out.
+    #[cfg(feature = "bench-hooks")]
     pub fn ack_unpublished(items: &'a [Claimed]) -> Self {
         Self {
             ack: items.iter().map(|c| c.member.as_slice()).collect(),

@@ -54,9 +54,9 @@ impl Confirmed {
 pub type Outcome = Result<Confirmed, PublishError>;
 
 /// Where a publisher reports each message the broker confirmed, by its position in the
-/// batch, the moment the confirmation arrives: the worker can settle it before the rest of
-/// the batch is confirmed.
-pub type Confirms = tokio::sync::mpsc::UnboundedSender<usize>;
+/// batch and with the proof, the moment the confirmation arrives: the worker can settle it
+/// before the rest of the batch is confirmed, and only with the proof in hand.
+pub type Confirms = tokio::sync::mpsc::UnboundedSender<(usize, Confirmed)>;
 
 /// Why a message was not confirmed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -443,9 +443,9 @@ impl Publisher {
 
 /// Records one message's result, reporting a confirmation to `confirms` at once.
 fn record_outcome(results: &mut [Outcome], i: usize, r: Outcome, confirms: Option<&Confirms>) {
-    if let (Ok(_), Some(c)) = (&r, confirms) {
+    if let (Ok(proof), Some(c)) = (&r, confirms) {
         // The receiver is gone only when nobody settles early: the result still counts.
-        let _ = c.send(i);
+        let _ = c.send((i, *proof));
     }
     results[i] = r;
 }

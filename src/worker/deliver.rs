@@ -11,7 +11,7 @@ use super::prepare::prepare;
 use super::settlement::{plan, Plan};
 use super::{Trigger, ERROR_BACKOFF};
 use crate::backoff::Backoff;
-use crate::sink::{MessageId, OutMessage, Outcome, Publisher};
+use crate::sink::{Confirmed, MessageId, OutMessage, Outcome, Publisher};
 use crate::store::{ClaimBatch, FailOutcome, Settled, Settlement, StoreError};
 
 /// How a delivered batch went, for the worker that claimed it.
@@ -99,8 +99,8 @@ struct Early<'a> {
     claimed_at: Instant,
     /// Members acked early, by position in the batch: the final settle leaves them out.
     acked: Vec<bool>,
-    /// Confirmed, not yet in a settle call.
-    pending: Vec<usize>,
+    /// Confirmed (with the sink's proof), not yet in a settle call.
+    pending: Vec<(usize, Confirmed)>,
     /// The settle calls under way, each with the members it acks.
     running: FuturesUnordered<EarlySettle<'a>>,
 }
@@ -121,9 +121,10 @@ impl<'a> Early<'a> {
         }
     }
 
-    /// The broker confirmed the member at position `i`: acked by the next call that starts.
-    fn confirmed(&mut self, i: usize) {
-        self.pending.push(i);
+    /// The broker confirmed the member at position `i` (the proof is what lets it be
+    /// acked): acked by the next call that starts.
+    fn confirmed(&mut self, i: usize, proof: Confirmed) {
+        self.pending.push((i, proof));
     }
 
     /// Starts a settle call for the pending confirmations unless [`EARLY_CALLS`] are under
@@ -139,7 +140,11 @@ impl<'a> Early<'a> {
         if self.pending.is_empty() {
             return;
         }
-        let members = std::mem::take(&mut self.pending);
+        // Only a confirmation acks: the proofs end here.
+        let members: Vec<usize> = std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|(i, _proof)| i)
+            .collect();
         let (t, batch) = (self.t, self.batch);
         self.running.push(Box::pin(async move {
             let settlement = Settlement {
@@ -251,12 +256,12 @@ async fn publish(
     let published = loop {
         tokio::select! {
             published = &mut publishing => break published,
-            Some(k) = confirmed.recv() => {
+            Some((k, proof)) = confirmed.recv() => {
                 // Confirmations come in bursts (one broker answer covers many messages):
                 // one call for what has arrived, not one per message.
-                early.confirmed(slots[k]);
-                while let Ok(k) = confirmed.try_recv() {
-                    early.confirmed(slots[k]);
+                early.confirmed(slots[k], proof);
+                while let Ok((k, proof)) = confirmed.try_recv() {
+                    early.confirmed(slots[k], proof);
                 }
                 early.start();
             }
@@ -266,8 +271,8 @@ async fn publish(
             }
         }
     };
-    while let Ok(k) = confirmed.try_recv() {
-        early.confirmed(slots[k]);
+    while let Ok((k, proof)) = confirmed.try_recv() {
+        early.confirmed(slots[k], proof);
     }
     t.metrics.published(started.elapsed());
     for (slot, outcome) in slots.into_iter().zip(published) {
