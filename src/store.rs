@@ -502,13 +502,8 @@ impl Store {
     /// Reads the queue's sizes and the age of its oldest due member.
     pub async fn stats(&self) -> Result<QueueStats, StoreError> {
         let mut conn = self.conn.clone();
-        let reply: Value = SCRIPTS
-            .stats
-            .key(&self.keys.source)
-            .key(&self.keys.inflight)
-            .key(&self.keys.dead)
-            .key(&self.keys.control)
-            .key(&self.keys.attempts)
+        let reply: Value = self
+            .keyed(&SCRIPTS.stats)
             .invoke_async(&mut conn)
             .await?;
         let Value::Array(items) = reply else {
