@@ -9,18 +9,22 @@ use redis::{Script, Value};
 use crate::keys::QueueKeys;
 
 mod claim;
+mod cursor;
 mod dead;
+mod dead_forward;
 mod operate;
 mod settle;
-pub use claim::{Body, ClaimBatch, Claimed};
 use claim::parse_claim;
-pub use settle::{FailOutcome, Failure, Settled, Settlement};
+pub use claim::{Body, ClaimBatch, Claimed};
+pub use cursor::Cursor;
 pub(crate) use dead::dead_at_ms;
-pub use dead::{DeadClaim, DeadItem, DeadLetter, DeadOutcome, DeadPage, DeadSettled};
+pub use dead::{DeadLetter, DeadPage};
+pub use dead_forward::{DeadClaim, DeadItem, DeadOutcome, DeadSettled};
 pub use operate::{
-    Cursor, Forecast, Found, Page, Place, Purge, ScheduledEntry, LIST_BODY_MAX, MAX_BUCKETS,
-    MAX_PAGE, PREVIEW, SHOW_BODY_MAX,
+    Forecast, Found, Page, Place, Purge, ScheduledEntry, LIST_BODY_MAX, MAX_BUCKETS, MAX_PAGE,
+    PREVIEW, SHOW_BODY_MAX,
 };
+pub use settle::{FailOutcome, Failure, Settled, Settlement};
 
 /// Errors talking to Redis or reading a script's reply.
 #[derive(Debug, thiserror::Error)]
@@ -350,10 +354,7 @@ impl Store {
     /// Reads the queue's sizes and the age of its oldest due member.
     pub async fn stats(&self) -> Result<QueueStats, StoreError> {
         let mut conn = self.conn.clone();
-        let reply: Value = self
-            .keyed(&SCRIPTS.stats)
-            .invoke_async(&mut conn)
-            .await?;
+        let reply: Value = self.keyed(&SCRIPTS.stats).invoke_async(&mut conn).await?;
         let Value::Array(items) = reply else {
             return Err(StoreError::Reply("stats reply is not an array"));
         };

@@ -33,7 +33,10 @@ impl Body {
 
     /// Reads a claim reply's body field: in hash mode the next value (a body, 0 for none,
     /// or the size of one too large to read); inline, the member itself.
-    pub(super) fn from_reply(hash: bool, it: &mut impl Iterator<Item = Value>) -> Result<Self, StoreError> {
+    pub(super) fn from_reply(
+        hash: bool,
+        it: &mut impl Iterator<Item = Value>,
+    ) -> Result<Self, StoreError> {
         Ok(match hash.then(|| it.next()) {
             None => Body::Member,
             Some(Some(Value::BulkString(body))) => Body::Stored(body),

@@ -226,7 +226,12 @@ impl Trigger {
     /// Takes note of what the broker refused in a batch: a refusal of every member (the
     /// sink's fault) goes to `/readyz` and is logged when it starts and ends; members
     /// refused alone are logged at growing gaps, with the broker's words and the first id.
-    pub(super) fn note_refusals(&self, plan: &settlement::Plan<'_>, went_through: bool, ids: &[MessageId]) {
+    pub(super) fn note_refusals(
+        &self,
+        plan: &settlement::Plan<'_>,
+        went_through: bool,
+        ids: &[MessageId],
+    ) {
         if let Some(why) = &plan.sink_refusal {
             self.health.sink_refuses(self.name(), self.sink.name(), why);
         } else if went_through {
