@@ -163,6 +163,14 @@ impl AmqpPublisher {
             self.isolate(&target, messages, &mut results, deadline, abort, confirms)
                 .await;
         }
+        self.unanswered(&mut results);
+        results
+    }
+
+    /// What a confirmation still owed says once publishing is over: under a resource alarm,
+    /// nothing of the messages (back without an attempt); on a closed channel, nothing either
+    /// (a refusal closes it for every message on it, and the answer can no longer come).
+    fn unanswered(&self, results: &mut [Outcome]) {
         let unanswered = if self.conn.status().blocked() {
             // A resource alarm, not the messages: back without an attempt.
             Some(PublishError::Blocked)
@@ -176,13 +184,12 @@ impl AmqpPublisher {
             None
         };
         if let Some(e) = unanswered {
-            for r in &mut results {
+            for r in results.iter_mut() {
                 if matches!(r, Err(PublishError::Timeout)) {
                     *r = Err(e.clone());
                 }
             }
         }
-        results
     }
 }
 

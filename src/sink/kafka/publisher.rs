@@ -58,58 +58,7 @@ impl KafkaPublisher {
         let deadline = tokio::time::Instant::now() + timeout;
         let (mut due, mut attempt) = (itoa::Buffer::new(), itoa::Buffer::new());
         'messages: for (i, m) in messages.iter().enumerate() {
-            let mut headers = OwnedHeaders::new_with_capacity(4);
-            let mut own_key = None;
-            if let Some(p) = m.properties {
-                // The envelope's headers first; the bridge's own names are the bridge's.
-                let properties = [
-                    ("content-type", &p.content_type),
-                    ("content-encoding", &p.content_encoding),
-                    ("correlation-id", &p.correlation_id),
-                ];
-                for (name, value) in &p.headers {
-                    // The bridge's own names are the bridge's, and a property the envelope
-                    // sets wins over a header of the same name: one header each.
-                    let taken = [HEADER_TRIGGER, HEADER_DUE_MS, HEADER_ATTEMPT, HEADER_ID]
-                        .contains(&name.as_str())
-                        || properties
-                            .iter()
-                            .any(|(n, v)| v.is_some() && n.eq_ignore_ascii_case(name));
-                    if taken {
-                        continue;
-                    }
-                    headers = headers.insert(Header {
-                        key: name,
-                        value: Some(&value.to_text()),
-                    });
-                }
-                for (name, value) in properties {
-                    if let Some(value) = value {
-                        headers = headers.insert(Header {
-                            key: name,
-                            value: Some(value),
-                        });
-                    }
-                }
-                own_key = p.kafka_key.as_deref();
-            }
-            let headers = headers
-                .insert(Header {
-                    key: HEADER_TRIGGER,
-                    value: Some(trigger),
-                })
-                .insert(Header {
-                    key: HEADER_DUE_MS,
-                    value: Some(due.format(m.due_ms)),
-                })
-                .insert(Header {
-                    key: HEADER_ATTEMPT,
-                    value: Some(attempt.format(m.attempt)),
-                })
-                .insert(Header {
-                    key: HEADER_ID,
-                    value: Some(m.id),
-                });
+            let (headers, own_key) = headers_of(trigger, m, &mut due, &mut attempt);
             let mut record = BaseRecord::<[u8], [u8], Box<Report>>::with_opaque_to(
                 topic,
                 Report::new(&reports, i),
@@ -192,6 +141,69 @@ impl KafkaPublisher {
         }
         results
     }
+}
+
+/// A record's headers: the envelope's headers and properties first, then the bridge's own
+/// (which win over an envelope's of the same name); and the envelope's Kafka key, if any.
+fn headers_of<'m>(
+    trigger: &str,
+    m: &OutMessage<'m>,
+    due: &mut itoa::Buffer,
+    attempt: &mut itoa::Buffer,
+) -> (OwnedHeaders, Option<&'m [u8]>) {
+    let mut headers = OwnedHeaders::new_with_capacity(4);
+    let mut own_key = None;
+    if let Some(p) = m.properties {
+        // The envelope's headers first; the bridge's own names are the bridge's.
+        let properties = [
+            ("content-type", &p.content_type),
+            ("content-encoding", &p.content_encoding),
+            ("correlation-id", &p.correlation_id),
+        ];
+        for (name, value) in &p.headers {
+            // The bridge's own names are the bridge's, and a property the envelope
+            // sets wins over a header of the same name: one header each.
+            let taken = [HEADER_TRIGGER, HEADER_DUE_MS, HEADER_ATTEMPT, HEADER_ID]
+                .contains(&name.as_str())
+                || properties
+                    .iter()
+                    .any(|(n, v)| v.is_some() && n.eq_ignore_ascii_case(name));
+            if taken {
+                continue;
+            }
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(&value.to_text()),
+            });
+        }
+        for (name, value) in properties {
+            if let Some(value) = value {
+                headers = headers.insert(Header {
+                    key: name,
+                    value: Some(value),
+                });
+            }
+        }
+        own_key = p.kafka_key.as_deref();
+    }
+    let headers = headers
+        .insert(Header {
+            key: HEADER_TRIGGER,
+            value: Some(trigger),
+        })
+        .insert(Header {
+            key: HEADER_DUE_MS,
+            value: Some(due.format(m.due_ms)),
+        })
+        .insert(Header {
+            key: HEADER_ATTEMPT,
+            value: Some(attempt.format(m.attempt)),
+        })
+        .insert(Header {
+            key: HEADER_ID,
+            value: Some(m.id),
+        });
+    (headers, own_key)
 }
 
 #[cfg(test)]
