@@ -149,43 +149,7 @@ pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
         (None, None) => None,
         (Some(_), Some(_)) => return Err("give `kafka_key` or `kafka_key_b64`, not both".into()),
     };
-    let mut headers = Vec::with_capacity(r.headers.len());
-    let mut header_bytes = 0;
-    for (name, value) in r.headers {
-        // RabbitMQ's sender-selected distribution: these route copies to other queues.
-        if amqp && (name.eq_ignore_ascii_case("CC") || name.eq_ignore_ascii_case("BCC")) {
-            return Err(format!(
-                "headers.{name}: CC and BCC route copies to other queues and are not accepted"
-            ));
-        }
-        let value = match value {
-            serde_json::Value::String(s) => HeaderValue::Text(s),
-            serde_json::Value::Bool(b) => HeaderValue::Bool(b),
-            serde_json::Value::Number(n) => match n.as_i64() {
-                Some(i) => HeaderValue::Int(i),
-                None => return Err(format!("headers.{name}: only whole numbers")),
-            },
-            _ => {
-                return Err(format!(
-                    "headers.{name}: must be a string, a whole number or a boolean"
-                ))
-            }
-        };
-        if name.len() > SHORT {
-            return Err(format!("headers: a name is longer than {SHORT} bytes"));
-        }
-        header_bytes += name.len()
-            + match &value {
-                HeaderValue::Text(s) => s.len(),
-                _ => 8,
-            };
-        if header_bytes > MAX_HEADER_BYTES {
-            return Err(format!(
-                "headers: more than {MAX_HEADER_BYTES} bytes of names and values"
-            ));
-        }
-        headers.push((name, value));
-    }
+    let headers = parse_headers(r.headers, amqp)?;
     if expiration_ms.is_some_and(|ms| ms > u64::from(u32::MAX)) {
         return Err(format!(
             "expiration_ms: at most {} (about 49 days)",
@@ -225,6 +189,52 @@ pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
             expires_at_ms: r.expires_at_ms,
         },
     })
+}
+
+/// An envelope's headers, checked: no CC or BCC for AMQP, values a string, a whole number
+/// or a boolean, names of at most [`SHORT`] bytes, at most [`MAX_HEADER_BYTES`] in all.
+fn parse_headers(
+    raw: serde_json::Map<String, serde_json::Value>,
+    amqp: bool,
+) -> Result<Vec<(String, HeaderValue)>, String> {
+    let mut headers = Vec::with_capacity(raw.len());
+    let mut header_bytes = 0;
+    for (name, value) in raw {
+        // RabbitMQ's sender-selected distribution: these route copies to other queues.
+        if amqp && (name.eq_ignore_ascii_case("CC") || name.eq_ignore_ascii_case("BCC")) {
+            return Err(format!(
+                "headers.{name}: CC and BCC route copies to other queues and are not accepted"
+            ));
+        }
+        let value = match value {
+            serde_json::Value::String(s) => HeaderValue::Text(s),
+            serde_json::Value::Bool(b) => HeaderValue::Bool(b),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => HeaderValue::Int(i),
+                None => return Err(format!("headers.{name}: only whole numbers")),
+            },
+            _ => {
+                return Err(format!(
+                    "headers.{name}: must be a string, a whole number or a boolean"
+                ))
+            }
+        };
+        if name.len() > SHORT {
+            return Err(format!("headers: a name is longer than {SHORT} bytes"));
+        }
+        header_bytes += name.len()
+            + match &value {
+                HeaderValue::Text(s) => s.len(),
+                _ => 8,
+            };
+        if header_bytes > MAX_HEADER_BYTES {
+            return Err(format!(
+                "headers: more than {MAX_HEADER_BYTES} bytes of names and values"
+            ));
+        }
+        headers.push((name, value));
+    }
+    Ok(headers)
 }
 
 /// Whether `key` matches an AMQP topic pattern: words split on `.`, `*` is exactly one

@@ -91,18 +91,7 @@ impl Metrics {
         registry
             .register(Box::new(series::Exporter(triggers.clone())))
             .expect("unique metrics");
-        let redis_up = registered(
-            &registry,
-            IntGauge::new("redis_up", "1 while Redis answers, else 0").expect("valid metric"),
-        );
-        let notifications_enabled = registered(
-            &registry,
-            Gauge::new(
-                "keyspace_notifications_enabled",
-                "1 while workers are woken by Redis keyspace notifications, 0 when they rely on the guard interval",
-            )
-            .expect("valid metric"),
-        );
+        let (redis_up, notifications_enabled) = redis_gauges(&registry);
 
         let m = Self {
             triggers,
@@ -190,6 +179,23 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// `redis_up` and `keyspace_notifications_enabled`, registered.
+fn redis_gauges(registry: &Registry) -> (IntGauge, Gauge) {
+    let redis_up = registered(
+        registry,
+        IntGauge::new("redis_up", "1 while Redis answers, else 0").expect("valid metric"),
+    );
+    let notifications_enabled = registered(
+        registry,
+        Gauge::new(
+        "keyspace_notifications_enabled",
+        "1 while workers are woken by Redis keyspace notifications, 0 when they rely on the guard interval",
+        )
+        .expect("valid metric"),
+    );
+    (redis_up, notifications_enabled)
 }
 
 /// Lateness buckets: 1 ms to 5 min, fine where the on-time goals are (a few ms) and coarse

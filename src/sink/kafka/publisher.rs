@@ -126,20 +126,24 @@ impl KafkaPublisher {
             health.fatal.store(true, Ordering::Relaxed);
         }
         if !health.is_up() {
-            // The sink failed, not the messages: no attempt is counted, and the worker stops
-            // claiming until a broker is back.
-            for r in &mut results {
-                let transient = match r {
-                    Err(PublishError::Timeout) => true,
-                    Err(e @ PublishError::Kafka { .. }) => e.disposition() == Disposition::Retry,
-                    _ => false,
-                };
-                if transient {
-                    *r = Err(down());
-                }
-            }
+            sink_failed(&mut results);
         }
         results
+    }
+}
+
+/// The broker went away: what failed for the sink's sake (a timeout, a retryable Kafka error)
+/// goes back without an attempt, and the worker stops claiming until a broker is back.
+fn sink_failed(results: &mut [Outcome]) {
+    for r in results.iter_mut() {
+        let transient = match r {
+            Err(PublishError::Timeout) => true,
+            Err(e @ PublishError::Kafka { .. }) => e.disposition() == Disposition::Retry,
+            _ => false,
+        };
+        if transient {
+            *r = Err(down());
+        }
     }
 }
 
