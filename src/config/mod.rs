@@ -6,6 +6,7 @@ mod route;
 mod search;
 mod tls;
 mod validate;
+mod warnings;
 pub use validate::MAX_SHARDS;
 
 #[cfg(test)]
