@@ -1,0 +1,93 @@
+//! The console's page as the tests drive and read it: opened on an admin API, its fields,
+//! tables, dialogs and drawer.
+
+use super::*;
+
+/// How long the page may take to show what a step expects.
+pub(super) const WAIT: Duration = Duration::from_secs(15);
+
+/// A queue for a console test: a connection to Redis, a capture bound to the routing key
+/// `name`, a fresh key with the hash tag `name`, and the key's derived keys.
+pub(super) async fn console_queue(name: &str) -> (Conn, AmqpCapture, String, QueueKeys) {
+    let r = redis().await;
+    let capture = AmqpCapture::start(name).await;
+    let key = format!("{}:{{{name}}}", unique("ui"));
+    let keys = QueueKeys::derive(&key).unwrap();
+    (r, capture, key, keys)
+}
+
+/// A browser on the console of the admin API at `admin_port`; with a `token`, signed in by
+/// keyboard only: the token, then Enter submits the form.
+pub(super) async fn open_console(admin_port: u16, token: Option<&str>) -> Browser {
+    let browser = Browser::start().await;
+    browser
+        .goto(&format!("http://127.0.0.1:{admin_port}/"))
+        .await;
+    if let Some(token) = token {
+        browser
+            .type_into("#token", &format!("{token}\u{E007}"))
+            .await;
+    }
+    browser
+}
+
+/// What the console tests read and do on the page.
+pub(super) trait Page {
+    /// Waits until the cell `name` of trigger `trigger` reads `want`.
+    async fn wait_field(&self, trigger: &str, name: &str, want: &str);
+    /// Waits until `css` selects `n` elements.
+    async fn wait_count(&self, css: &str, n: u64);
+    /// Waits until the message drawer is shown (`true`) or hidden.
+    async fn wait_drawer(&self, open: bool);
+    /// The text of the element `css` selects.
+    async fn text_of(&self, css: &str) -> Value;
+    /// Clicks `css`, answers the dialog it opens (accepts it with `accept`, else dismisses
+    /// it), and checks that the dialog asked `question`.
+    async fn confirm(&self, css: &str, question: &str, accept: bool);
+    /// The status line shows no error.
+    async fn assert_no_error(&self);
+}
+
+impl Page for Browser {
+    async fn wait_field(&self, trigger: &str, name: &str, want: &str) {
+        self.wait_js(&field(trigger, name), WAIT, |v| v == want)
+            .await;
+    }
+
+    async fn wait_count(&self, css: &str, n: u64) {
+        self.wait_js(
+            &format!("return document.querySelectorAll('{css}').length"),
+            WAIT,
+            |v| v == n,
+        )
+        .await;
+    }
+
+    async fn wait_drawer(&self, open: bool) {
+        self.wait_js(&shown("#drawer"), WAIT, |v| v == open).await;
+    }
+
+    async fn text_of(&self, css: &str) -> Value {
+        self.js(&format!(
+            "return document.querySelector('{css}').textContent"
+        ))
+        .await
+    }
+
+    async fn confirm(&self, css: &str, question: &str, accept: bool) {
+        self.click(css).await;
+        let asked = if accept {
+            self.accept_dialog().await
+        } else {
+            self.dismiss_dialog().await
+        };
+        assert!(asked.contains(question), "{asked}");
+    }
+
+    async fn assert_no_error(&self) {
+        let errors: Value = self
+            .js("return document.querySelector('#status.error')?.textContent ?? null")
+            .await;
+        assert_eq!(errors, Value::Null);
+    }
+}
