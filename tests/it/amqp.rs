@@ -11,9 +11,7 @@ const READY: Duration = Duration::from_secs(15);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn due_members_arrive_once_never_early_with_headers_and_exact_bytes() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("due.rk").await;
-    let key = format!("{}:{{orders}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("due.rk", "delay", "orders").await;
     let port = free_port();
     let trigger = amqp_trigger("orders", &key, &capture, "workers = 3\nbatch = 4");
     let mut bridge = Bridge::start(&(base_config(port) + &trigger), port)
@@ -112,9 +110,7 @@ async fn cancel_and_reschedule_are_honoured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unroutable_messages_are_retried_then_dead_lettered_with_reason() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("bound").await;
-    let key = format!("{}:{{u}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("bound", "delay", "u").await;
     let port = free_port();
     // Publish with a routing key no queue is bound to: the broker returns the message.
     let unroutable = format!(
@@ -183,9 +179,7 @@ async fn unroutable_messages_are_retried_then_dead_lettered_with_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_exchange_keeps_messages_in_redis_until_it_is_declared() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("noex").await;
-    let key = format!("{}:{{noex}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("noex", "delay", "noex").await;
     let port = free_port();
     let exchange = unique("declared-later");
     let to = format!("exchange = \"{exchange}\"\nrouting_key = \"noex\"");

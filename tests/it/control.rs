@@ -37,9 +37,7 @@ async fn assert_held(r: &mut Conn, key: &str, capture: &AmqpCapture, arrived: us
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_holds_every_replica_across_a_restart_and_resume_delivers() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("control").await;
-    let key = format!("{}:{{control}}", unique("pause"));
+    let (mut r, capture, key) = amqp_scene("control", "pause", "control").await;
     let settings = |port| {
         base_config(port) + &amqp_trigger(TRIGGER, &key, &capture, "guard_interval = \"200ms\"\n")
     };
@@ -122,9 +120,7 @@ async fn pause_holds_every_replica_across_a_restart_and_resume_delivers() {
 async fn a_rate_limit_holds_every_replica_together_and_drains_the_backlog() {
     let n = 60;
     let (rate, burst) = (20, 5);
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("rate").await;
-    let key = format!("{}:{{control}}", unique("rate"));
+    let (mut r, capture, key) = amqp_scene("rate", "rate", "control").await;
     schedule(&mut r, &key, n, 0).await;
     let extra =
         format!("rate_limit = \"{rate}/s\"\nrate_burst = {burst}\nworkers = 4\nbatch = 50\n");
@@ -201,9 +197,7 @@ async fn stray(r: &mut Conn, key: &str, fields: &[(&str, &str)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stray_control_values_are_repaired_counted_and_never_wedge_the_trigger() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("stray").await;
-    let key = format!("{}:{{control}}", unique("stray"));
+    let (mut r, capture, key) = amqp_scene("stray", "stray", "control").await;
     let port = free_port();
     let extra = "rate_limit = \"200/s\"\nrate_burst = 5\nguard_interval = \"300ms\"\n";
     let config = base_config(port) + &amqp_trigger(TRIGGER, &key, &capture, extra);

@@ -8,9 +8,7 @@ use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_drain_then_restart_loses_nothing() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("kill").await;
-    let key = format!("{}:{{kill}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("kill", "delay", "kill").await;
     let n = 5000;
     schedule(&mut r, &key, n, 0).await;
     let port = free_port();
@@ -34,9 +32,7 @@ async fn sigkill_mid_drain_then_restart_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_exits_zero_and_leaves_nothing_in_flight() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("term").await;
-    let key = format!("{}:{{term}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("term", "delay", "term").await;
     let n = 3000;
     schedule(&mut r, &key, n, 0).await;
     let port = free_port();

@@ -315,9 +315,7 @@ async fn missing_and_oversized_bodies_are_dead_lettered_with_their_reason_and_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_drain_in_hash_mode_loses_nothing_and_leaves_no_body() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("hashkill").await;
-    let key = format!("{}:{{hashkill}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("hashkill", "delay", "hashkill").await;
     let k = QueueKeys::derive(&key).unwrap();
     let n = 5000;
     let now = redis_now(&mut r).await;

@@ -14,9 +14,7 @@ const READY: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_members_and_scores_are_delivered_kept_or_dead_lettered() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("odd.rk").await;
-    let key = format!("{}:{{odd}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("odd.rk", "delay", "odd").await;
     let keys = delay_bridge::keys::QueueKeys::derive(&key).unwrap();
     let port = free_port();
     let config = base_config(port) + &amqp_trigger("odd", &key, &capture, "workers = 2\nbatch = 8");

@@ -135,9 +135,7 @@ fn count_field(line: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_thousand_bad_envelopes_write_a_line_per_burst_with_the_reason_and_a_sample() {
     const N: u64 = 2_000;
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("burst").await;
-    let key = format!("{}:{{burst}}", unique("quiet"));
+    let (mut r, capture, key) = amqp_scene("burst", "quiet", "burst").await;
     let port = free_port();
     let config = quiet_config(port).to_string()
         + &amqp_trigger("burst", &key, &capture, "format = \"envelope\"\nbatch = 50");

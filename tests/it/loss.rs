@@ -295,9 +295,7 @@ async fn requeue_with_limit_zero_moves_nothing_and_enqueue_refuses_a_huge_delay(
 /// lost), says so, and delivers everything once an operator removes the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trigger_with_a_wrong_typed_key_waits_for_the_operator() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("wrongtype").await;
-    let key = format!("{}:{{wt}}", unique("loss-e2e"));
+    let (mut r, capture, key) = amqp_scene("wrongtype", "loss-e2e", "wt").await;
     let k = QueueKeys::derive(&key).unwrap();
     set_string(&mut r, &k.dead).await;
     zadd_all(&mut r, &key, (0..20).map(|i| (1, format!("m{i}")))).await;

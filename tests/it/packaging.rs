@@ -284,9 +284,7 @@ fn prometheus_config_and_alert_rules_pass_promtool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_and_alerts_query_only_metrics_the_bridge_exports() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("dash").await;
-    let key = format!("{}:{{dash}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("dash", "delay", "dash").await;
     let bad_key = format!("{}:{{dash-bad}}", unique("delay"));
     let port = free_port();
     // A healthy trigger and one whose messages are unroutable (a retry, then a dead letter),

@@ -11,9 +11,7 @@ const READY: Duration = Duration::from_secs(15);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notification_wakes_the_idle_worker_long_before_the_guard() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("wake").await;
-    let key = format!("{}:{{wake}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("wake", "delay", "wake").await;
     let port = free_port();
     let cfg = base_config(port) + &amqp_trigger("wake", &key, &capture, "guard_interval = \"60s\"");
     let bridge = Bridge::start(&cfg, port).ready(READY).await;
@@ -48,9 +46,7 @@ async fn a_notification_wakes_the_idle_worker_long_before_the_guard() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_trigger_claims_once_per_guard_tick_not_once_per_worker() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("idle").await;
-    let key = format!("{}:{{idle}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("idle", "delay", "idle").await;
     let port = free_port();
     let cfg = base_config(port)
         + &amqp_trigger(
@@ -84,9 +80,7 @@ async fn an_empty_trigger_claims_once_per_guard_tick_not_once_per_worker() {
 /// one per worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscribed_idle_trigger_sleeps_the_notified_guard() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("notified").await;
-    let key = format!("{}:{{notified}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("notified", "delay", "notified").await;
     let port = free_port();
     let cfg = base_config(port)
         + &amqp_trigger(
@@ -130,9 +124,7 @@ async fn a_subscribed_idle_trigger_sleeps_the_notified_guard() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_never_exceed_the_batch_and_a_backlog_drains_fully() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("batch").await;
-    let key = format!("{}:{{batch}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("batch", "delay", "batch").await;
     let now = redis_now(&mut r).await;
     zadd_all(&mut r, &key, (0..500).map(|i| (now - 10, format!("m{i}")))).await;
     let port = free_port();

@@ -8,6 +8,7 @@
 //! | --- | --- |
 //! | [`redis`](self::redis) | connections, the server clock, sorted-set writes and reads, a queue's sizes |
 //! | [`amqp`] | a capturing consumer on the shared RabbitMQ |
+//! | `scene` | what most end-to-end tests start from: Redis, a capture and a fresh key |
 //! | [`bridge`] | `delay-bridge run` as a process: signals, exit, log, HTTP endpoints |
 //! | [`cli`] | the other subcommands (`check`, `stats`, ...) run once |
 //! | [`config`] | bridge configs as TOML |
@@ -33,11 +34,14 @@ pub mod proxy;
 pub mod rabbit_cluster;
 mod redis;
 pub mod redis_cluster;
+mod scene;
 pub mod servers;
 pub mod tally;
 pub mod tls;
 
 // The everyday helpers, for `use common::*` (not every test binary uses every one).
+#[allow(unused_imports)]
+pub use scene::*;
 #[allow(unused_imports)]
 pub use {self::redis::*, amqp::*, bridge::*, cli::*, config::*, metrics::*};
 
