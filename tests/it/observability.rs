@@ -15,9 +15,7 @@ const ALLOWED_LABELS: [&str; 8] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_n_messages_moves_counters_and_histograms_by_exactly_n() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("obs").await;
-    let key = format!("{}:{{obs}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("obs", "delay", "obs").await;
     let port = free_port();
     let batch = 4;
     let trigger = amqp_trigger(
@@ -72,49 +70,9 @@ async fn forwarding_n_messages_moves_counters_and_histograms_by_exactly_n() {
         metric_value(&body, "delay_bridge_messages_forwarded_total", &fwd),
         n as f64
     );
-    let late_count = metric_value(&body, "delay_bridge_lateness_seconds_count", &obs);
-    let late_sum = metric_value(&body, "delay_bridge_lateness_seconds_sum", &obs);
-    assert_eq!(late_count, n as f64, "one lateness observation per message");
-    assert!(
-        late_sum >= 6.0 * overdue as f64,
-        "overdue members count as late by their age: sum {late_sum}"
-    );
-    let lateness = histogram_buckets(&body, "delay_bridge_lateness_seconds", &obs);
-    assert_eq!(lateness.last().map(|b| b.1), Some(n as f64), "+Inf bucket");
-    assert!(
-        lateness.first().map(|b| b.0) <= Some(0.001)
-            && lateness.iter().any(|b| b.0.is_finite() && b.0 >= 300.0),
-        "buckets span 1 ms to 5 min: {lateness:?}"
-    );
-    assert!(
-        n as f64 - count_le(&lateness, 5.9) >= overdue as f64,
-        "the overdue members fall in buckets above 6 s: {lateness:?}"
-    );
+    assert_lateness(&body, n, overdue);
 
-    let publishes = metric_value(&body, "delay_bridge_publish_duration_seconds_count", &fwd);
-    assert!(
-        publishes >= (n / batch) as f64 && publishes <= n as f64,
-        "one publish observation per batch: {publishes}"
-    );
-    assert!(metric_value(&body, "delay_bridge_publish_duration_seconds_sum", &fwd) > 0.0);
-    let claims = metric_value(&body, "delay_bridge_claim_duration_seconds_count", &obs);
-    assert!(
-        claims >= publishes,
-        "every publish follows a claim: {claims} claims"
-    );
-    let sizes = histogram_buckets(&body, "delay_bridge_claim_batch_size", &obs);
-    let size_count = metric_value(&body, "delay_bridge_claim_batch_size_count", &obs);
-    assert_eq!(
-        metric_value(&body, "delay_bridge_claim_batch_size_sum", &obs),
-        n as f64,
-        "every member claimed exactly once"
-    );
-    assert_eq!(
-        count_le(&sizes, batch as f64),
-        size_count,
-        "no claim above batch = {batch}: {sizes:?}"
-    );
-    assert_eq!(size_count, publishes, "one non-empty claim per publish");
+    assert_claims_and_publishes(&body, n, batch);
 
     assert_eq!(
         metric_value(
@@ -135,32 +93,7 @@ async fn forwarding_n_messages_moves_counters_and_histograms_by_exactly_n() {
         "/healthz"
     );
 
-    // Labels stay bounded: known names only, never a payload or a Redis key.
-    for s in parse_samples(&body) {
-        assert!(
-            s.name.starts_with("delay_bridge_") || s.name.starts_with("process_"),
-            "{}",
-            s.name
-        );
-        for (k, v) in &s.labels {
-            assert!(
-                ALLOWED_LABELS.contains(&k.as_str()),
-                "unexpected label {k} on {}",
-                s.name
-            );
-            assert!(
-                !v.contains("secret-payload") && !v.contains(&key) && !v.contains("delay-"),
-                "{}{{{k}={v:?}}} carries message data",
-                s.name
-            );
-        }
-    }
-    let forwarded_series: BTreeSet<_> = parse_samples(&body)
-        .into_iter()
-        .filter(|s| s.name == "delay_bridge_messages_forwarded_total")
-        .map(|s| s.labels)
-        .collect();
-    assert_eq!(forwarded_series.len(), 1, "{forwarded_series:?}");
+    assert_bounded_labels(&body, &key);
 
     // Nothing is counted twice later on.
     assert_eq!(capture.count(), n, "each message once");
@@ -174,11 +107,102 @@ async fn forwarding_n_messages_moves_counters_and_histograms_by_exactly_n() {
     cleanup_keys(&mut r, &key).await;
 }
 
+/// The lateness histogram of `n` messages forwarded by trigger `obs`, `overdue` of them
+/// overdue by at least 6 s when scheduled.
+fn assert_lateness(body: &str, n: usize, overdue: usize) {
+    let obs = [("trigger", "obs")];
+    let late_count = metric_value(body, "delay_bridge_lateness_seconds_count", &obs);
+    let late_sum = metric_value(body, "delay_bridge_lateness_seconds_sum", &obs);
+    assert_eq!(late_count, n as f64, "one lateness observation per message");
+    assert!(
+        late_sum >= 6.0 * overdue as f64,
+        "overdue members count as late by their age: sum {late_sum}"
+    );
+    let lateness = histogram_buckets(body, "delay_bridge_lateness_seconds", &obs);
+    assert_eq!(lateness.last().map(|b| b.1), Some(n as f64), "+Inf bucket");
+    assert!(
+        lateness.first().map(|b| b.0) <= Some(0.001)
+            && lateness.iter().any(|b| b.0.is_finite() && b.0 >= 300.0),
+        "buckets span 1 ms to 5 min: {lateness:?}"
+    );
+    assert!(
+        n as f64 - count_le(&lateness, 5.9) >= overdue as f64,
+        "the overdue members fall in buckets above 6 s: {lateness:?}"
+    );
+}
+
+/// One publish observation per batch of at most `batch` claimed, of the `n` messages
+/// trigger `obs` forwarded.
+fn assert_claims_and_publishes(body: &str, n: usize, batch: usize) {
+    let fwd = [("trigger", "obs"), ("sink", "rabbit")];
+    let obs = [("trigger", "obs")];
+    let publishes = metric_value(body, "delay_bridge_publish_duration_seconds_count", &fwd);
+    assert!(
+        publishes >= (n / batch) as f64 && publishes <= n as f64,
+        "one publish observation per batch: {publishes}"
+    );
+    assert!(metric_value(body, "delay_bridge_publish_duration_seconds_sum", &fwd) > 0.0);
+    let claims = metric_value(body, "delay_bridge_claim_duration_seconds_count", &obs);
+    assert!(
+        claims >= publishes,
+        "every publish follows a claim: {claims} claims"
+    );
+    let sizes = histogram_buckets(body, "delay_bridge_claim_batch_size", &obs);
+    let size_count = metric_value(body, "delay_bridge_claim_batch_size_count", &obs);
+    assert_eq!(
+        metric_value(body, "delay_bridge_claim_batch_size_sum", &obs),
+        n as f64,
+        "every member claimed exactly once"
+    );
+    assert_eq!(
+        count_le(&sizes, batch as f64),
+        size_count,
+        "no claim above batch = {batch}: {sizes:?}"
+    );
+    assert_eq!(size_count, publishes, "one non-empty claim per publish");
+}
+
+/// Labels stay bounded: known names only, never a payload or a Redis key (`key`).
+fn assert_bounded_labels(body: &str, key: &str) {
+    for s in parse_samples(body) {
+        assert!(
+            s.name.starts_with("delay_bridge_") || s.name.starts_with("process_"),
+            "{}",
+            s.name
+        );
+        for (k, v) in &s.labels {
+            assert!(
+                ALLOWED_LABELS.contains(&k.as_str()),
+                "unexpected label {k} on {}",
+                s.name
+            );
+            assert!(
+                !v.contains("secret-payload") && !v.contains(key) && !v.contains("delay-"),
+                "{}{{{k}={v:?}}} carries message data",
+                s.name
+            );
+        }
+    }
+    let forwarded_series: BTreeSet<_> = parse_samples(body)
+        .into_iter()
+        .filter(|s| s.name == "delay_bridge_messages_forwarded_total")
+        .map(|s| s.labels)
+        .collect();
+    assert_eq!(forwarded_series.len(), 1, "{forwarded_series:?}");
+}
+
+/// The `delay_bridge_backlog_messages` gauge of trigger `backlog` in `state`, as `body` shows it.
+fn backlog(body: &str, state: &str) -> f64 {
+    metric_value(
+        body,
+        "delay_bridge_backlog_messages",
+        &[("trigger", "backlog"), ("state", state)],
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backlog_gauges_and_readyz_follow_the_sink_going_away_and_coming_back() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("backlog").await;
-    let key = format!("{}:{{backlog}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("backlog", "delay", "backlog").await;
     let keys = delay_bridge::keys::QueueKeys::derive(&key).unwrap();
     let port = free_port();
     // Nothing listens on this port until the proxy below starts.
@@ -216,16 +240,13 @@ async fn backlog_gauges_and_readyz_follow_the_sink_going_away_and_coming_back() 
     let dead_letters = (0..dead).map(|i| (now, format!("dead-{i}")));
     zadd_all(&mut r, &keys.dead, dead_letters).await;
     let t = [("trigger", "backlog")];
-    let state = |s: &'static str| [("trigger", "backlog"), ("state", s)];
     let oldest_overdue = (10_000 + 1000 * (due - 1)) as f64 / 1000.0;
     let (seen, body) = bridge
         .wait_scrape(Duration::from_secs(10), |b| {
-            metric_value(b, "delay_bridge_backlog_messages", &state("scheduled"))
-                == scheduled as f64
-                && metric_value(b, "delay_bridge_backlog_messages", &state("due")) == due as f64
-                && metric_value(b, "delay_bridge_backlog_messages", &state("inflight"))
-                    == inflight as f64
-                && metric_value(b, "delay_bridge_backlog_messages", &state("dead")) == dead as f64
+            backlog(b, "scheduled") == scheduled as f64
+                && backlog(b, "due") == due as f64
+                && backlog(b, "inflight") == inflight as f64
+                && backlog(b, "dead") == dead as f64
                 && metric_value(b, "delay_bridge_oldest_due_age_seconds", &t) >= oldest_overdue
         })
         .await;
@@ -260,23 +281,17 @@ async fn backlog_gauges_and_readyz_follow_the_sink_going_away_and_coming_back() 
     );
     let (drained, body) = bridge
         .wait_scrape(Duration::from_secs(10), |b| {
-            metric_value(b, "delay_bridge_backlog_messages", &state("due")) == 0.0
+            backlog(b, "due") == 0.0
             && metric_value(b, "delay_bridge_oldest_due_age_seconds", &t) == 0.0
             && metric_value(b, "delay_bridge_messages_forwarded_total", &t) == due as f64
             // A refresh taken while the batch awaited its confirmation counts it in flight.
-            && metric_value(b, "delay_bridge_backlog_messages", &state("inflight"))
+            && backlog(b, "inflight")
                 == inflight as f64
         })
         .await;
     assert!(drained, "gauges after draining:\n{body}");
-    assert_eq!(
-        metric_value(&body, "delay_bridge_backlog_messages", &state("scheduled")),
-        scheduled as f64
-    );
-    assert_eq!(
-        metric_value(&body, "delay_bridge_backlog_messages", &state("dead")),
-        dead as f64
-    );
+    assert_eq!(backlog(&body, "scheduled"), scheduled as f64);
+    assert_eq!(backlog(&body, "dead"), dead as f64);
     // The gauge follows the sink's supervisor, which looks again within reconnect_max.
     let (up, body) = bridge
         .wait_scrape(Duration::from_secs(5), |b| {
@@ -291,9 +306,7 @@ async fn backlog_gauges_and_readyz_follow_the_sink_going_away_and_coming_back() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_carry_worker_spans_and_never_a_password() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("logs").await;
-    let key = format!("{}:{{logs}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("logs", "delay", "logs").await;
     let down_key = format!("{}:{{logs-down}}", unique("delay"));
     let secret = unique("pw-s3cret");
     let port = free_port();
@@ -606,9 +619,7 @@ async fn process_metrics_revision_and_a_landing_page_are_served_from_start_up() 
 /// write to the queue) within a few intervals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_queue_is_read_again_when_written_to_or_paused() {
-    let mut r = redis().await;
-    let capture = AmqpCapture::start("quiet").await;
-    let key = format!("{}:{{quiet}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene("quiet", "delay", "quiet").await;
     let keys = QueueKeys::derive(&key).unwrap();
     let port = free_port();
     let config = base_config(port) + &amqp_trigger("quiet", &key, &capture, "");
