@@ -2,19 +2,6 @@
 
 use super::*;
 
-pub(super) struct Case {
-    pub(super) conn: MultiplexedConnection,
-    /// For stores with another claim byte budget.
-    pub(super) manager: Conn,
-    pub(super) store: Store,
-    pub(super) keys: QueueKeys,
-    pub(super) max_attempts: u32,
-    /// Redis time when the case started: past and future scores are relative to it.
-    pub(super) base: i64,
-    pub(super) m: Model,
-    pub(super) tally: &'static Tally,
-}
-
 impl Case {
     pub(super) async fn now(&mut self) -> i64 {
         common::redis_now(&mut self.conn).await

@@ -54,6 +54,7 @@ mod ops;
 mod produce;
 mod settle;
 mod spec;
+mod state;
 mod tally;
 mod verify;
 mod wrong_type;
@@ -61,6 +62,7 @@ mod wrong_type;
 use case::*;
 use ops::*;
 use spec::*;
+use state::*;
 use tally::*;
 
 /// Members the steps pick from (ids in hash mode): few, so producer writes and claims collide

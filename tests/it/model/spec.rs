@@ -39,43 +39,6 @@ pub(super) fn finite(v: &Option<String>) -> Option<f64> {
 /// the member (scheduled, in flight or dead) carries the schedules it stands for.
 pub(super) type Schedules = Vec<u64>;
 
-/// A claimed batch the "worker" has not settled yet.
-#[derive(Debug, Clone)]
-pub(super) struct OpenBatch {
-    pub(super) id: u64,
-    pub(super) deadline: i64,
-    pub(super) items: Vec<Claimed>,
-    /// The schedules each item stood for when claimed: delivered if its ack is confirmed.
-    pub(super) schedules: Vec<Schedules>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Scheduled {
-    pub(super) score: f64,
-    /// Failed attempts carried by this copy.
-    pub(super) failures: i64,
-    pub(super) schedules: Schedules,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Lease {
-    pub(super) batch: u64,
-    pub(super) deadline: i64,
-    pub(super) short: bool,
-    pub(super) failures: i64,
-    pub(super) schedules: Schedules,
-}
-
-/// Dead letters claimed for forwarding that the "forwarder" has not settled yet.
-#[derive(Debug, Clone)]
-pub(super) struct OpenDeadClaim {
-    pub(super) id: u64,
-    pub(super) deadline: i64,
-    pub(super) items: Vec<DeadItem>,
-    /// The schedules each letter stood for when claimed: delivered if its forward is confirmed.
-    pub(super) schedules: Vec<Schedules>,
-}
-
 /// Where a dead letter stands in being forwarded to the dead-letter destination.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Forward {
@@ -97,18 +60,6 @@ impl Forward {
             Forward::Refused => None,
         }
     }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct DeadEntry {
-    pub(super) at: f64,
-    pub(super) reason: String,
-    /// What the failing settle said besides the label (`detail` in the reason JSON).
-    pub(super) detail: Option<String>,
-    pub(super) attempts: i64,
-    pub(super) schedules: Schedules,
-    /// The forward holding it, if any: none when it was never claimed, or released.
-    pub(super) forward: Option<Forward>,
 }
 
 /// The fields of a dead letter's reason JSON: when, why, the detail, and the attempts.
@@ -155,51 +106,6 @@ pub(super) fn detail_of(reason: &str) -> Option<&'static str> {
     }
 }
 
-/// The specification: what every step should do to the queue.
-#[derive(Default, Debug)]
-pub(super) struct Model {
-    pub(super) source: HashMap<Vec<u8>, Scheduled>,
-    pub(super) inflight: HashMap<Vec<u8>, Lease>,
-    pub(super) dead: HashMap<Vec<u8>, DeadEntry>,
-    /// Every schedule a producer started.
-    pub(super) started: Vec<u64>,
-    /// Schedules whose message the broker confirmed at least once.
-    pub(super) delivered: HashSet<u64>,
-    /// Schedules the producer cancelled (`ZREM`) before a claim.
-    pub(super) cancelled: HashSet<u64>,
-    pub(super) open: Vec<OpenBatch>,
-    pub(super) next_batch: u64,
-    /// Dead-letter claims the forwarder has not settled yet.
-    pub(super) open_dead: Vec<OpenDeadClaim>,
-    pub(super) next_dead_claim: u64,
-    pub(super) next_schedule: u64,
-    /// Hash mode only.
-    pub(super) bodies: Option<Bodies>,
-    /// Failed-attempt entries gone stale with a count, by member: (count, stamp). The hash
-    /// keeps one until a script rewrites or deletes the member's entry or a sweep removes it,
-    /// and it counts again for a copy whose score comes back to its stamp.
-    pub(super) left: HashMap<Vec<u8>, (i64, f64)>,
-    /// The control hash's `paused` field, as written (see [`pause_value`]).
-    pub(super) paused: Option<String>,
-    /// The rate limit's bucket: the control hash's `tokens` and `at` fields, as written (by a
-    /// rate-limited claim that took something or repaired them, or a stray write).
-    pub(super) tokens: Option<String>,
-    pub(super) at: Option<String>,
-}
-
-/// Hash mode: the bodies hash, and what the producer wrote to it.
-#[derive(Default, Debug)]
-pub(super) struct Bodies {
-    /// id -> body: what the bodies hash should hold.
-    pub(super) held: HashMap<Vec<u8>, Vec<u8>>,
-    /// id -> the body of its latest `HSET`, remembered after the hash drops it.
-    pub(super) written: HashMap<Vec<u8>, Vec<u8>>,
-    /// Ids the producer bug scheduled while they had no body, with no `HSET` since: the only
-    /// ids that may be claimed as missing, or be queued without a body.
-    pub(super) bare: HashSet<Vec<u8>>,
-    pub(super) next_version: u64,
-}
-
 impl Model {
     /// The member's entry went stale carrying `failures` under `stamp`.
     pub(super) fn leave(&mut self, member: &[u8], failures: i64, stamp: f64) {
@@ -226,6 +132,11 @@ impl Model {
         if let Some(s) = self.source.get_mut(member) {
             s.failures = 0;
         }
+    }
+
+    /// What `f` makes of each dead letter, by member.
+    pub(super) fn dead_with<T>(&self, f: impl Fn(&DeadEntry) -> T) -> BTreeMap<Vec<u8>, T> {
+        self.dead.iter().map(|(m, e)| (m.clone(), f(e))).collect()
     }
 
     /// The dead letters with their `K:dead` scores, in Redis's order.

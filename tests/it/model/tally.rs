@@ -2,59 +2,6 @@
 
 use super::*;
 
-/// Counts over all cases, to show the steps really exercised each path.
-#[derive(Default)]
-pub(super) struct Tally {
-    pub(super) steps: AtomicU64,
-    pub(super) claimed: AtomicU64,
-    pub(super) skipped_in_flight: AtomicU64,
-    pub(super) acked: AtomicU64,
-    pub(super) acks_not_owned: AtomicU64,
-    pub(super) retried: AtomicU64,
-    pub(super) dead: AtomicU64,
-    pub(super) put_back: AtomicU64,
-    pub(super) merged: AtomicU64,
-    pub(super) not_owned: AtomicU64,
-    pub(super) recovered: AtomicU64,
-    pub(super) swept: AtomicU64,
-    pub(super) requeued: AtomicU64,
-    pub(super) wrong_type: AtomicU64,
-    pub(super) paused_claims: AtomicU64,
-    pub(super) rate_waits: AtomicU64,
-    pub(super) moved: AtomicU64,
-    pub(super) browsed: AtomicU64,
-    pub(super) purged: AtomicU64,
-    pub(super) cut_by_rate: AtomicU64,
-    /// Dead letters claimed for forwarding.
-    pub(super) forward_claimed: AtomicU64,
-    /// Of those, letters whose earlier lease had expired.
-    pub(super) forward_reclaimed: AtomicU64,
-    pub(super) forwards_confirmed: AtomicU64,
-    pub(super) forwards_refused: AtomicU64,
-    pub(super) forwards_kept: AtomicU64,
-    pub(super) forwards_released: AtomicU64,
-    /// Forward outcomes for letters the claim no longer held.
-    pub(super) forwards_not_owned: AtomicU64,
-    /// Forward claims that passed over a letter still leased, or refused.
-    pub(super) forward_skipped_leased: AtomicU64,
-    pub(super) forward_skipped_refused: AtomicU64,
-    pub(super) forward_claims_paused: AtomicU64,
-    /// Stray writes to the control hash, and rate-limited claims that repaired the bucket.
-    pub(super) stray_writes: AtomicU64,
-    pub(super) bucket_repairs: AtomicU64,
-    /// Hash mode from here on.
-    pub(super) bodies_claimed: AtomicU64,
-    pub(super) missing_claimed: AtomicU64,
-    pub(super) cut_by_budget: AtomicU64,
-    pub(super) ack_dropped_body: AtomicU64,
-    pub(super) ack_kept_body: AtomicU64,
-    pub(super) cancel_dropped_body: AtomicU64,
-    pub(super) cancel_kept_body: AtomicU64,
-    pub(super) forward_dropped_body: AtomicU64,
-    pub(super) forward_kept_body: AtomicU64,
-    pub(super) forward_missing_body: AtomicU64,
-}
-
 pub(super) fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }

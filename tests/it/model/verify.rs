@@ -69,12 +69,7 @@ impl Case {
         check_eq!(inflight, want, "in-flight set");
 
         let dead: BTreeMap<Vec<u8>, f64> = self.zrange(&keys.dead).await.into_iter().collect();
-        let want: BTreeMap<Vec<u8>, f64> = self
-            .m
-            .dead
-            .iter()
-            .map(|(m, e)| (m.clone(), e.score()))
-            .collect();
+        let want = self.m.dead_with(DeadEntry::score);
         check_eq!(dead, want, "dead-letter set");
 
         // Forwarding leases: one per dead letter a forward holds, until its deadline, none
@@ -131,12 +126,7 @@ impl Case {
             .into_iter()
             .map(|(m, json)| (m, parse_reason(&json)))
             .collect();
-        let want: BTreeMap<Vec<u8>, Reason> = self
-            .m
-            .dead
-            .iter()
-            .map(|(m, e)| (m.clone(), e.reason()))
-            .collect();
+        let want = self.m.dead_with(DeadEntry::reason);
         check_eq!(reasons, want, "dead-letter reasons");
         Ok(())
     }

@@ -74,13 +74,15 @@ impl Case {
         let before = self.snapshot(&target).await;
         let result = self.run_script(script).await;
         let after = self.snapshot(&target).await;
-        let _: () = redis::cmd("DEL")
-            .arg(&target)
-            .query_async(&mut self.conn)
-            .await
-            .unwrap();
         if existed == 1 {
+            // The key back in place of the string.
             self.rename(&backup, &target).await;
+        } else {
+            let _: () = redis::cmd("DEL")
+                .arg(&target)
+                .query_async(&mut self.conn)
+                .await
+                .unwrap();
         }
         match result {
             Err(e) => {
