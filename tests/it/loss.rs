@@ -194,12 +194,7 @@ async fn an_attempt_count_does_not_outlive_its_member() {
     )
     .await
     .unwrap();
-    let count: Option<String> = redis::cmd("HGET")
-        .arg(&k.attempts)
-        .arg("m")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    let count: Option<String> = hget(&mut r, &k.attempts, "m").await;
     assert!(count.is_some_and(|c| c.starts_with("1:")));
 
     // The producer cancels the retry, then schedules the same payload anew.
@@ -345,12 +340,7 @@ async fn cancel_with_a_wrong_typed_key_changes_nothing() {
     let e = s.cancel_by_id(b"x").await.unwrap_err();
     assert!(e.to_string().contains("WRONGTYPE"), "{e}");
     assert_eq!(zscore(&mut r, &k.source, "x").await, Some(1.0));
-    let body: Option<Vec<u8>> = redis::cmd("HGET")
-        .arg(&k.bodies)
-        .arg("x")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    let body: Option<Vec<u8>> = hget(&mut r, &k.bodies, "x").await;
     assert_eq!(body.as_deref(), Some(&b"body"[..]));
     let _: () = redis::cmd("DEL")
         .arg(&k.dead)

@@ -660,13 +660,7 @@ async fn an_empty_queue_is_read_again_when_written_to_or_paused() {
         .await;
     assert!(seen, "a removal is read too:\n{body}");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let _: () = redis::cmd("HSET")
-        .arg(&keys.control)
-        .arg("paused")
-        .arg(1)
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    hset(&mut r, &keys.control, "paused", 1).await;
     let (seen, body) = bridge
         .wait_scrape(Duration::from_secs(10), |b| {
             metric_value(b, "delay_bridge_trigger_paused", &[("trigger", "quiet")]) == 1.0

@@ -253,12 +253,7 @@ fn the_static_packaging_checks_pass() {
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
             .expect("python3");
-        assert!(
-            out.status.success(),
-            "{script}:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out, &format!("{script}:\n"));
     }
 }
 
@@ -270,12 +265,7 @@ fn prometheus_config_and_alert_rules_pass_promtool() {
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
             .expect("promtool must be installed (Debian package `prometheus`)");
-        assert!(
-            out.status.success(),
-            "promtool {args:?}:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out, &format!("promtool {args:?}:\n"));
     };
     promtool(&["check", "config", "docker/prometheus.yml"]);
     promtool(&["check", "rules", "docker/alerts.yml"]);

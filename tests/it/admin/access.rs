@@ -26,12 +26,8 @@ async fn a_read_only_admin_api_needs_no_token_and_refuses_every_change() {
         .as_str()
         .unwrap()
         .contains("read-only"));
-    let paused: Option<String> = redis::cmd("HGET")
-        .arg(QueueKeys::derive(&key).unwrap().control)
-        .arg("paused")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    let paused: Option<String> =
+        hget(&mut r, &QueueKeys::derive(&key).unwrap().control, "paused").await;
     assert_eq!(paused, None);
 
     // Without read_only, a missing token is a config error naming the key.

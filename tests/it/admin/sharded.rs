@@ -68,12 +68,7 @@ async fn the_admin_api_serves_a_sharded_trigger_as_one_queue() {
     assert_eq!(paused.status, 200, "{}", paused.body);
     for i in 0..SHARDS {
         let keys = QueueKeys::derive(&shard_key(&key, i, SHARDS).unwrap()).unwrap();
-        let flag: Option<String> = redis::cmd("HGET")
-            .arg(&keys.control)
-            .arg("paused")
-            .query_async(&mut r)
-            .await
-            .unwrap();
+        let flag: Option<String> = hget(&mut r, &keys.control, "paused").await;
         assert!(flag.is_some(), "shard {i} paused");
         cleanup_keys(&mut r, &keys.source).await;
     }

@@ -8,6 +8,8 @@
 //! | --- | --- |
 //! | [`redis`](self::redis) | connections, the server clock, sorted-set writes and reads, a queue's sizes |
 //! | [`amqp`] | a capturing consumer on the shared RabbitMQ |
+//! | `hashes` | one field of a Redis hash read or written |
+//! | `shell` | a finished command's success, or its output |
 //! | `scene` | what most end-to-end tests start from: Redis, a capture and a fresh key |
 //! | [`bridge`] | `delay-bridge run` as a process: signals, exit, log, HTTP endpoints |
 //! | [`cli`] | the other subcommands (`check`, `stats`, ...) run once |
@@ -27,6 +29,7 @@ pub mod bridge;
 pub mod browser;
 pub mod cli;
 pub mod config;
+mod hashes;
 pub mod http;
 pub mod kafka;
 pub mod metrics;
@@ -36,12 +39,17 @@ mod redis;
 pub mod redis_cluster;
 mod scene;
 pub mod servers;
+mod shell;
 pub mod tally;
 pub mod tls;
 
 // The everyday helpers, for `use common::*` (not every test binary uses every one).
 #[allow(unused_imports)]
+pub use hashes::*;
+#[allow(unused_imports)]
 pub use scene::*;
+#[allow(unused_imports)]
+pub use shell::*;
 #[allow(unused_imports)]
 pub use {self::redis::*, amqp::*, bridge::*, cli::*, config::*, metrics::*};
 

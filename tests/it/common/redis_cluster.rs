@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 
-use super::poll;
+use super::{assert_success, poll};
 
 /// One `redis-server` of the cluster.
 struct Node {
@@ -146,12 +146,7 @@ impl RedisCluster {
             .await
             .unwrap()
             .expect("redis-cli must be installed");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out, "redis-cli --cluster create failed: ");
         assert!(
             me.wait_formed(Duration::from_secs(30)).await,
             "the cluster did not form"

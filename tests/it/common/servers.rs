@@ -199,12 +199,7 @@ impl RedisServer {
             .await
             .unwrap()
             .expect("redis-cli must be installed (see README)");
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        if out.status.success() {
-            Ok(stdout)
-        } else {
-            Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
-        }
+        super::stdout_if_success(&out)
     }
 
     /// Its address, for a proxy in front of it.
@@ -472,12 +467,7 @@ impl RabbitServer {
         .await
         .unwrap()
         .expect("rabbitmqctl");
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        if out.status.success() {
-            Ok(stdout)
-        } else {
-            Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
-        }
+        super::stdout_if_success(&out)
     }
 
     /// The Erlang node name (`NAME@localhost`).

@@ -199,12 +199,7 @@ impl Pki {
             .current_dir(self.dir.path())
             .output()
             .expect("the openssl CLI must be installed (see README)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        super::assert_success(&out, &format!("openssl {args:?}: "));
     }
 }
 

@@ -81,12 +81,7 @@ async fn the_console_shows_redis_pauses_resumes_and_requeues_in_a_real_browser()
         )
         .await;
     browser.wait_field("ui", "state", "paused").await;
-    let paused: Option<String> = redis::cmd("HGET")
-        .arg(&keys.control)
-        .arg("paused")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    let paused: Option<String> = hget(&mut r, &keys.control, "paused").await;
     assert_eq!(paused.as_deref(), Some("1"));
     let now = redis_now(&mut r).await;
     zadd_all(&mut r, &key, (0..5).map(|i| (now, format!("now-{i}")))).await;
@@ -138,13 +133,7 @@ async fn the_console_renders_infinite_scores_and_huge_or_binary_members() {
     let (mut r, capture, key, keys) = console_queue("console-odd").await;
     let huge = "h".repeat(1_100_000);
     // Paused, so that the member due at -inf ("now") stays to be shown.
-    let _: () = redis::cmd("HSET")
-        .arg(&keys.control)
-        .arg("paused")
-        .arg(1)
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    hset(&mut r, &keys.control, "paused", 1).await;
     zadd(&mut r, &key, "-inf", "now").await;
     zadd(&mut r, &key, "+inf", "parked").await;
     zadd(&mut r, &key, "+inf", &huge).await;
