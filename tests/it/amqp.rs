@@ -104,8 +104,7 @@ async fn cancel_and_reschedule_are_honoured() {
         "the later reschedule was honoured"
     );
     assert_eq!(got[2].due_ms, Some(now + 2500));
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,11 +127,8 @@ async fn unroutable_messages_are_retried_then_dead_lettered_with_reason() {
     let reason = dead_reason(&mut r, &key, "lost-letter-1").await.unwrap();
     assert_eq!(reason["reason"], "unroutable");
     assert_eq!(reason["attempts"], 3);
-    let (left, inflight, _) = queue_sizes(&mut r, &key).await;
-    let keys = delay_bridge::keys::QueueKeys::derive(&key).unwrap();
-    let attempts = hlen(&mut r, &keys.attempts).await;
     assert_eq!(
-        (left, inflight, attempts),
+        left_inflight_attempts(&mut r, &key).await,
         (0, 0, 0),
         "nothing lost, nothing left behind"
     );
@@ -173,8 +169,7 @@ async fn unroutable_messages_are_retried_then_dead_lettered_with_reason() {
     bridge
         .expect_arrivals(2, Duration::from_secs(15), || capture.count())
         .await;
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,11 +191,8 @@ async fn a_missing_exchange_keeps_messages_in_redis_until_it_is_declared() {
         "the missing exchange is reported: {}",
         bridge.log()
     );
-    let (left, inflight, _) = queue_sizes(&mut r, &key).await;
-    let keys = delay_bridge::keys::QueueKeys::derive(&key).unwrap();
-    let attempts = hlen(&mut r, &keys.attempts).await;
     assert_eq!(
-        (left, inflight, attempts),
+        left_inflight_attempts(&mut r, &key).await,
         (1, 0, 0),
         "not claimed, not counted as an attempt"
     );
@@ -295,4 +287,12 @@ async fn thousands_of_workers_share_a_few_channels() {
     for key in &keys {
         cleanup_keys(&mut r, key).await;
     }
+}
+
+/// The members left scheduled and in flight on `key`, and its failed-attempt entries.
+async fn left_inflight_attempts(r: &mut Conn, key: &str) -> (i64, i64, i64) {
+    let (left, inflight, _) = queue_sizes(r, key).await;
+    let keys = delay_bridge::keys::QueueKeys::derive(key).unwrap();
+    let attempts = hlen(r, &keys.attempts).await;
+    (left, inflight, attempts)
 }

@@ -12,13 +12,8 @@ async fn sigkill_mid_drain_then_restart_loses_nothing() {
     let n = 5000;
     schedule(&mut r, &key, n, 0).await;
     let port = free_port();
-    let cfg = base_config(port)
-        + &amqp_trigger(
-            "kill",
-            &key,
-            &capture,
-            "workers = 2\nbatch = 20\nlease = \"2s\"\npublish_timeout = \"1s\"",
-        );
+    let options = "workers = 2\nbatch = 20\nlease = \"2s\"\npublish_timeout = \"1s\"";
+    let cfg = base_config(port) + &amqp_trigger("kill", &key, &capture, options);
     let bridge = sigkill_mid_drain(Bridge::start(&cfg, port), &capture, n, "sigkill").await;
     let seen = capture.tally();
     assert_eq!(seen.len(), n, "zero lost");
@@ -26,8 +21,7 @@ async fn sigkill_mid_drain_then_restart_loses_nothing() {
         assert!(seen.contains_key(&body(i, 0)));
     }
     assert_eq!(queue_sizes(&mut r, &key).await.0, 0);
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -80,14 +80,8 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
     // Unroutable at the dead-letter exchange: nothing is confirmed, so all stay in Redis.
     let (returned, scraped) = bridge
         .wait_scrape(Duration::from_secs(15), |m| {
-            let failures = |reason| {
-                metric_value(
-                    m,
-                    "delay_bridge_dead_letter_forward_failures_total",
-                    &[("trigger", "dlx"), ("reason", reason)],
-                )
-            };
-            failures("unroutable") >= bad.len() as f64 && failures("too_large") == 1.0
+            forward_failures(m, "unroutable") >= bad.len() as f64
+                && forward_failures(m, "too_large") == 1.0
         })
         .await;
     assert!(
@@ -95,34 +89,10 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
         "the broker returned the dead letters\n{}",
         bridge.log()
     );
-    assert_eq!(
-        metric_value(
-            &scraped,
-            "delay_bridge_dead_letters_forwarded_total",
-            &[("trigger", "dlx")]
-        ),
-        0.0
-    );
+    assert_eq!(letters_forwarded(&scraped), 0.0);
     assert_eq!(zcard(&mut r, &keys.dead).await, bad.len() as i64 + 1);
     assert_eq!(dead.count(), 0);
-    // The oversized letter is never sent: kept with the dead-letter score +inf (claims never
-    // look at it again) and no lease; its time stays in its reason.
-    let score: Option<String> = redis::cmd("ZSCORE")
-        .arg(&keys.dead)
-        .arg(&huge)
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    assert_eq!(score.as_deref(), Some("inf"));
-    let held = leases(&mut r, &key).await;
-    assert!(!held.contains_key(huge.as_bytes()), "{held:?}");
-    let listed = cli(&["dead-letter", "list", "-t", "dlx"], &config, &[]);
-    assert_eq!(listed.code, 0, "{}", listed.text());
-    assert!(
-        !listed.stdout.contains(&i64::MAX.to_string()),
-        "the refused letter's time comes from its reason, not +inf: {}",
-        listed.stdout
-    );
+    expect_refused_letter_kept(&mut r, &key, &huge, &config).await;
 
     // Bind the routing key: the letters go after their lease expires, and leave Redis.
     dead.bind(&dead.exchange, "later").await;
@@ -141,16 +111,7 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
     let mut seen: HashMap<Vec<u8>, usize> = HashMap::new();
     for m in &got {
         *seen.entry(m.body.clone()).or_default() += 1;
-        assert_eq!(
-            header(m, "x-delay-dead-reason").as_deref(),
-            Some("bad_payload")
-        );
-        assert_eq!(header(m, "x-delay-dead-attempts").as_deref(), Some("1"));
-        assert!(header(m, "x-delay-dead-detail").is_some(), "{m:?}");
-        assert!(header(m, "x-delay-dead-at-ms").is_some(), "{m:?}");
-        assert_eq!(m.trigger.as_deref(), Some("dlx"));
-        assert_eq!(m.routing_key, "later");
-        assert_eq!(m.delivery_mode, Some(2), "persistent");
+        assert_bad_payload_letter(m);
     }
     for b in &bad {
         assert_eq!(seen.get(b.as_bytes()), Some(&1), "{b} forwarded once");
@@ -166,22 +127,8 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
         "reasons of forwarded letters are gone"
     );
     let scraped = bridge.scrape().await;
-    assert_eq!(
-        metric_value(
-            &scraped,
-            "delay_bridge_dead_letters_forwarded_total",
-            &[("trigger", "dlx")]
-        ),
-        bad.len() as f64
-    );
-    assert_eq!(
-        metric_value(
-            &scraped,
-            "delay_bridge_dead_letter_forward_failures_total",
-            &[("trigger", "dlx"), ("reason", "too_large")]
-        ),
-        1.0
-    );
+    assert_eq!(letters_forwarded(&scraped), bad.len() as f64);
+    assert_eq!(forward_failures(&scraped, "too_large"), 1.0);
     assert!(bridge
         .log()
         .contains("the broker refuses these dead letters"));
@@ -196,11 +143,7 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
     assert_eq!(requeued.code, 0, "{}", requeued.text());
     let (again, _) = bridge
         .wait_scrape(Duration::from_secs(15), |m| {
-            metric_value(
-                m,
-                "delay_bridge_dead_letter_forward_failures_total",
-                &[("trigger", "dlx"), ("reason", "too_large")],
-            ) == 2.0
+            forward_failures(m, "too_large") == 2.0
         })
         .await;
     assert!(
@@ -210,9 +153,62 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
     );
     assert_eq!(zcard(&mut r, &keys.dead).await, 1);
     assert_eq!(dead.count(), bad.len(), "nothing else was forwarded");
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    finish(bridge, &mut r, &key).await;
+}
+
+/// `delay_bridge_dead_letter_forward_failures_total` of trigger `dlx` for `reason`.
+fn forward_failures(metrics: &str, reason: &str) -> f64 {
+    metric_value(
+        metrics,
+        "delay_bridge_dead_letter_forward_failures_total",
+        &[("trigger", "dlx"), ("reason", reason)],
+    )
+}
+
+/// `delay_bridge_dead_letters_forwarded_total` of trigger `dlx`.
+fn letters_forwarded(metrics: &str) -> f64 {
+    metric_value(
+        metrics,
+        "delay_bridge_dead_letters_forwarded_total",
+        &[("trigger", "dlx")],
+    )
+}
+
+/// A dead letter of trigger `dlx` as forwarded: its reason (`bad_payload`), attempts, detail
+/// and time in headers, persistent, on the routing key `later`.
+fn assert_bad_payload_letter(m: &Received) {
+    assert_eq!(
+        header(m, "x-delay-dead-reason").as_deref(),
+        Some("bad_payload")
+    );
+    assert_eq!(header(m, "x-delay-dead-attempts").as_deref(), Some("1"));
+    assert!(header(m, "x-delay-dead-detail").is_some(), "{m:?}");
+    assert!(header(m, "x-delay-dead-at-ms").is_some(), "{m:?}");
+    assert_eq!(m.trigger.as_deref(), Some("dlx"));
+    assert_eq!(m.routing_key, "later");
+    assert_eq!(m.delivery_mode, Some(2), "persistent");
+}
+
+/// The oversized letter `huge` on `key` is never sent: kept with the dead-letter score +inf
+/// (claims never look at it again) and no lease; its time stays in its reason.
+async fn expect_refused_letter_kept(r: &mut Conn, key: &str, huge: &str, config: &str) {
+    let keys = QueueKeys::derive(key).unwrap();
+    let score: Option<String> = redis::cmd("ZSCORE")
+        .arg(&keys.dead)
+        .arg(huge)
+        .query_async(r)
+        .await
+        .unwrap();
+    assert_eq!(score.as_deref(), Some("inf"));
+    let held = leases(r, key).await;
+    assert!(!held.contains_key(huge.as_bytes()), "{held:?}");
+    let listed = cli(&["dead-letter", "list", "-t", "dlx"], config, &[]);
+    assert_eq!(listed.code, 0, "{}", listed.text());
+    assert!(
+        !listed.stdout.contains(&i64::MAX.to_string()),
+        "the refused letter's time comes from its reason, not +inf: {}",
+        listed.stdout
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,7 +391,5 @@ async fn forwarded_hash_letters_carry_their_id_and_a_missing_body_stays_requeuea
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(dead.count(), 1, "forwarded once");
     assert_eq!(zcard(&mut r, &keys.dead).await, 0);
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    finish(bridge, &mut r, &key).await;
 }

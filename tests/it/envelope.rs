@@ -50,13 +50,8 @@ async fn amqp_envelopes_arrive_with_their_properties_and_bad_ones_are_dead_lette
     capture.bind(&capture.exchange, "billing.eu").await;
     let key = unique("env-amqp");
     let port = free_port();
-    let config = base_config(port)
-        + &amqp_trigger(
-            "env",
-            &key,
-            &capture,
-            "format = \"envelope\"\nallowed_routing_keys = [\"orders.*\"]",
-        );
+    let options = "format = \"envelope\"\nallowed_routing_keys = [\"orders.*\"]";
+    let config = base_config(port) + &amqp_trigger("env", &key, &capture, options);
     let full = serde_json::json!({
         "body_b64": "/wD+Cg==",
         "headers": {"traceparent": TRACEPARENT, "tracestate": "vendor=1", "tenant": 42, "urgent": true},
@@ -160,17 +155,8 @@ async fn amqp_envelopes_arrive_with_their_properties_and_bad_ones_are_dead_lette
         "{unknown}"
     );
     let text = bridge.scrape().await;
-    assert_eq!(
-        metric_value(
-            &text,
-            "delay_bridge_messages_dead_lettered_total",
-            &[("trigger", "env"), ("reason", "bad_envelope")]
-        ),
-        2.0
-    );
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    assert_eq!(dead_lettered(&text, "env", "bad_envelope"), 2.0);
+    finish(bridge, &mut r, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -315,9 +301,7 @@ async fn expired_messages_are_dead_lettered_or_dropped_never_published() {
             .metric("delay_bridge_messages_expired_total", &[("trigger", "exp")])
             .await;
         assert_eq!(expired, 2.0, "{on_expired}");
-        bridge.assert_no_panic();
-        drop(bridge);
-        cleanup_keys(&mut r, &key).await;
+        finish(bridge, &mut r, &key).await;
     }
 }
 

@@ -222,9 +222,7 @@ async fn ids_are_scheduled_cancelled_and_rescheduled_and_bodies_arrive_byte_exac
         left,
         HashMap::from([(b"parked".to_vec(), bodies["parked"].clone())])
     );
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    finish(bridge, &mut r, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -308,9 +306,7 @@ async fn missing_and_oversized_bodies_are_dead_lettered_with_their_reason_and_re
         .expect_arrivals(2, Duration::from_secs(30), || capture.count())
         .await;
     assert!(capture.snapshot().iter().any(|m| m.body == b"repaired"));
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    finish(bridge, &mut r, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,13 +325,8 @@ async fn sigkill_mid_drain_in_hash_mode_loses_nothing_and_leaves_no_body() {
     }
     let _: () = pipe.query_async(&mut r).await.unwrap();
     let port = free_port();
-    let cfg = base_config(port)
-        + &hash_trigger(
-            "hashkill",
-            &key,
-            &capture,
-            "workers = 2\nbatch = 20\nlease = \"2s\"\npublish_timeout = \"1s\"",
-        );
+    let options = "workers = 2\nbatch = 20\nlease = \"2s\"\npublish_timeout = \"1s\"";
+    let cfg = base_config(port) + &hash_trigger("hashkill", &key, &capture, options);
     let bridge = sigkill_mid_drain(Bridge::start(&cfg, port), &capture, n, "hash sigkill").await;
     let (drained, sizes) = poll(
         Duration::from_secs(10),
@@ -351,6 +342,5 @@ async fn sigkill_mid_drain_in_hash_mode_loses_nothing_and_leaves_no_body() {
         .await
         .unwrap();
     assert_eq!(bodies, 0, "every delivered id's body is gone");
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
 }

@@ -141,9 +141,7 @@ async fn odd_members_and_scores_are_delivered_kept_or_dead_lettered() {
         ),
         expected.len() as f64
     );
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    finish(bridge, &mut r, &key).await;
 }
 
 /// A `-inf` head saturates to i64::MIN; the age of the oldest due member must not overflow.
@@ -367,13 +365,8 @@ async fn routing_key_from_a_json_field_or_dead_letter_bad_payload() {
     }
     let metrics = bridge.scrape().await;
     assert_eq!(
-        metric_value(
-            &metrics,
-            "delay_bridge_messages_dead_lettered_total",
-            &[("trigger", "json"), ("reason", "bad_payload")]
-        ),
+        dead_lettered(&metrics, "json", "bad_payload"),
         bad.len() as f64
     );
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
 }

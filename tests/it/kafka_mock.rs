@@ -210,6 +210,23 @@ async fn stop_and_tally(bridge: InProcess, capture: &KafkaCapture, expected: &[S
     assert_all_delivered(capture, expected)
 }
 
+/// Stops the bridge, asserts every scheduled member was read exactly once, and removes the
+/// queue.
+async fn finish_without_duplicates(
+    bridge: InProcess,
+    capture: &KafkaCapture,
+    expected: &[String],
+    r: &mut Conn,
+    key: &str,
+) {
+    assert_eq!(
+        stop_and_tally(bridge, capture, expected).await,
+        0,
+        "no duplicates"
+    );
+    cleanup_keys(r, key).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transient_produce_errors_are_retried_without_loss() {
     let mut r = redis().await;
@@ -310,12 +327,7 @@ async fn a_permanent_error_dead_letters_with_its_reason_and_the_producer_goes_on
     bridge
         .expect_forwarded("permanent", 20, Duration::from_secs(10))
         .await;
-    assert_eq!(
-        stop_and_tally(bridge, &capture, &expected).await,
-        0,
-        "no duplicates"
-    );
-    cleanup_keys(&mut r, key).await;
+    finish_without_duplicates(bridge, &capture, &expected, &mut r, key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -388,12 +400,7 @@ async fn a_full_producer_queue_waits_for_room_and_loses_nothing() {
     bridge
         .expect_forwarded("queuefull", expected.len(), Duration::from_secs(5))
         .await;
-    assert_eq!(
-        stop_and_tally(bridge, &capture, &expected).await,
-        0,
-        "no duplicates"
-    );
-    cleanup_keys(&mut r, key).await;
+    finish_without_duplicates(bridge, &capture, &expected, &mut r, key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -444,12 +451,7 @@ async fn broker_down_stops_claiming_and_recovery_resumes_forwarding() {
         .await;
     let mut all = first.clone();
     all.extend(during);
-    assert_eq!(
-        stop_and_tally(bridge, &capture, &all).await,
-        0,
-        "no duplicates"
-    );
-    cleanup_keys(&mut r, key).await;
+    finish_without_duplicates(bridge, &capture, &all, &mut r, key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

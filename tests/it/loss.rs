@@ -198,12 +198,7 @@ async fn an_attempt_count_does_not_outlive_its_member() {
     assert!(count.is_some_and(|c| c.starts_with("1:")));
 
     // The producer cancels the retry, then schedules the same payload anew.
-    let _: i64 = redis::cmd("ZREM")
-        .arg(&key)
-        .arg("m")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    zrem(&mut r, &key, "m").await;
     zadd(&mut r, &key, "5", "m").await;
     let b = s.claim(10, LEASE).await.unwrap();
     assert_eq!(
@@ -318,8 +313,7 @@ async fn a_trigger_with_a_wrong_typed_key_waits_for_the_operator() {
     bridge
         .expect_arrivals(20, Duration::from_secs(30), || capture.count())
         .await;
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
 }
 
 /// The producers' cancel script checks its keys and looks both copies up before its first

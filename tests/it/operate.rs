@@ -98,12 +98,7 @@ async fn browse_pages_through_ties_and_survives_a_claimed_cursor() {
         &config,
     );
     let v: serde_json::Value = serde_json::from_str(&next.stdout).unwrap();
-    let next: Vec<&str> = v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["member"].as_str().unwrap())
-        .collect();
+    let next = item_members(&v);
     assert_eq!(
         next,
         want[35..45].to_vec(),
@@ -142,17 +137,37 @@ async fn forecast_show_promote_reschedule_and_purge() {
     ];
     zadd_all(&mut r, &key, schedule.iter().cloned()).await;
     // far-1 failed twice already (its attempt entry names its due time).
-    let _: () = redis::cmd("HSET")
-        .arg(&keys.attempts)
-        .arg("far-1")
-        .arg(format!("2:{}", now + 7_200_000))
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    hset(
+        &mut r,
+        &keys.attempts,
+        "far-1",
+        format!("2:{}", now + 7_200_000),
+    )
+    .await;
 
+    forecast_and_show(&config);
+    promote_and_reschedule(&mut r, &key, &config, now).await;
+    purge_a_range(&mut r, &key, &config, now).await;
+
+    dead_letter(&mut r, &key, "dead-1", now, r#"{"reason":"nack"}"#).await;
+    assert!(run(&["show", "dead-1"], &config).stdout.contains("nack"));
+    let purged = run(&["purge", "--dead", "--yes"], &config);
+    assert!(
+        purged.stdout.contains("deleted 1 dead letters"),
+        "{}",
+        purged.stdout
+    );
+    assert_eq!(zcard(&mut r, &keys.dead).await, 0);
+    assert_eq!(hlen(&mut r, &keys.dead_reasons).await, 0);
+    cleanup_keys(&mut r, &key).await;
+}
+
+/// `forecast` counts the overdue, the buckets and the later ones; `show` tells a member's
+/// attempts, and that an unknown one is nowhere.
+fn forecast_and_show(config: &str) {
     let out = run(
         &["forecast", "--json", "--bucket", "1m", "--buckets", "3"],
-        &config,
+        config,
     );
     assert_eq!(out.code, 0, "{}", out.text());
     let f: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
@@ -161,21 +176,24 @@ async fn forecast_show_promote_reschedule_and_purge() {
     assert_eq!(f["later"], 1);
     assert_eq!(f["bucket_ms"], 60_000);
 
-    let shown = run(&["show", "far-1"], &config);
+    let shown = run(&["show", "far-1"], config);
     assert_eq!(shown.code, 0);
     assert!(
         shown.stdout.contains("scheduled: due") && shown.stdout.contains("2 failed attempts"),
         "{}",
         shown.stdout
     );
-    let missing = run(&["show", "nobody"], &config);
+    let missing = run(&["show", "nobody"], config);
     assert_eq!(missing.code, 1);
     assert!(missing
         .stdout
         .contains("is not scheduled, in flight or dead"));
+}
 
-    // Promote: due now, attempts kept; an already-due member is left alone.
-    let promoted = run(&["promote", "far-1", "late-1", "nobody"], &config);
+/// Promote: due now, attempts kept; an already-due member is left alone. Reschedule: an hour
+/// from `now`, attempts kept.
+async fn promote_and_reschedule(r: &mut Conn, key: &str, config: &str, now: i64) {
+    let promoted = run(&["promote", "far-1", "late-1", "nobody"], config);
     assert_eq!(
         promoted.code,
         1,
@@ -187,28 +205,31 @@ async fn forecast_show_promote_reschedule_and_purge() {
         "{}",
         promoted.stdout
     );
-    let due = due_of(&mut r, &key, "far-1").await;
-    assert!(due <= redis_now(&mut r).await);
-    assert!(run(&["show", "far-1"], &config)
+    let due = due_of(r, key, "far-1").await;
+    assert!(due <= redis_now(r).await);
+    assert!(run(&["show", "far-1"], config)
         .stdout
         .contains("2 failed attempts"));
-    let late = due_of(&mut r, &key, "late-1").await;
+    let late = due_of(r, key, "late-1").await;
     assert_eq!(late, now - 5_000);
 
     // Reschedule: an hour from now.
-    let moved = run(&["reschedule", "--delay", "1h", "far-1"], &config);
+    let moved = run(&["reschedule", "--delay", "1h", "far-1"], config);
     assert_eq!(moved.code, 0, "{}", moved.text());
-    let due = due_of(&mut r, &key, "far-1").await;
+    let due = due_of(r, key, "far-1").await;
     assert!((due - (now + 3_600_000)).abs() < 60_000);
-    assert!(run(&["show", "far-1"], &config)
+    assert!(run(&["show", "far-1"], config)
         .stdout
         .contains("2 failed attempts"));
+}
 
-    // Purge asks first; deletes only the range; a copy in flight stays.
-    zadd(&mut r, &keys.inflight, now + 30_000, "soon-1").await;
+/// Purge asks first; deletes only the range; a copy in flight stays.
+async fn purge_a_range(r: &mut Conn, key: &str, config: &str, now: i64) {
+    let keys = QueueKeys::derive(key).unwrap();
+    zadd(r, &keys.inflight, now + 30_000, "soon-1").await;
     let asked = run(
         &["purge", "--scheduled", "--to", &(now + 60_000).to_string()],
-        &config,
+        config,
     );
     assert_eq!(asked.code, 1);
     assert!(
@@ -216,11 +237,7 @@ async fn forecast_show_promote_reschedule_and_purge() {
         "{}",
         asked.stdout
     );
-    assert_eq!(
-        zcard(&mut r, &key).await,
-        6,
-        "nothing deleted without --yes"
-    );
+    assert_eq!(zcard(r, key).await, 6, "nothing deleted without --yes");
     let purged = run(
         &[
             "purge",
@@ -229,7 +246,7 @@ async fn forecast_show_promote_reschedule_and_purge() {
             &(now + 60_000).to_string(),
             "--yes",
         ],
-        &config,
+        config,
     );
     assert_eq!(purged.code, 0, "{}", purged.text());
     assert!(
@@ -237,39 +254,16 @@ async fn forecast_show_promote_reschedule_and_purge() {
         "{}",
         purged.stdout
     );
-    let left: Vec<String> = redis::cmd("ZRANGE")
-        .arg(&key)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    let left = zmembers(r, key).await;
     assert_eq!(
         left.into_iter().collect::<BTreeSet<_>>(),
         BTreeSet::from(["next-1".to_string(), "far-1".to_string()])
     );
     assert_eq!(
-        zcard(&mut r, &keys.inflight).await,
+        zcard(r, &keys.inflight).await,
         1,
         "in flight is not the operator's to purge"
     );
-
-    dead_letter(&mut r, &key, "dead-1", now, r#"{"reason":"nack"}"#).await;
-    assert!(run(&["show", "dead-1"], &config).stdout.contains("nack"));
-    let purged = run(&["purge", "--dead", "--yes"], &config);
-    assert!(
-        purged.stdout.contains("deleted 1 dead letters"),
-        "{}",
-        purged.stdout
-    );
-    assert_eq!(zcard(&mut r, &keys.dead).await, 0);
-    let reasons: i64 = redis::cmd("HLEN")
-        .arg(&keys.dead_reasons)
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    assert_eq!(reasons, 0);
-    cleanup_keys(&mut r, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -276,59 +276,7 @@ fn prometheus_config_and_alert_rules_pass_promtool() {
 async fn dashboard_and_alerts_query_only_metrics_the_bridge_exports() {
     let (mut r, capture, key) = amqp_scene("dash", "delay", "dash").await;
     let bad_key = format!("{}:{{dash-bad}}", unique("delay"));
-    let port = free_port();
-    // A healthy trigger and one whose messages are unroutable (a retry, then a dead letter),
-    // so every counter and histogram has a series.
-    let unroutable = format!(
-        "exchange = \"{}\"\nrouting_key = \"nobody-listens\"\nmax_attempts = 2\n\
-         backoff_initial = \"50ms\"\nbackoff_max = \"50ms\"\nlease = \"2s\"\npublish_timeout = \"1s\"",
-        capture.exchange
-    );
-    let config = base_config(port)
-        + &amqp_trigger("dash", &key, &capture, "batch = 8")
-        + &trigger("dash-bad", &bad_key, "rabbit", &unroutable);
-    let mut bridge = Bridge::start(&config, port)
-        .ready(Duration::from_secs(15))
-        .await;
-    let now = redis_now(&mut r).await;
-    zadd_all(&mut r, &key, (0..5).map(|i| (now - i, format!("dash-{i}")))).await;
-    let bad = delay_bridge::keys::QueueKeys::derive(&bad_key).unwrap();
-    // An expired lease, as a crashed bridge leaves it: recovered and redelivered.
-    let _: () = redis::pipe()
-        .cmd("ZADD")
-        .arg(&bad_key)
-        .arg(now)
-        .arg("unroutable")
-        .cmd("ZADD")
-        .arg(&bad.inflight)
-        .arg(now - 60_000)
-        .arg("orphan")
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    let bad_t = [("trigger", "dash-bad")];
-    let (all_there, body) = bridge
-        .wait_scrape(Duration::from_secs(20), |b| {
-            metric_value(
-                b,
-                "delay_bridge_messages_forwarded_total",
-                &[("trigger", "dash")],
-            ) == 5.0
-                && metric_value(b, "delay_bridge_messages_retried_total", &bad_t) >= 1.0
-                && metric_value(b, "delay_bridge_messages_dead_lettered_total", &bad_t) >= 2.0
-                && metric_value(b, "delay_bridge_messages_redelivered_total", &bad_t) >= 1.0
-                && metric_value(
-                    b,
-                    "delay_bridge_backlog_messages",
-                    &[("trigger", "dash-bad"), ("state", "dead")],
-                ) == 2.0
-        })
-        .await;
-    assert!(
-        all_there,
-        "not every metric moved:\n{body}\n{}",
-        bridge.log()
-    );
+    let (mut bridge, body) = every_series_moved(&mut r, &key, &bad_key, &capture).await;
 
     let samples: BTreeSet<String> = parse_samples(&body).into_iter().map(|s| s.name).collect();
     let families: BTreeSet<String> = body
@@ -369,7 +317,81 @@ async fn dashboard_and_alerts_query_only_metrics_the_bridge_exports() {
         "described but not exported: {unknown:?}"
     );
 
-    // The dashboard shows everything an operator needs at a glance.
+    assert_dashboard_shows_what_operators_need(&queries, &queried);
+    assert_every_metric_on_one_panel(&dashboard, &registered, &families);
+    assert_scoped_to_instances(&dashboard, &queries);
+
+    bridge.terminate(Duration::from_secs(15)).await;
+    cleanup_keys(&mut r, &key).await;
+    cleanup_keys(&mut r, &bad_key).await;
+}
+
+/// A bridge with a healthy trigger `dash` on `key` and one, `dash-bad` on `bad_key`, whose
+/// messages are unroutable (a retry, then a dead letter), an expired lease recovered: every
+/// counter and histogram has a series. Returns the bridge and its scrape once all moved.
+async fn every_series_moved(
+    r: &mut Conn,
+    key: &str,
+    bad_key: &str,
+    capture: &AmqpCapture,
+) -> (Bridge, String) {
+    let port = free_port();
+    let unroutable = format!(
+        "exchange = \"{}\"\nrouting_key = \"nobody-listens\"\nmax_attempts = 2\n\
+         backoff_initial = \"50ms\"\nbackoff_max = \"50ms\"\nlease = \"2s\"\npublish_timeout = \"1s\"",
+        capture.exchange
+    );
+    let config = base_config(port)
+        + &amqp_trigger("dash", key, capture, "batch = 8")
+        + &trigger("dash-bad", bad_key, "rabbit", &unroutable);
+    let bridge = Bridge::start(&config, port)
+        .ready(Duration::from_secs(15))
+        .await;
+    let now = redis_now(r).await;
+    zadd_all(r, key, (0..5).map(|i| (now - i, format!("dash-{i}")))).await;
+    let bad = delay_bridge::keys::QueueKeys::derive(bad_key).unwrap();
+    // An expired lease, as a crashed bridge leaves it: recovered and redelivered.
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(bad_key)
+        .arg(now)
+        .arg("unroutable")
+        .cmd("ZADD")
+        .arg(&bad.inflight)
+        .arg(now - 60_000)
+        .arg("orphan")
+        .query_async(r)
+        .await
+        .unwrap();
+    let bad_t = [("trigger", "dash-bad")];
+    let (all_there, body) = bridge
+        .wait_scrape(Duration::from_secs(20), |b| {
+            metric_value(
+                b,
+                "delay_bridge_messages_forwarded_total",
+                &[("trigger", "dash")],
+            ) == 5.0
+                && metric_value(b, "delay_bridge_messages_retried_total", &bad_t) >= 1.0
+                && metric_value(b, "delay_bridge_messages_dead_lettered_total", &bad_t) >= 2.0
+                && metric_value(b, "delay_bridge_messages_redelivered_total", &bad_t) >= 1.0
+                && metric_value(
+                    b,
+                    "delay_bridge_backlog_messages",
+                    &[("trigger", "dash-bad"), ("state", "dead")],
+                ) == 2.0
+        })
+        .await;
+    assert!(
+        all_there,
+        "not every metric moved:\n{body}\n{}",
+        bridge.log()
+    );
+    (bridge, body)
+}
+
+/// The dashboard shows everything an operator needs at a glance, and the scan found the
+/// queries.
+fn assert_dashboard_shows_what_operators_need(queries: &[String], queried: &BTreeSet<String>) {
     let shown: BTreeSet<String> = metric_names(&queries.join("\n"))
         .into_iter()
         .map(|m| {
@@ -402,8 +424,15 @@ async fn dashboard_and_alerts_query_only_metrics_the_bridge_exports() {
         queried.len() >= 15,
         "the scan found the queries: {queried:?}"
     );
+}
 
-    // Every metric the bridge exports is on exactly one panel: its own and the process's.
+/// Every metric the bridge exports (found in src/metrics/ or the process's) is on exactly one
+/// panel of the dashboard.
+fn assert_every_metric_on_one_panel(
+    dashboard: &serde_json::Value,
+    registered: &BTreeSet<String>,
+    families: &BTreeSet<String>,
+) {
     assert!(
         registered.len() >= 27,
         "the scan of src/metrics/ found the metrics: {registered:?}"
@@ -425,7 +454,7 @@ async fn dashboard_and_alerts_query_only_metrics_the_bridge_exports() {
         unregistered.is_empty(),
         "exported but not found in src/metrics/: {unregistered:?}"
     );
-    let panels = panel_metrics(&dashboard);
+    let panels = panel_metrics(dashboard);
     for metric in registered.iter().chain(&process) {
         let on: Vec<&str> = panels
             .iter()
@@ -438,9 +467,12 @@ async fn dashboard_and_alerts_query_only_metrics_the_bridge_exports() {
             "{metric} must be on exactly one panel of the dashboard, is on {on:?}"
         );
     }
-    // Every query is scoped to the chosen instances, so that a shared Prometheus's other
-    // jobs never show; the variables exist.
-    for query in &queries {
+}
+
+/// Every query is scoped to the chosen instances, so that a shared Prometheus's other jobs
+/// never show; the variables exist.
+fn assert_scoped_to_instances(dashboard: &serde_json::Value, queries: &[String]) {
+    for query in queries {
         let reads_metrics = !metric_names(query).is_empty();
         if !reads_metrics || query.contains("label_values(delay_bridge_build_info") {
             continue;
@@ -462,8 +494,4 @@ async fn dashboard_and_alerts_query_only_metrics_the_bridge_exports() {
             "variable {needed}: {variables:?}"
         );
     }
-
-    bridge.terminate(Duration::from_secs(15)).await;
-    cleanup_keys(&mut r, &key).await;
-    cleanup_keys(&mut r, &bad_key).await;
 }

@@ -264,9 +264,7 @@ async fn delivers_through_the_bridge(snippet: &Snippet) {
         "the bodies hash keeps the parked id's body only"
     );
     assert_eq!(zscore(&mut r, &key, "parked").await, Some(far as f64));
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    finish(bridge, &mut r, &key).await;
     cleanup_keys(&mut r, &inline_key).await;
 }
 
@@ -446,22 +444,12 @@ async fn every_snippet_through_the_shard_hash_on_a_cluster() {
         for (name, score) in [("parked", Some(far)), ("cancelled", None)] {
             let id = format!("{}-{name}", s.file);
             let own = shard_key(&key, shard_of(id.as_bytes(), SHARDS), SHARDS).unwrap();
-            let found: Option<f64> = redis::cmd("ZSCORE")
-                .arg(&own)
-                .arg(&id)
-                .query_async(&mut r)
-                .await
-                .unwrap();
+            let found = cluster_zscore(&mut r, &own, &id).await;
             assert_eq!(found, score, "{id} in {own}");
             for i in 0..SHARDS {
                 let other = shard_key(&key, i, SHARDS).unwrap();
                 if other != own {
-                    let found: Option<f64> = redis::cmd("ZSCORE")
-                        .arg(&other)
-                        .arg(&id)
-                        .query_async(&mut r)
-                        .await
-                        .unwrap();
+                    let found = cluster_zscore(&mut r, &other, &id).await;
                     assert_eq!(found, None, "{id} in {other}, not its own shard {own}");
                 }
             }
@@ -498,4 +486,18 @@ snippet_tests! {
     python: PYTHON;
     node: NODE;
     ruby: RUBY;
+}
+
+/// `ZSCORE key member` on a Redis Cluster.
+async fn cluster_zscore(
+    r: &mut redis::cluster_async::ClusterConnection,
+    key: &str,
+    member: &str,
+) -> Option<f64> {
+    redis::cmd("ZSCORE")
+        .arg(key)
+        .arg(member)
+        .query_async(r)
+        .await
+        .unwrap()
 }

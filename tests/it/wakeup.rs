@@ -48,13 +48,8 @@ async fn a_notification_wakes_the_idle_worker_long_before_the_guard() {
 async fn an_empty_trigger_claims_once_per_guard_tick_not_once_per_worker() {
     let (mut r, capture, key) = amqp_scene("idle", "delay", "idle").await;
     let port = free_port();
-    let cfg = base_config(port)
-        + &amqp_trigger(
-            "idle",
-            &key,
-            &capture,
-            "workers = 8\nguard_interval = \"1s\"\nnotified_guard_interval = \"1s\"",
-        );
+    let options = "workers = 8\nguard_interval = \"1s\"\nnotified_guard_interval = \"1s\"";
+    let cfg = base_config(port) + &amqp_trigger("idle", &key, &capture, options);
     let bridge = Bridge::start(&cfg, port).ready(READY).await;
     let labels = [("trigger", "idle")];
     // Let the start-up claims pass.
@@ -82,13 +77,8 @@ async fn an_empty_trigger_claims_once_per_guard_tick_not_once_per_worker() {
 async fn a_subscribed_idle_trigger_sleeps_the_notified_guard() {
     let (mut r, capture, key) = amqp_scene("notified", "delay", "notified").await;
     let port = free_port();
-    let cfg = base_config(port)
-        + &amqp_trigger(
-            "notified",
-            &key,
-            &capture,
-            "workers = 8\nguard_interval = \"500ms\"\nnotified_guard_interval = \"60s\"",
-        );
+    let options = "workers = 8\nguard_interval = \"500ms\"\nnotified_guard_interval = \"60s\"";
+    let cfg = base_config(port) + &amqp_trigger("notified", &key, &capture, options);
     let bridge = Bridge::start(&cfg, port).ready(READY).await;
     let labels = [("trigger", "notified")];
     let (subscribed, _) = bridge

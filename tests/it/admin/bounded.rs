@@ -141,28 +141,16 @@ async fn the_admin_api_answers_503_until_redis_is_reached() {
         common::servers::wait_port(admin_port, true, Duration::from_secs(15)).await,
         "the admin listener opens before Redis is reached"
     );
-    let (answered, got) = poll(
-        Duration::from_secs(15),
-        Duration::from_millis(100),
-        async || request(admin_port, "GET", TRIGGERS, &[], None).await,
-        |r| r.status == 503,
-    )
-    .await;
-    assert!(answered, "{} {}", got.status, got.body);
+    let starting = (Duration::from_secs(15), Duration::from_millis(100));
+    let got = wait_for_triggers(admin_port, 503, starting).await;
     assert!(
         got.json()["error"].as_str().unwrap().contains("starting"),
         "{}",
         got.body
     );
     server.restart().await;
-    let (served, got) = poll(
-        Duration::from_secs(20),
-        Duration::from_millis(200),
-        async || request(admin_port, "GET", TRIGGERS, &[], None).await,
-        |r| r.status == 200,
-    )
-    .await;
-    assert!(served, "{} {}", got.status, got.body);
+    let restarted = (Duration::from_secs(20), Duration::from_millis(200));
+    let got = wait_for_triggers(admin_port, 200, restarted).await;
     assert_eq!(got.json()["triggers"][0]["name"], "early", "{}", got.body);
     bridge.assert_no_panic();
 }
@@ -229,4 +217,22 @@ async fn watch_slow_calls(r: &mut Conn) -> u64 {
         .await
         .unwrap();
     net_output(r).await
+}
+
+/// Polls the triggers list every `every` until it answers `status`, for up to `timeout`;
+/// asserts it did, and returns the answer.
+async fn wait_for_triggers(
+    admin_port: u16,
+    status: u16,
+    (timeout, every): (Duration, Duration),
+) -> Response {
+    let (answered, got) = poll(
+        timeout,
+        every,
+        async || request(admin_port, "GET", TRIGGERS, &[], None).await,
+        |r| r.status == status,
+    )
+    .await;
+    assert!(answered, "{} {}", got.status, got.body);
+    got
 }

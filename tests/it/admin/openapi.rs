@@ -68,12 +68,8 @@ async fn reads_match_redis(api: &mut Api, r: &mut Conn, key: &str) -> i64 {
     let page2 = api
         .get(SCHEDULED, "api", &format!("?limit=10&after={next}"))
         .await;
-    let members: Vec<String> = page2.json()["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["member"].as_str().unwrap().to_string())
-        .collect();
+    let page2 = page2.json();
+    let members = item_members(&page2);
     assert_eq!(members, ["later-2", "later-3", "later-4"]);
     let shown = api.get(MESSAGE, "api", "later-1").await;
     assert_eq!(shown.json()["places"][0]["state"], "scheduled");
@@ -163,14 +159,7 @@ async fn bad_input_is_refused(api: &mut Api, admin_port: u16) {
             .status,
         400
     );
-    let unknown = request(
-        admin_port,
-        "GET",
-        "/api/v2/x",
-        &[("Authorization", &format!("Bearer {TOKEN}"))],
-        None,
-    )
-    .await;
+    let unknown = get_with_token(admin_port, "/api/v2/x", TOKEN).await;
     assert_eq!(unknown.status, 404);
 }
 
@@ -250,12 +239,7 @@ async fn purges_by_reason(api: &mut Api, r: &mut Conn, key: &str) {
         .get(DEAD, "api", &format!("?limit=5&after={after}"))
         .await
         .json();
-    let members: Vec<&str> = rest["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["member"].as_str().unwrap())
-        .collect();
+    let members = item_members(&rest);
     assert_eq!(members, ["dead-r1", "dead-r2"]);
     dead_letter(r, key, "dead-r0", now, r#"{"reason":"nack","attempts":1}"#).await;
     let count = json!({"what": "dead", "reason": "nack", "dry_run": true});
@@ -278,25 +262,13 @@ async fn purges_by_reason(api: &mut Api, r: &mut Conn, key: &str) {
         )
         .await;
     assert_eq!(purged.json(), json!({"deleted": 2}));
-    let dead_left: Vec<String> = redis::cmd("ZRANGE")
-        .arg(QueueKeys::derive(key).unwrap().dead)
-        .arg(0)
-        .arg(-1)
-        .query_async(r)
-        .await
-        .unwrap();
+    let dead_left = zmembers(r, QueueKeys::derive(key).unwrap().dead).await;
     assert_eq!(dead_left, ["dead-r1"]);
     let purged = api
         .post(PURGE, "api", json!({"what": "dead", "confirm": true}))
         .await;
     assert_eq!(purged.json(), json!({"deleted": 1}));
-    let left: Vec<String> = redis::cmd("ZRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
-        .query_async(r)
-        .await
-        .unwrap();
+    let left = zmembers(r, key).await;
     assert_eq!(left, ["later-1"]);
 }
 

@@ -10,6 +10,7 @@
 //! | [`amqp`] | a capturing consumer on the shared RabbitMQ |
 //! | `hashes` | one field of a Redis hash read or written |
 //! | `shell` | a finished command's success, or its output |
+//! | `reads` | a sorted set's members, a page's members, a metric, read back in one call |
 //! | `scene` | what most end-to-end tests start from: Redis, a capture and a fresh key |
 //! | [`bridge`] | `delay-bridge run` as a process: signals, exit, log, HTTP endpoints |
 //! | [`cli`] | the other subcommands (`check`, `stats`, ...) run once |
@@ -35,6 +36,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod proxy;
 pub mod rabbit_cluster;
+mod reads;
 mod redis;
 pub mod redis_cluster;
 mod scene;
@@ -46,6 +48,8 @@ pub mod tls;
 // The everyday helpers, for `use common::*` (not every test binary uses every one).
 #[allow(unused_imports)]
 pub use hashes::*;
+#[allow(unused_imports)]
+pub use reads::*;
 #[allow(unused_imports)]
 pub use scene::*;
 #[allow(unused_imports)]

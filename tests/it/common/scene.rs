@@ -1,6 +1,6 @@
-//! What most end-to-end tests start from, in one call.
+//! What most end-to-end tests start from and end with, each in one call.
 
-use super::{redis, unique, AmqpCapture, Conn};
+use super::{cleanup_keys, redis, unique, AmqpCapture, Bridge, Conn};
 
 /// A connection to the shared Redis, a capture of what reaches RabbitMQ with `routing_key`,
 /// and a fresh queue key `PREFIX-N:{TAG}` (its keys in one hash slot).
@@ -9,4 +9,18 @@ pub async fn amqp_scene(routing_key: &str, prefix: &str, tag: &str) -> (Conn, Am
     let capture = AmqpCapture::start(routing_key).await;
     let key = format!("{}:{{{tag}}}", unique(prefix));
     (r, capture, key)
+}
+
+/// The end of most end-to-end tests: no panic in the bridge's log, the bridge stopped, and
+/// the queue's keys removed.
+pub async fn finish(bridge: Bridge, r: &mut Conn, key: &str) {
+    bridge.assert_no_panic();
+    drop(bridge);
+    cleanup_keys(r, key).await;
+}
+
+/// The bridge stopped, and the queue's keys removed.
+pub async fn stop_and_clean(bridge: Bridge, r: &mut Conn, key: &str) {
+    drop(bridge);
+    cleanup_keys(r, key).await;
 }

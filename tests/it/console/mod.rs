@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::browser::Browser;
-use common::http::request;
 use common::proxy::{Mode, Proxy};
 use common::*;
 use delay_bridge::keys::QueueKeys;
@@ -37,12 +36,7 @@ fn shots() -> PathBuf {
 async fn the_console_shows_redis_pauses_resumes_and_requeues_in_a_real_browser() {
     let (mut r, capture, key, keys) = console_queue("console").await;
     let now = redis_now(&mut r).await;
-    zadd_all(
-        &mut r,
-        &key,
-        (0..3).map(|i| (now + 600_000 + i * 60_000, format!("later-{i}"))),
-    )
-    .await;
+    schedule_later(&mut r, &key, now).await;
     dead_letter(
         &mut r,
         &key,
@@ -51,13 +45,7 @@ async fn the_console_shows_redis_pauses_resumes_and_requeues_in_a_real_browser()
         r#"{"reason":"nack","attempts":3}"#,
     )
     .await;
-    let (port, admin_port) = (free_port(), free_port());
-    let config = base_config(port)
-        + &format!("\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n")
-        + &amqp_trigger("ui", &key, &capture, "guard_interval = \"200ms\"\n");
-    let bridge = Bridge::start_with_env(&config, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)])
-        .ready(Duration::from_secs(20))
-        .await;
+    let (bridge, admin_port) = start_with_token("ui", &key, &capture).await;
 
     let browser = open_console(admin_port, Some(TOKEN)).await;
     let redis_sizes = (zcard(&mut r, &key).await, zcard(&mut r, &keys.dead).await);
@@ -77,7 +65,6 @@ async fn the_console_shows_redis_pauses_resumes_and_requeues_in_a_real_browser()
         .confirm(
             "#triggers button[data-action=\"pause\"][data-trigger=\"ui\"]",
             "Pause ui?",
-            true,
         )
         .await;
     browser.wait_field("ui", "state", "paused").await;
@@ -106,11 +93,7 @@ async fn the_console_shows_redis_pauses_resumes_and_requeues_in_a_real_browser()
         )
         .await;
     browser
-        .confirm(
-            "#dead button[data-action=\"requeue\"]",
-            "Requeue dead-0?",
-            true,
-        )
+        .confirm("#dead button[data-action=\"requeue\"]", "Requeue dead-0?")
         .await;
     bridge.expect_arrivals(6, WAIT, || capture.count()).await;
     assert!(capture.tally().contains_key(b"dead-0".as_slice()));
@@ -246,12 +229,7 @@ fn texts(css: &str) -> String {
 async fn the_console_charts_history_pages_dead_letters_and_opens_a_message_drawer() {
     let (mut r, capture, key, keys) = console_queue("console-more").await;
     let now = redis_now(&mut r).await;
-    zadd_all(
-        &mut r,
-        &key,
-        (0..3).map(|i| (now + 600_000 + i * 60_000, format!("later-{i}"))),
-    )
-    .await;
+    schedule_later(&mut r, &key, now).await;
     let envelope = serde_json::json!({
         "body": "{\"order\":42,\"items\":[1,2]}",
         "headers": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
@@ -276,13 +254,7 @@ async fn the_console_charts_history_pages_dead_letters_and_opens_a_message_drawe
         )
         .await;
     }
-    let (port, admin_port) = (free_port(), free_port());
-    let config = base_config(port)
-        + &format!("\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n")
-        + &amqp_trigger("more", &key, &capture, "guard_interval = \"200ms\"\n");
-    let bridge = Bridge::start_with_env(&config, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)])
-        .ready(Duration::from_secs(20))
-        .await;
+    let (bridge, admin_port) = start_with_token("more", &key, &capture).await;
     // Due over the next 20 s, after the bridge's first sample: the next ones see them.
     let now = redis_now(&mut r).await;
     zadd_all(

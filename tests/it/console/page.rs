@@ -16,6 +16,29 @@ pub(super) async fn console_queue(name: &str) -> (Conn, AmqpCapture, String, Que
     (r, capture, key, keys)
 }
 
+/// Three messages `later-0` to `later-2`, due 10, 11 and 12 minutes after `now`.
+pub(super) async fn schedule_later(r: &mut Conn, key: &str, now: i64) {
+    let later = (0..3).map(|i| (now + 600_000 + i * 60_000, format!("later-{i}")));
+    zadd_all(r, key, later).await;
+}
+
+/// A bridge with the admin API on a port of its own, behind [`TOKEN`], and the trigger
+/// `trigger` from `key` to `capture` sampled every 200 ms; ready. Returns the admin port too.
+pub(super) async fn start_with_token(
+    trigger: &str,
+    key: &str,
+    capture: &AmqpCapture,
+) -> (Bridge, u16) {
+    let (port, admin_port) = (free_port(), free_port());
+    let config = base_config(port)
+        + &format!("\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n")
+        + &amqp_trigger(trigger, key, capture, "guard_interval = \"200ms\"\n");
+    let bridge = Bridge::start_with_env(&config, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)])
+        .ready(Duration::from_secs(20))
+        .await;
+    (bridge, admin_port)
+}
+
 /// A browser on the console of the admin API at `admin_port`; with a `token`, signed in by
 /// keyboard only: the token, then Enter submits the form.
 pub(super) async fn open_console(admin_port: u16, token: Option<&str>) -> Browser {
@@ -41,9 +64,11 @@ pub(super) trait Page {
     async fn wait_drawer(&self, open: bool);
     /// The text of the element `css` selects.
     async fn text_of(&self, css: &str) -> Value;
-    /// Clicks `css`, answers the dialog it opens (accepts it with `accept`, else dismisses
-    /// it), and checks that the dialog asked `question`.
-    async fn confirm(&self, css: &str, question: &str, accept: bool);
+    /// Clicks `css`, accepts the dialog it opens, and checks that the dialog asked `question`.
+    async fn confirm(&self, css: &str, question: &str);
+    /// Clicks `css`, dismisses the dialog it opens, and checks that the dialog asked
+    /// `question`.
+    async fn decline(&self, css: &str, question: &str);
     /// The status line shows no error.
     async fn assert_no_error(&self);
 }
@@ -74,13 +99,15 @@ impl Page for Browser {
         .await
     }
 
-    async fn confirm(&self, css: &str, question: &str, accept: bool) {
+    async fn confirm(&self, css: &str, question: &str) {
         self.click(css).await;
-        let asked = if accept {
-            self.accept_dialog().await
-        } else {
-            self.dismiss_dialog().await
-        };
+        let asked = self.accept_dialog().await;
+        assert!(asked.contains(question), "{asked}");
+    }
+
+    async fn decline(&self, css: &str, question: &str) {
+        self.click(css).await;
+        let asked = self.dismiss_dialog().await;
         assert!(asked.contains(question), "{asked}");
     }
 

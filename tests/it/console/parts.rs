@@ -27,12 +27,10 @@ pub(super) async fn history_and_forecast(browser: &Browser, admin_port: u16) {
                 .is_some_and(|s| s.ends_with(" ms") || s.ends_with(" s"))
         })
         .await;
-    let points = request(
+    let points = get_with_token(
         admin_port,
-        "GET",
         "/api/v1/triggers/more/history?window=15m",
-        &[("Authorization", &format!("Bearer {TOKEN}"))],
-        None,
+        TOKEN,
     )
     .await
     .json();
@@ -235,7 +233,6 @@ pub(super) async fn bulk_and_dark_mode(browser: &Browser) {
         .confirm(
             "#requeue-oldest",
             "Requeue the 5 oldest dead letters of more?",
-            true,
         )
         .await;
     browser.wait_field("more", "dead", "25").await;
@@ -254,7 +251,6 @@ pub(super) async fn bulk_and_dark_mode(browser: &Browser) {
         .confirm(
             "#purge-by-reason",
             "Delete the 10 dead letters of more whose reason is too_large",
-            true,
         )
         .await;
     browser.wait_field("more", "dead", "15").await;
@@ -266,10 +262,10 @@ pub(super) async fn bulk_and_dark_mode(browser: &Browser) {
         )
         .await;
     browser
-        .confirm("#purge-dead", "Delete all 15 dead letters of more", false)
+        .decline("#purge-dead", "Delete all 15 dead letters of more")
         .await;
     browser
-        .confirm("#requeue-all", "Requeue all 15 dead letters of more?", true)
+        .confirm("#requeue-all", "Requeue all 15 dead letters of more?")
         .await;
     browser.wait_field("more", "dead", "0").await;
 
