@@ -50,8 +50,7 @@ async fn sigkill_ten_times_while_100k_drain() {
         &format!("kills=10 seconds={:.1}", elapsed.as_secs_f64()),
     );
     assert_eq!((left, inflight, dead), (0, 0, 0));
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
     tally.cleanup().await;
 }
 

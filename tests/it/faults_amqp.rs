@@ -99,9 +99,7 @@ async fn rabbitmq_connection_cut_then_blackholed() {
         ),
     );
     assert_eq!(sizes, (0, 0, 0));
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    finish(bridge, &mut r, &key).await;
     tally.cleanup().await;
 }
 
@@ -153,8 +151,7 @@ async fn rabbitmq_restarted_mid_drain() {
         ),
     );
     assert_eq!(sizes, (0, 0, 0));
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
 }
 
 /// Bodies padded to 8 KiB: two batches of 500 (8 MB) overflow the socket buffers of a
@@ -235,8 +232,7 @@ async fn lease_shorter_than_a_stalled_publish() {
         "duplicates must come from expired leases, timed-out publishes or messages put back unconfirmed"
     );
     assert_eq!(sizes, (0, 0, 0));
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
     tally.cleanup().await;
 }
 
@@ -291,8 +287,7 @@ async fn a_message_the_broker_refuses_is_dead_lettered_and_the_rest_flows() {
     );
     assert!(tally.missing(n, 0).is_empty());
     report("amqp_406", n, 0, &tally, "");
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
 }
 
 /// A RabbitMQ memory alarm blocks publishing connections (`connection.blocked`): the sink is
@@ -370,8 +365,7 @@ async fn a_resource_alarm_pauses_the_sink_without_burning_attempts() {
                 .await
         ),
     );
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
 }
 
 /// The broker never holds more than `max_unconfirmed` of the bridge's messages unconfirmed:
@@ -430,8 +424,6 @@ async fn the_broker_holds_at_most_max_unconfirmed_messages_unconfirmed() {
     let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
     assert_eq!(sizes, (0, 0, 0));
     assert_eq!(tally.duplicates(), 0);
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    finish(bridge, &mut r, &key).await;
     tally.cleanup().await;
 }

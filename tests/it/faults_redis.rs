@@ -132,7 +132,6 @@ async fn redis_connection_cut_then_stalled() {
     );
     assert_eq!(sizes, (0, 0, 0), "nothing may stay leased");
     bridge.assert_alive();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
     tally.cleanup().await;
 }

@@ -109,9 +109,7 @@ async fn the_node_the_bridge_is_on_killed_mid_stream_loses_nothing() {
         ),
     );
     assert_eq!(sizes, (0, 0, 0));
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    finish(bridge, &mut r, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,8 +173,7 @@ async fn the_first_address_down_at_start_is_skipped() {
     );
     assert_eq!(sizes, (0, 0, 0));
     bridge.assert_alive();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,9 +259,7 @@ async fn every_node_down_then_back_claims_nothing_meanwhile_and_resumes() {
         ),
     );
     assert_eq!(sizes, (0, 0, 0), "nothing dead-lettered");
-    bridge.assert_no_panic();
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    finish(bridge, &mut r, &key).await;
 }
 
 /// Declares `queue` as a durable queue with `arguments` on `rabbit`, as another application
@@ -409,6 +404,5 @@ async fn a_stream_declared_by_the_bridge_gets_every_message() {
     let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(&body(*i, 0))).collect();
     assert!(missing.is_empty(), "missing {missing:?}");
     println!("fault=amqp_stream messages={n} lost=0");
-    drop(bridge);
-    cleanup_keys(&mut r, &key).await;
+    stop_and_clean(bridge, &mut r, &key).await;
 }
