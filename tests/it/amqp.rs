@@ -184,10 +184,7 @@ async fn a_missing_exchange_keeps_messages_in_redis_until_it_is_declared() {
         .await;
     schedule_now(&mut r, &key, ["waiting"]).await;
     assert!(
-        wait_until(Duration::from_secs(10), || bridge
-            .log()
-            .contains("does not exist"))
-        .await,
+        wait_logged(&bridge, Duration::from_secs(10), "does not exist").await,
         "the missing exchange is reported: {}",
         bridge.log()
     );

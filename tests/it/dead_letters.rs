@@ -193,12 +193,7 @@ fn assert_bad_payload_letter(m: &Received) {
 /// (claims never look at it again) and no lease; its time stays in its reason.
 async fn expect_refused_letter_kept(r: &mut Conn, key: &str, huge: &str, config: &str) {
     let keys = QueueKeys::derive(key).unwrap();
-    let score: Option<String> = redis::cmd("ZSCORE")
-        .arg(&keys.dead)
-        .arg(huge)
-        .query_async(r)
-        .await
-        .unwrap();
+    let score: Option<String> = r.zscore(&keys.dead, huge).await.unwrap();
     assert_eq!(score.as_deref(), Some("inf"));
     let held = leases(r, key).await;
     assert!(!held.contains_key(huge.as_bytes()), "{held:?}");
@@ -306,17 +301,12 @@ async fn forwarded_hash_letters_carry_their_id_and_a_missing_body_stays_requeuea
     let key = format!("{}:{{dlxid}}", unique("delay"));
     let keys = QueueKeys::derive(&key).unwrap();
     let port = free_port();
-    let config = base_config(port)
-        + &amqp_trigger(
-            "dlxid",
-            &key,
-            &main,
-            &format!(
-                "payload = \"hash\"\nmax_attempts = 1\ndead_letter_exchange = \"{}\"\n\
+    let options = format!(
+        "payload = \"hash\"\nmax_attempts = 1\ndead_letter_exchange = \"{}\"\n\
                  dead_letter_routing_key = \"dead\"\n",
-                dead.exchange
-            ),
-        );
+        dead.exchange
+    );
+    let config = base_config(port) + &amqp_trigger("dlxid", &key, &main, &options);
     let bridge = Bridge::start(&config, port).ready(READY).await;
     // An id scheduled without its body.
     let now = redis_now(&mut r).await;

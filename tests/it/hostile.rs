@@ -15,7 +15,6 @@ const READY: Duration = Duration::from_secs(20);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_members_and_scores_are_delivered_kept_or_dead_lettered() {
     let (mut r, capture, key) = amqp_scene("odd.rk", "delay", "odd").await;
-    let keys = delay_bridge::keys::QueueKeys::derive(&key).unwrap();
     let port = free_port();
     let config = base_config(port) + &amqp_trigger("odd", &key, &capture, "workers = 2\nbatch = 8");
     let bridge = Bridge::start(&config, port).ready(READY).await;
@@ -23,33 +22,7 @@ async fn odd_members_and_scores_are_delivered_kept_or_dead_lettered() {
     let now = redis_now(&mut r).await;
     let huge = vec![b'x'; 10 * 1024 * 1024];
     let binary: Vec<u8> = (0u8..=255).rev().collect();
-    // (member, score, delivered?)
-    let cases: Vec<(Vec<u8>, String, bool)> = vec![
-        (b"".to_vec(), format!("{}", now - 1000), true),
-        (binary.clone(), format!("{now}"), true),
-        (b"{\"due\":\"-inf\"}".to_vec(), "-inf".into(), true),
-        (b"{\"due\":\"+inf\"}".to_vec(), "+inf".into(), false),
-        (b"{\"due\":\"epoch\"}".to_vec(), "0".into(), true),
-        (b"{\"due\":\"before epoch\"}".to_vec(), "-1e15".into(), true),
-        (
-            b"{\"due\":\"fraction\"}".to_vec(),
-            format!("{}.75", now - 5),
-            true,
-        ),
-        // Year 2200: stays scheduled; the wake-up timer must not overflow.
-        (
-            b"{\"due\":\"2200\"}".to_vec(),
-            "7258118400000".into(),
-            false,
-        ),
-        (
-            b"{\"due\":\"year 275760\"}".to_vec(),
-            "8.64e15".into(),
-            false,
-        ),
-        // Exactly max_message_bytes (default 1 MiB) is still published.
-        (vec![b'y'; 1024 * 1024], format!("{}", now - 2), true),
-    ];
+    let cases = odd_cases(now, &binary);
     zadd(&mut r, &key, now - 500, &huge).await;
     let just_over = vec![b'z'; 1024 * 1024 + 1];
     zadd(&mut r, &key, now - 400, &just_over).await;
@@ -60,20 +33,7 @@ async fn odd_members_and_scores_are_delivered_kept_or_dead_lettered() {
     bridge
         .expect_arrivals(expected.len(), Duration::from_secs(20), || capture.count())
         .await;
-    // The oversized member is dead-lettered in the same pass, with one attempt and no retry.
-    let end = Instant::now() + Duration::from_secs(10);
-    let reason = wait_dead_reason(&mut r, &key, &huge, end).await;
-    let reason =
-        reason.unwrap_or_else(|| panic!("10 MiB member not dead-lettered\n{}", bridge.log()));
-    assert_eq!(reason["reason"], "too_large", "{reason}");
-    assert_eq!(reason["attempts"], 1, "{reason}");
-    assert!(zscore(&mut r, &keys.dead, &huge).await.is_some());
-    assert!(zscore(&mut r, &key, &huge).await.is_none(), "not retried");
-    let reason = dead_reason(&mut r, &key, &just_over).await;
-    assert_eq!(
-        reason.map(|r| r["reason"].clone()),
-        Some("too_large".into())
-    );
+    expect_oversized_dead_lettered(&mut r, &key, &huge, &just_over, &bridge).await;
 
     // Let a late duplicate or an early delivery of the never-due members show up.
     let _ = wait_until(Duration::from_millis(1500), || {
@@ -116,15 +76,7 @@ async fn odd_members_and_scores_are_delivered_kept_or_dead_lettered() {
         }
     }
     let metrics = bridge.scrape().await;
-    let labels = [("trigger", "odd"), ("reason", "too_large")];
-    assert_eq!(
-        metric_value(
-            &metrics,
-            "delay_bridge_messages_dead_lettered_total",
-            &labels
-        ),
-        2.0
-    );
+    assert_eq!(dead_lettered(&metrics, "odd", "too_large"), 2.0);
     assert_eq!(
         metric_value(
             &metrics,
@@ -142,6 +94,63 @@ async fn odd_members_and_scores_are_delivered_kept_or_dead_lettered() {
         expected.len() as f64
     );
     finish(bridge, &mut r, &key).await;
+}
+
+/// The odd members and scores, relative to `now`, with whether each is due (delivered): the
+/// empty member, bytes that are not UTF-8 (`binary`), infinities, the epoch and before it, a
+/// fraction of a millisecond, far futures, exactly `max_message_bytes`.
+fn odd_cases(now: i64, binary: &[u8]) -> Vec<(Vec<u8>, String, bool)> {
+    vec![
+        (b"".to_vec(), format!("{}", now - 1000), true),
+        (binary.to_vec(), format!("{now}"), true),
+        (b"{\"due\":\"-inf\"}".to_vec(), "-inf".into(), true),
+        (b"{\"due\":\"+inf\"}".to_vec(), "+inf".into(), false),
+        (b"{\"due\":\"epoch\"}".to_vec(), "0".into(), true),
+        (b"{\"due\":\"before epoch\"}".to_vec(), "-1e15".into(), true),
+        (
+            b"{\"due\":\"fraction\"}".to_vec(),
+            format!("{}.75", now - 5),
+            true,
+        ),
+        // Year 2200: stays scheduled; the wake-up timer must not overflow.
+        (
+            b"{\"due\":\"2200\"}".to_vec(),
+            "7258118400000".into(),
+            false,
+        ),
+        (
+            b"{\"due\":\"year 275760\"}".to_vec(),
+            "8.64e15".into(),
+            false,
+        ),
+        // Exactly max_message_bytes (default 1 MiB) is still published.
+        (vec![b'y'; 1024 * 1024], format!("{}", now - 2), true),
+    ]
+}
+
+/// The oversized members (`huge`, `just_over` the limit) are dead-lettered in the same pass,
+/// `huge` with one attempt and no retry.
+async fn expect_oversized_dead_lettered(
+    r: &mut Conn,
+    key: &str,
+    huge: &[u8],
+    just_over: &[u8],
+    bridge: &Bridge,
+) {
+    let keys = delay_bridge::keys::QueueKeys::derive(key).unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    let reason = wait_dead_reason(r, key, huge, end).await;
+    let reason =
+        reason.unwrap_or_else(|| panic!("10 MiB member not dead-lettered\n{}", bridge.log()));
+    assert_eq!(reason["reason"], "too_large", "{reason}");
+    assert_eq!(reason["attempts"], 1, "{reason}");
+    assert!(zscore(r, &keys.dead, huge).await.is_some());
+    assert!(zscore(r, key, huge).await.is_none(), "not retried");
+    let reason = dead_reason(r, key, just_over).await;
+    assert_eq!(
+        reason.map(|r| r["reason"].clone()),
+        Some("too_large".into())
+    );
 }
 
 /// A `-inf` head saturates to i64::MIN; the age of the oldest due member must not overflow.

@@ -108,9 +108,11 @@ async fn a_minute_of_a_down_broker_or_redis_writes_fewer_than_thirty_lines() {
     // Back: one line says so, with how many calls failed meanwhile.
     redis_server.restart().await;
     assert!(
-        wait_until(Duration::from_secs(30), || redis_bridge
-            .log()
-            .contains("Redis is answering again"))
+        wait_logged(
+            &redis_bridge,
+            Duration::from_secs(30),
+            "Redis is answering again"
+        )
         .await,
         "{}",
         redis_bridge.log()

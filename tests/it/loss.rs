@@ -219,12 +219,7 @@ async fn an_attempt_count_does_not_outlive_its_member() {
     )
     .await
     .unwrap();
-    let _: i64 = redis::cmd("ZREM")
-        .arg(&key)
-        .arg("x")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    zrem(&mut r, &key, "x").await;
     let swept = s.recover(0, Some("0")).await.unwrap();
     assert_eq!((swept.cursor.as_str(), swept.swept), ("0", 1));
     assert_eq!(hlen(&mut r, &k.attempts).await, 0);

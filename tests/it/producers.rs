@@ -494,10 +494,5 @@ async fn cluster_zscore(
     key: &str,
     member: &str,
 ) -> Option<f64> {
-    redis::cmd("ZSCORE")
-        .arg(key)
-        .arg(member)
-        .query_async(r)
-        .await
-        .unwrap()
+    redis::AsyncCommands::zscore(r, key, member).await.unwrap()
 }

@@ -74,72 +74,8 @@ async fn sighup_and_the_api_add_replace_and_remove_triggers_and_refuse_bad_confi
         .expect_arrivals(20, Duration::from_secs(20), || b.count())
         .await;
 
-    // Replaced mid-drain: the old workers settle their batches while the new ones claim,
-    // so nothing is lost and nothing is sent twice.
-    let n = 5_000;
-    let now = redis_now(&mut r).await;
-    zadd_all(
-        &mut r,
-        &s.a_key,
-        (0..n).map(|i| (now + (i as i64) * 5000 / n as i64, format!("drain-{i}"))),
-    )
-    .await;
-    bridge
-        .expect_arrivals(20 + n / 5, Duration::from_secs(20), || a.count())
-        .await;
-    bridge.rewrite_config(&s.config(&a, Some("workers = 2\nbatch = 50\n"), Some(&b)));
-    bridge.signal(1);
-    reloaded(&bridge, 2, "configuration reloaded").await;
-    assert!(a.count() < 20 + n, "the replacement must land mid-drain");
-    bridge
-        .expect_arrivals(20 + n, Duration::from_secs(30), || a.count())
-        .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let seen = a.tally();
-    assert!(
-        (0..n).all(|i| seen.get(format!("drain-{i}").as_bytes()) == Some(&1)),
-        "every message of the drain exactly once"
-    );
-    assert!(
-        bridge.log().contains("replaced [\"a\"]"),
-        "{}",
-        bridge.log()
-    );
-
-    // A configuration that does not validate changes nothing, and says which key.
-    bridge.rewrite_config(&s.config(&a, Some("workers = 0\n"), Some(&b)));
-    bridge.signal(1);
-    reloaded(&bridge, 1, "configuration not reloaded").await;
-    assert!(
-        bridge.log().contains("triggers[0].workers"),
-        "{}",
-        bridge.log()
-    );
-    // Nor does one that changes more than triggers.
-    let other = s
-        .config(&a, Some("workers = 2\nbatch = 50\n"), Some(&b))
-        .replace(
-            "backlog_interval = \"200ms\"",
-            "backlog_interval = \"300ms\"",
-        );
-    bridge.rewrite_config(&other);
-    bridge.signal(1);
-    reloaded(&bridge, 2, "configuration not reloaded").await;
-    assert!(
-        bridge.log().contains("[metrics] changed"),
-        "{}",
-        bridge.log()
-    );
-    let failures = bridge
-        .metric("delay_bridge_config_reload_failures_total", &[])
-        .await;
-    assert_eq!(failures, 2.0);
-    let before = a.count();
-    let now = redis_now(&mut r).await;
-    zadd(&mut r, &s.a_key, now, "still-running").await;
-    bridge
-        .expect_arrivals(before + 1, Duration::from_secs(10), || a.count())
-        .await;
+    replace_mid_drain(&bridge, &mut r, &s, &a, &b).await;
+    bad_configurations_change_nothing(&bridge, &mut r, &s, &a, &b).await;
 
     // Removed, through the admin API this time: a stops claiming, b goes on.
     bridge.rewrite_config(&s.config(&a, None, Some(&b)));
@@ -171,6 +107,90 @@ async fn sighup_and_the_api_add_replace_and_remove_triggers_and_refuse_bad_confi
     bridge.assert_no_panic();
     cleanup_keys(&mut r, &s.a_key).await;
     cleanup_keys(&mut r, &s.b_key).await;
+}
+
+/// Replaced mid-drain: the old workers settle their batches while the new ones claim, so
+/// nothing of the 5,000 on `a`'s key is lost and nothing is sent twice.
+async fn replace_mid_drain(
+    bridge: &Bridge,
+    r: &mut Conn,
+    s: &Setup,
+    a: &AmqpCapture,
+    b: &AmqpCapture,
+) {
+    let n = 5_000;
+    let now = redis_now(r).await;
+    zadd_all(
+        r,
+        &s.a_key,
+        (0..n).map(|i| (now + (i as i64) * 5000 / n as i64, format!("drain-{i}"))),
+    )
+    .await;
+    bridge
+        .expect_arrivals(20 + n / 5, Duration::from_secs(20), || a.count())
+        .await;
+    bridge.rewrite_config(&s.config(a, Some("workers = 2\nbatch = 50\n"), Some(b)));
+    bridge.signal(1);
+    reloaded(bridge, 2, "configuration reloaded").await;
+    assert!(a.count() < 20 + n, "the replacement must land mid-drain");
+    bridge
+        .expect_arrivals(20 + n, Duration::from_secs(30), || a.count())
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen = a.tally();
+    assert!(
+        (0..n).all(|i| seen.get(format!("drain-{i}").as_bytes()) == Some(&1)),
+        "every message of the drain exactly once"
+    );
+    assert!(
+        bridge.log().contains("replaced [\"a\"]"),
+        "{}",
+        bridge.log()
+    );
+}
+
+/// A configuration that does not validate changes nothing, and says which key; nor does one
+/// that changes more than triggers; the failures are counted and `a` keeps running.
+async fn bad_configurations_change_nothing(
+    bridge: &Bridge,
+    r: &mut Conn,
+    s: &Setup,
+    a: &AmqpCapture,
+    b: &AmqpCapture,
+) {
+    bridge.rewrite_config(&s.config(a, Some("workers = 0\n"), Some(b)));
+    bridge.signal(1);
+    reloaded(bridge, 1, "configuration not reloaded").await;
+    assert!(
+        bridge.log().contains("triggers[0].workers"),
+        "{}",
+        bridge.log()
+    );
+    // Nor does one that changes more than triggers.
+    let other = s
+        .config(a, Some("workers = 2\nbatch = 50\n"), Some(b))
+        .replace(
+            "backlog_interval = \"200ms\"",
+            "backlog_interval = \"300ms\"",
+        );
+    bridge.rewrite_config(&other);
+    bridge.signal(1);
+    reloaded(bridge, 2, "configuration not reloaded").await;
+    assert!(
+        bridge.log().contains("[metrics] changed"),
+        "{}",
+        bridge.log()
+    );
+    let failures = bridge
+        .metric("delay_bridge_config_reload_failures_total", &[])
+        .await;
+    assert_eq!(failures, 2.0);
+    let before = a.count();
+    let now = redis_now(r).await;
+    zadd(r, &s.a_key, now, "still-running").await;
+    bridge
+        .expect_arrivals(before + 1, Duration::from_secs(10), || a.count())
+        .await;
 }
 
 /// Changing a trigger's shard count as the book's procedure says (docs/cluster.md), by reload: an

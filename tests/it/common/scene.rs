@@ -1,6 +1,8 @@
 //! What most end-to-end tests start from and end with, each in one call.
 
-use super::{cleanup_keys, redis, unique, AmqpCapture, Bridge, Conn};
+use std::time::Duration;
+
+use super::{cleanup_keys, redis, unique, wait_until, AmqpCapture, Bridge, Conn};
 
 /// A connection to the shared Redis, a capture of what reaches RabbitMQ with `routing_key`,
 /// and a fresh queue key `PREFIX-N:{TAG}` (its keys in one hash slot).
@@ -23,4 +25,9 @@ pub async fn finish(bridge: Bridge, r: &mut Conn, key: &str) {
 pub async fn stop_and_clean(bridge: Bridge, r: &mut Conn, key: &str) {
     drop(bridge);
     cleanup_keys(r, key).await;
+}
+
+/// Whether a line of the bridge's log holds `text` within `timeout`.
+pub async fn wait_logged(bridge: &Bridge, timeout: Duration, text: &str) -> bool {
+    wait_until(timeout, || bridge.log().contains(text)).await
 }
