@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
-    QueueBindOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicConsumeOptions, ExchangeDeleteOptions, QueueDeclareOptions,
 };
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
@@ -68,33 +67,17 @@ impl Topic {
     /// Declares the exchange and the queue and binds them (again, after a delete).
     async fn declare(&self) {
         let ch = self.conn.create_channel().await.unwrap();
-        ch.exchange_declare(
-            &self.exchange,
-            ExchangeKind::Topic,
-            ExchangeDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-        ch.queue_declare(
-            &self.queue,
-            QueueDeclareOptions {
-                exclusive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-        ch.queue_bind(
-            &self.queue,
-            &self.exchange,
+        let queue_options = QueueDeclareOptions {
+            exclusive: true,
+            ..Default::default()
+        };
+        declare_bound_queue(
+            &ch,
+            (&self.exchange, ExchangeKind::Topic, Default::default()),
+            (&self.queue, queue_options),
             &self.pattern,
-            QueueBindOptions::default(),
-            FieldTable::default(),
         )
-        .await
-        .unwrap();
+        .await;
         let _ = ch.close(200, "declared").await;
     }
 

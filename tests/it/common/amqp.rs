@@ -10,9 +10,38 @@ use lapin::options::{
     QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
 use super::{amqp_url, now_ms, socket_addr, unique};
+
+/// Declares the exchange (name, kind, options) and the queue (name, options) on `ch`, and
+/// binds the queue to the exchange with `routing_key`.
+pub async fn declare_bound_queue(
+    ch: &Channel,
+    (exchange, kind, exchange_options): (&str, ExchangeKind, ExchangeDeclareOptions),
+    (queue, queue_options): (&str, QueueDeclareOptions),
+    routing_key: &str,
+) {
+    ch.exchange_declare(exchange, kind, exchange_options, FieldTable::default())
+        .await
+        .unwrap();
+    ch.queue_declare(queue, queue_options, FieldTable::default())
+        .await
+        .unwrap();
+    bind_queue(ch, queue, exchange, routing_key).await.unwrap();
+}
+
+/// Binds `queue` to `exchange` with `routing_key`.
+pub async fn bind_queue(
+    ch: &Channel,
+    queue: &str,
+    exchange: &str,
+    routing_key: &str,
+) -> lapin::Result<()> {
+    let options = QueueBindOptions::default();
+    ch.queue_bind(queue, exchange, routing_key, options, FieldTable::default())
+        .await
+}
 
 /// The shared RabbitMQ's address, for a proxy in front of it.
 pub fn shared_amqp_addr() -> SocketAddr {
@@ -60,37 +89,22 @@ impl AmqpCapture {
         let ch = conn.create_channel().await.unwrap();
         let exchange = unique("ex");
         let queue = unique("q");
-        ch.exchange_declare(
-            &exchange,
-            ExchangeKind::Direct,
-            ExchangeDeclareOptions {
-                auto_delete: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-        ch.queue_declare(
-            &queue,
-            QueueDeclareOptions {
-                exclusive: true,
-                auto_delete: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-        ch.queue_bind(
-            &queue,
-            &exchange,
+        let exchange_options = ExchangeDeclareOptions {
+            auto_delete: true,
+            ..Default::default()
+        };
+        let queue_options = QueueDeclareOptions {
+            exclusive: true,
+            auto_delete: true,
+            ..Default::default()
+        };
+        declare_bound_queue(
+            &ch,
+            (&exchange, ExchangeKind::Direct, exchange_options),
+            (&queue, queue_options),
             routing_key,
-            QueueBindOptions::default(),
-            FieldTable::default(),
         )
-        .await
-        .unwrap();
+        .await;
         let mut consumer = ch
             .basic_consume(
                 &queue,
@@ -141,15 +155,9 @@ impl AmqpCapture {
     /// Binds the capture's (exclusive) queue to another exchange, on the queue's own connection.
     pub async fn bind(&self, exchange: &str, routing_key: &str) {
         let ch = self.conn.create_channel().await.unwrap();
-        ch.queue_bind(
-            &self.queue,
-            exchange,
-            routing_key,
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+        bind_queue(&ch, &self.queue, exchange, routing_key)
+            .await
+            .unwrap();
         let _ = ch.close(200, "bound").await;
     }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ExchangeDeclareOptions,
-    QueueBindOptions, QueueDeclareOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
@@ -252,14 +252,7 @@ async fn connect(
         args,
     )
     .await?;
-    ch.queue_bind(
-        queue,
-        exchange,
-        routing_key,
-        QueueBindOptions::default(),
-        FieldTable::default(),
-    )
-    .await?;
+    super::bind_queue(&ch, queue, exchange, routing_key).await?;
     ch.close(200, "declared").await?;
     Ok(conn)
 }
