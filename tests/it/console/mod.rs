@@ -37,14 +37,8 @@ async fn the_console_shows_redis_pauses_resumes_and_requeues_in_a_real_browser()
     let (mut r, capture, key, keys) = console_queue("console").await;
     let now = redis_now(&mut r).await;
     schedule_later(&mut r, &key, now).await;
-    dead_letter(
-        &mut r,
-        &key,
-        "dead-0",
-        now,
-        r#"{"reason":"nack","attempts":3}"#,
-    )
-    .await;
+    let nack = r#"{"reason":"nack","attempts":3}"#;
+    dead_letter(&mut r, &key, "dead-0", now, nack).await;
     let (bridge, admin_port) = start_with_token("ui", &key, &capture).await;
 
     let browser = open_console(admin_port, Some(TOKEN)).await;
@@ -61,12 +55,8 @@ async fn the_console_shows_redis_pauses_resumes_and_requeues_in_a_real_browser()
     browser.screenshot(&shots().join("console.png")).await;
 
     // Pause from the console: the dialog asks first; nothing is forwarded meanwhile.
-    browser
-        .confirm(
-            "#triggers button[data-action=\"pause\"][data-trigger=\"ui\"]",
-            "Pause ui?",
-        )
-        .await;
+    let pause = "#triggers button[data-action=\"pause\"][data-trigger=\"ui\"]";
+    browser.confirm(pause, "Pause ui?").await;
     browser.wait_field("ui", "state", "paused").await;
     let paused: Option<String> = hget(&mut r, &keys.control, "paused").await;
     assert_eq!(paused.as_deref(), Some("1"));
@@ -122,22 +112,10 @@ async fn the_console_renders_infinite_scores_and_huge_or_binary_members() {
     zadd(&mut r, &key, "+inf", &huge).await;
     zadd(&mut r, &key, "+inf", b"bin-\xff\xfe".as_slice()).await;
     let now = redis_now(&mut r).await;
-    dead_letter(
-        &mut r,
-        &key,
-        &huge,
-        now,
-        r#"{"reason":"too_large","attempts":0}"#,
-    )
-    .await;
-    dead_letter(
-        &mut r,
-        &key,
-        "a-refused",
-        now,
-        r#"{"reason":"broker_refused","attempts":2}"#,
-    )
-    .await;
+    let too_large = r#"{"reason":"too_large","attempts":0}"#;
+    dead_letter(&mut r, &key, &huge, now, too_large).await;
+    let broker_refused = r#"{"reason":"broker_refused","attempts":2}"#;
+    dead_letter(&mut r, &key, "a-refused", now, broker_refused).await;
     // Dead letters the broker refused when forwarded have the score +inf (byte order among
     // equal scores puts this one first, before the page's byte budget ends the list).
     zadd(&mut r, &keys.dead, "+inf", "a-refused").await;

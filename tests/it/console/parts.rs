@@ -229,12 +229,8 @@ pub(super) async fn bulk_and_dark_mode(browser: &Browser) {
     browser
         .js("document.querySelector('#requeue-count').value = '5'")
         .await;
-    browser
-        .confirm(
-            "#requeue-oldest",
-            "Requeue the 5 oldest dead letters of more?",
-        )
-        .await;
+    let question = "Requeue the 5 oldest dead letters of more?";
+    browser.confirm("#requeue-oldest", question).await;
     browser.wait_field("more", "dead", "25").await;
     // The 10 whose reason is too_large, counted before the question.
     browser
@@ -247,12 +243,8 @@ pub(super) async fn bulk_and_dark_mode(browser: &Browser) {
     browser
         .js("const s = document.querySelector('#purge-reason'); s.value = 'too_large'; return s.value")
         .await;
-    browser
-        .confirm(
-            "#purge-by-reason",
-            "Delete the 10 dead letters of more whose reason is too_large",
-        )
-        .await;
+    let question = "Delete the 10 dead letters of more whose reason is too_large";
+    browser.confirm("#purge-by-reason", question).await;
     browser.wait_field("more", "dead", "15").await;
     browser
         .wait_js(
