@@ -267,10 +267,7 @@ async fn the_shard_count_changes_by_reload_without_losing_a_message() {
     bridge.signal(1);
     reloaded(&bridge, 2, "configuration reloaded").await;
     bridge.assert_no_panic();
-    for i in 0..3 {
-        cleanup_keys(&mut r, &shard_key(&key, i, 3).unwrap()).await;
-    }
-    cleanup_keys(&mut r, &key).await;
+    cleanup_with_shards(&mut r, &key, 3).await;
 }
 
 /// A pause belongs to the trigger: a reload from 1 to 3 shards (draining the plain key)
@@ -307,10 +304,7 @@ async fn a_pause_holds_on_the_keys_a_new_shard_count_adds() {
         .expect_arrivals(30, Duration::from_secs(20), || capture.count())
         .await;
     bridge.assert_no_panic();
-    for i in 0..3 {
-        cleanup_keys(&mut r, &shard_key(&key, i, 3).unwrap()).await;
-    }
-    cleanup_keys(&mut r, &key).await;
+    cleanup_with_shards(&mut r, &key, 3).await;
 }
 
 /// A reload from 4 shards to 2 without `drain_shards` while shards 2 and 3 hold members is
@@ -392,4 +386,12 @@ async fn no_configuration_strands_members_on_keys_it_does_not_serve() {
     for i in 0..4 {
         cleanup_keys(&mut r, &shard_key(&key, i, 4).unwrap()).await;
     }
+}
+
+/// Removes the keys of `key` and of its `shards` shards.
+async fn cleanup_with_shards(r: &mut Conn, key: &str, shards: u32) {
+    for i in 0..shards {
+        cleanup_keys(r, &shard_key(key, i, shards).unwrap()).await;
+    }
+    cleanup_keys(r, key).await;
 }

@@ -253,12 +253,7 @@ async fn redis_acl_user_by_url_file_and_env_and_a_wrong_password_fails_clearly()
 
     // A wrong password: refuses to start with a clear message, no panic, the password not echoed.
     let wrong = hostile_password();
-    let port = free_port();
-    let key = unique("delay");
-    let config = ConfigToml::base(port)
-        .set_str("redis", "url", &user.url(Some(&wrong)))
-        .to_string()
-        + &amqp_trigger("sec", &key, &capture, "");
+    let (config, _) = config_with_url("redis", &user.url(Some(&wrong)), &capture);
     refuses(&config, "rejected the credentials", &wrong).await;
     drop(user);
 }
@@ -331,12 +326,7 @@ async fn rabbitmq_user_by_url_file_and_env_and_a_wrong_password_fails_clearly() 
     assert_eq!(capture.count(), 3);
 
     let wrong = hostile_password();
-    let port = free_port();
-    let key = unique("delay");
-    let config = ConfigToml::base(port)
-        .set_str("sinks.rabbit", "url", &user.url(Some(&wrong)))
-        .to_string()
-        + &amqp_trigger("sec", &key, &capture, "");
+    let (config, port) = config_with_url("sinks.rabbit", &user.url(Some(&wrong)), &capture);
     let mut bridge = Bridge::start(&config, port);
     let said = wait_until(Duration::from_secs(15), || {
         let log = bridge.log().to_lowercase();
@@ -395,4 +385,16 @@ topic = "x"
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("sasl.username=bridge"), "{text}");
     assert_hidden("check", &text, &secret);
+}
+
+/// A bridge config whose `section` connects to `url`, with a trigger on a fresh key to
+/// `capture`; and the bridge's metrics port.
+fn config_with_url(section: &str, url: &str, capture: &AmqpCapture) -> (String, u16) {
+    let port = free_port();
+    let key = unique("delay");
+    let config = ConfigToml::base(port)
+        .set_str(section, "url", url)
+        .to_string()
+        + &amqp_trigger("sec", &key, capture, "");
+    (config, port)
 }
