@@ -107,20 +107,8 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
     )
     .await;
     assert!(done, "only the refused letter stays a dead letter");
-    let got = dead.snapshot();
-    let mut seen: HashMap<Vec<u8>, usize> = HashMap::new();
-    for m in &got {
-        *seen.entry(m.body.clone()).or_default() += 1;
-        assert_bad_payload_letter(m);
-    }
-    for b in &bad {
-        assert_eq!(seen.get(b.as_bytes()), Some(&1), "{b} forwarded once");
-    }
-    let reasons: HashMap<Vec<u8>, String> = redis::cmd("HGETALL")
-        .arg(&keys.dead_reasons)
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    assert_each_forwarded_once(&dead, &bad);
+    let reasons: HashMap<Vec<u8>, String> = r.hgetall(&keys.dead_reasons).await.unwrap();
     assert_eq!(
         reasons.keys().collect::<Vec<_>>(),
         [&huge.as_bytes().to_vec()],
@@ -133,11 +121,18 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
         .log()
         .contains("the broker refuses these dead letters"));
 
-    // A requeue gives the refused letter back to the trigger, where it is too large again:
-    // dead-lettered and refused a second time, never lost.
+    expect_requeued_refused_again(&bridge, &huge, &config).await;
+    assert_eq!(zcard(&mut r, &keys.dead).await, 1);
+    assert_eq!(dead.count(), bad.len(), "nothing else was forwarded");
+    finish(bridge, &mut r, &key).await;
+}
+
+/// A requeue gives the refused letter `huge` back to the trigger, where it is too large
+/// again: dead-lettered and refused a second time, never lost.
+async fn expect_requeued_refused_again(bridge: &Bridge, huge: &str, config: &str) {
     let requeued = cli(
-        &["dead-letter", "requeue", "-t", "dlx", "--member", &huge],
-        &config,
+        &["dead-letter", "requeue", "-t", "dlx", "--member", huge],
+        config,
         &[],
     );
     assert_eq!(requeued.code, 0, "{}", requeued.text());
@@ -151,9 +146,6 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
         "the requeued letter was refused again\n{}",
         bridge.log()
     );
-    assert_eq!(zcard(&mut r, &keys.dead).await, 1);
-    assert_eq!(dead.count(), bad.len(), "nothing else was forwarded");
-    finish(bridge, &mut r, &key).await;
 }
 
 /// `delay_bridge_dead_letter_forward_failures_total` of trigger `dlx` for `reason`.
@@ -172,6 +164,19 @@ fn letters_forwarded(metrics: &str) -> f64 {
         "delay_bridge_dead_letters_forwarded_total",
         &[("trigger", "dlx")],
     )
+}
+
+/// Every letter `dead` received is a `bad_payload` letter of trigger `dlx`, and each of `bad`
+/// arrived exactly once.
+fn assert_each_forwarded_once(dead: &AmqpCapture, bad: &[String]) {
+    let mut seen: HashMap<Vec<u8>, usize> = HashMap::new();
+    for m in &dead.snapshot() {
+        *seen.entry(m.body.clone()).or_default() += 1;
+        assert_bad_payload_letter(m);
+    }
+    for b in bad {
+        assert_eq!(seen.get(b.as_bytes()), Some(&1), "{b} forwarded once");
+    }
 }
 
 /// A dead letter of trigger `dlx` as forwarded: its reason (`bad_payload`), attempts, detail

@@ -62,6 +62,8 @@ pub(super) trait Page {
     async fn wait_count(&self, css: &str, n: u64);
     /// Waits until the message drawer is shown (`true`) or hidden.
     async fn wait_drawer(&self, open: bool);
+    /// Presses Escape on the drawer's Close button, and waits until the drawer is hidden.
+    async fn escape_drawer(&self);
     /// The text of the element `css` selects.
     async fn text_of(&self, css: &str) -> Value;
     /// Clicks `css`, accepts the dialog it opens, and checks that the dialog asked `question`.
@@ -90,6 +92,11 @@ impl Page for Browser {
 
     async fn wait_drawer(&self, open: bool) {
         self.wait_js(&shown("#drawer"), WAIT, |v| v == open).await;
+    }
+
+    async fn escape_drawer(&self) {
+        self.type_into("#drawer-close", "\u{E00C}").await;
+        self.wait_drawer(false).await;
     }
 
     async fn text_of(&self, css: &str) -> Value {

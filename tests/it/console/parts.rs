@@ -137,8 +137,7 @@ pub(super) async fn drawer_and_search(browser: &Browser, envelope: &str) {
             .contains("Statein flightLease ends"),
         "{fields}"
     );
-    browser.type_into("#drawer-close", "\u{E00C}").await;
-    browser.wait_drawer(false).await;
+    browser.escape_drawer().await;
     let row = format!(
         "#scheduled tbody tr[data-member='{}'] td:nth-child(2)",
         envelope.replace('\\', "\\\\").replace('\'', "\\'")
@@ -170,8 +169,7 @@ pub(super) async fn drawer_and_search(browser: &Browser, envelope: &str) {
     // Escape closes it (the focus is on its Close button).
     let focused = browser.js("return document.activeElement.id").await;
     assert_eq!(focused, "drawer-close");
-    browser.type_into("#drawer-close", "\u{E00C}").await;
-    browser.wait_drawer(false).await;
+    browser.escape_drawer().await;
 
     // A dead letter's drawer: its reason, detail and attempts.
     browser

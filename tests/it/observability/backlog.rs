@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// The `delay_bridge_sink_up` gauge of sink `flaky`, as `body` shows it.
+fn flaky_sink_up(body: &str) -> f64 {
+    metric_value(body, "delay_bridge_sink_up", &[("sink", "flaky")])
+}
+
 /// The `delay_bridge_backlog_messages` gauge of trigger `backlog` in `state`, as `body` shows it.
 fn backlog(body: &str, state: &str) -> f64 {
     metric_value(
@@ -68,10 +73,7 @@ async fn backlog_gauges_and_readyz_follow_the_sink_going_away_and_coming_back() 
         age < oldest_overdue + 30.0,
         "oldest overdue age {age} s, expected about {oldest_overdue} s"
     );
-    assert_eq!(
-        metric_value(&body, "delay_bridge_sink_up", &[("sink", "flaky")]),
-        0.0
-    );
+    assert_eq!(flaky_sink_up(&body), 0.0);
     assert_eq!(metric_value(&body, "delay_bridge_redis_up", &[]), 1.0);
     assert_eq!(
         metric_value(&body, "delay_bridge_messages_forwarded_total", &t),
@@ -106,9 +108,7 @@ async fn backlog_gauges_and_readyz_follow_the_sink_going_away_and_coming_back() 
     assert_eq!(backlog(&body, "dead"), dead as f64);
     // The gauge follows the sink's supervisor, which looks again within reconnect_max.
     let (up, body) = bridge
-        .wait_scrape(Duration::from_secs(5), |b| {
-            metric_value(b, "delay_bridge_sink_up", &[("sink", "flaky")]) == 1.0
-        })
+        .wait_scrape(Duration::from_secs(5), |b| flaky_sink_up(b) == 1.0)
         .await;
     assert!(up, "sink_up after recovery:\n{body}");
     assert_eq!(capture.count(), due as usize);
