@@ -88,40 +88,7 @@ async fn amqp_envelopes_arrive_with_their_properties_and_bad_ones_are_dead_lette
     assert_eq!(got.len(), 2, "only the two good envelopes arrive: {got:?}");
 
     let m = got.iter().find(|m| m.routing_key == "orders.eu").unwrap();
-    assert_eq!(
-        m.body,
-        vec![0xff, 0x00, 0xfe, b'\n'],
-        "the body alone, byte for byte"
-    );
-    let p = &m.properties;
-    assert_eq!(
-        p.content_type().as_ref().unwrap().as_str(),
-        "application/octet-stream"
-    );
-    assert_eq!(p.content_encoding().as_ref().unwrap().as_str(), "gzip");
-    assert_eq!(p.correlation_id().as_ref().unwrap().as_str(), "corr-1");
-    assert_eq!(p.reply_to().as_ref().unwrap().as_str(), "replies");
-    assert_eq!(p.kind().as_ref().unwrap().as_str(), "order.created");
-    assert_eq!(*p.priority(), Some(7));
-    assert_eq!(p.expiration().as_ref().unwrap().as_str(), "600000");
-    assert_eq!(m.message_id.as_deref(), Some("order-1"));
-    assert_eq!(m.delivery_mode, Some(2));
-    let headers = p.headers().clone().unwrap();
-    let h = headers.inner();
-    assert!(
-        matches!(h.get("traceparent"), Some(AMQPValue::LongString(s)) if s.to_string() == TRACEPARENT),
-        "traceparent passes through unchanged: {h:?}"
-    );
-    assert!(
-        matches!(h.get("tracestate"), Some(AMQPValue::LongString(s)) if s.to_string() == "vendor=1")
-    );
-    assert!(matches!(h.get("tenant"), Some(AMQPValue::LongLongInt(42))));
-    assert!(matches!(h.get("urgent"), Some(AMQPValue::Boolean(true))));
-    assert_eq!(
-        m.trigger.as_deref(),
-        Some("env"),
-        "the bridge's headers are there too"
-    );
+    assert_full_envelope_arrived(m);
 
     let p = got.iter().find(|m| m.body == b"plain text").unwrap();
     assert_eq!(
@@ -157,6 +124,45 @@ async fn amqp_envelopes_arrive_with_their_properties_and_bad_ones_are_dead_lette
     let text = bridge.scrape().await;
     assert_eq!(dead_lettered(&text, "env", "bad_envelope"), 2.0);
     finish(bridge, &mut r, &key).await;
+}
+
+/// The full envelope arrived as sent: the body alone, byte for byte, with every property
+/// and header it set, and the bridge's headers too.
+fn assert_full_envelope_arrived(m: &Received) {
+    assert_eq!(
+        m.body,
+        vec![0xff, 0x00, 0xfe, b'\n'],
+        "the body alone, byte for byte"
+    );
+    let p = &m.properties;
+    assert_eq!(
+        p.content_type().as_ref().unwrap().as_str(),
+        "application/octet-stream"
+    );
+    assert_eq!(p.content_encoding().as_ref().unwrap().as_str(), "gzip");
+    assert_eq!(p.correlation_id().as_ref().unwrap().as_str(), "corr-1");
+    assert_eq!(p.reply_to().as_ref().unwrap().as_str(), "replies");
+    assert_eq!(p.kind().as_ref().unwrap().as_str(), "order.created");
+    assert_eq!(*p.priority(), Some(7));
+    assert_eq!(p.expiration().as_ref().unwrap().as_str(), "600000");
+    assert_eq!(m.message_id.as_deref(), Some("order-1"));
+    assert_eq!(m.delivery_mode, Some(2));
+    let headers = p.headers().clone().unwrap();
+    let h = headers.inner();
+    assert!(
+        matches!(h.get("traceparent"), Some(AMQPValue::LongString(s)) if s.to_string() == TRACEPARENT),
+        "traceparent passes through unchanged: {h:?}"
+    );
+    assert!(
+        matches!(h.get("tracestate"), Some(AMQPValue::LongString(s)) if s.to_string() == "vendor=1")
+    );
+    assert!(matches!(h.get("tenant"), Some(AMQPValue::LongLongInt(42))));
+    assert!(matches!(h.get("urgent"), Some(AMQPValue::Boolean(true))));
+    assert_eq!(
+        m.trigger.as_deref(),
+        Some("env"),
+        "the bridge's headers are there too"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

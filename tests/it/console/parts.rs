@@ -171,23 +171,7 @@ pub(super) async fn drawer_and_search(browser: &Browser, envelope: &str) {
     assert_eq!(focused, "drawer-close");
     browser.escape_drawer().await;
 
-    // A dead letter's drawer: its reason, detail and attempts.
-    browser
-        .click("#dead tbody tr:first-child button[data-action=\"show\"]")
-        .await;
-    browser.wait_drawer(true).await;
-    let fields = browser.text_of("#drawer-fields").await;
-    let fields = fields.as_str().unwrap();
-    for part in [
-        "Statedead letter",
-        "Attempts3",
-        "Reasonnack",
-        "Detailbroker said no",
-    ] {
-        assert!(fields.contains(part), "{part}: {fields}");
-    }
-    browser.click("#drawer-close").await;
-    browser.wait_drawer(false).await;
+    dead_letter_drawer(browser).await;
 
     // Search: an exact member opens the drawer; a prefix lists the matches it read.
     browser.type_into("#search", "later-1\u{E007}").await;
@@ -219,6 +203,26 @@ pub(super) async fn drawer_and_search(browser: &Browser, envelope: &str) {
         .js("return [...document.querySelectorAll('button, #scheduled tbody tr, #dead tbody tr')].filter(e => e.tabIndex < 0).length")
         .await;
     assert_eq!(unfocusable, 0);
+}
+
+/// A dead letter's drawer: its reason, detail and attempts; closed by its button.
+async fn dead_letter_drawer(browser: &Browser) {
+    browser
+        .click("#dead tbody tr:first-child button[data-action=\"show\"]")
+        .await;
+    browser.wait_drawer(true).await;
+    let fields = browser.text_of("#drawer-fields").await;
+    let fields = fields.as_str().unwrap();
+    for part in [
+        "Statedead letter",
+        "Attempts3",
+        "Reasonnack",
+        "Detailbroker said no",
+    ] {
+        assert!(fields.contains(part), "{part}: {fields}");
+    }
+    browser.click("#drawer-close").await;
+    browser.wait_drawer(false).await;
 }
 
 /// Bulk: the oldest 5, the 10 with one reason, then all of the rest; each question names the
