@@ -33,6 +33,8 @@ pub struct Properties {
     pub kafka_key: Option<Vec<u8>>,
     /// Not delivered after this time (epoch ms): dead-lettered or dropped as expired.
     pub expires_at_ms: Option<i64>,
+    /// HTTP: the URL instead of the trigger's (subject to `allowed_urls`).
+    pub url: Option<String>,
 }
 
 /// A header value: AMQP keeps the type, Kafka gets the text.
@@ -89,6 +91,7 @@ struct Raw {
     routing_key: Option<Value>,
     kafka_key: Option<Value>,
     kafka_key_b64: Option<Value>,
+    url: Option<Value>,
 }
 
 /// The broker an envelope is published to: only its fields are read.
@@ -98,6 +101,8 @@ pub enum Broker {
     Amqp,
     /// Kafka: `kafka_key`, `kafka_key_b64`.
     Kafka,
+    /// An HTTP endpoint: `url`.
+    Http,
 }
 
 /// Decodes one broker field, named in the error, if `read` (its broker's); else skips it.
@@ -117,6 +122,8 @@ const SHORT: usize = 255;
 /// travels in one frame, and RabbitMQ closes the whole connection over a frame larger than
 /// its `frame_max` (128 KiB by default).
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Longest URL a message may choose (an envelope's `url`, a `url_pointer`'s string).
+pub const MAX_URL: usize = 8 * 1024;
 
 /// Parses an envelope for `broker`; the error is the reason it is dead-lettered with
 /// (`bad_envelope`). The other broker's fields are skipped without being decoded.
@@ -135,7 +142,11 @@ pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
         (None, None) => return Err("missing `body` (or `body_b64`)".into()),
     };
     let amqp = broker == Broker::Amqp;
-    let kafka = !amqp;
+    let kafka = broker == Broker::Kafka;
+    let url: Option<String> = field(broker == Broker::Http, "url", r.url)?;
+    if url.as_ref().is_some_and(|u| u.len() > MAX_URL) {
+        return Err(format!("url: longer than {MAX_URL} bytes"));
+    }
     let reply_to: Option<String> = field(amqp, "reply_to", r.reply_to)?;
     let kind: Option<String> = field(amqp, "type", r.kind)?;
     let priority: Option<u8> = field(amqp, "priority", r.priority)?;
@@ -223,6 +234,7 @@ pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
             routing_key,
             kafka_key,
             expires_at_ms: r.expires_at_ms,
+            url,
         },
     })
 }

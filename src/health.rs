@@ -165,7 +165,7 @@ impl Health {
         }
         for sink in &self.inner.sinks {
             if !sink.is_up() {
-                reasons.push(format!("sink {}: not connected", sink.name()));
+                reasons.push(format!("sink {}: {}", sink.name(), sink.why_down()));
             }
         }
         let refusing = self

@@ -132,6 +132,7 @@ impl Ceiling {
                                 id: id.as_str(),
                                 routing_key: None,
                                 properties: None,
+                                url: None,
                             })
                             .collect();
                         let outcomes = publisher

@@ -542,6 +542,19 @@ async fn check(arg: &ConfigArg) -> i32 {
                     .collect();
                 say!("sink {name}: kafka {} [{}]", k.brokers, props.join(", "));
             }
+            SinkConfig::Http(h) => {
+                say!(
+                    "sink {name}: http timeout={} max_concurrency={}{}{}",
+                    humantime::format_duration(h.timeout),
+                    h.max_concurrency,
+                    if h.signing_secret_file.is_some() {
+                        " signed"
+                    } else {
+                        ""
+                    },
+                    tls_summary(h.tls.as_ref())
+                );
+            }
         }
     }
     for t in &config.triggers {

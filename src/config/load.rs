@@ -191,10 +191,11 @@ impl Loader {
         match kind.as_ref().and_then(Value::as_str) {
             Some("amqp") => self.value(&prefix, &rest).map(SinkConfig::Amqp),
             Some("kafka") => self.value(&prefix, &rest).map(SinkConfig::Kafka),
+            Some("http") => self.value(&prefix, &rest).map(SinkConfig::Http),
             Some(other) => {
                 self.push(
                     &format!("{prefix}.type"),
-                    format!("unknown sink type `{other}`, expected `amqp` or `kafka`"),
+                    format!("unknown sink type `{other}`, expected `amqp`, `kafka` or `http`"),
                 );
                 None
             }
@@ -206,7 +207,7 @@ impl Loader {
                 };
                 self.push(
                     &format!("{prefix}.type"),
-                    format!("{what}: `amqp` or `kafka`"),
+                    format!("{what}: `amqp`, `kafka` or `http`"),
                 );
                 None
             }

@@ -5,6 +5,7 @@ mod problem;
 mod route;
 mod search;
 mod tls;
+mod urls;
 mod validate;
 pub use validate::MAX_SHARDS;
 
@@ -20,8 +21,9 @@ use serde::{Deserialize, Serialize};
 pub use crate::tls::TlsConfig;
 pub use load::{env_overrides, load, load_from};
 pub use problem::{ConfigError, Problem};
-pub use route::{AmqpRoute, AmqpRouting, Destination, KafkaRoute};
+pub use route::{AmqpRoute, AmqpRouting, Destination, HttpRoute, HttpTarget, KafkaRoute};
 pub use search::{find as find_config, NotFound, CONFIG_ENV, LOCAL_CONFIG, SYSTEM_CONFIG};
+pub use urls::url_match;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -258,16 +260,58 @@ pub enum SinkConfig {
     Amqp(AmqpSinkConfig),
     /// Kafka with an idempotent producer.
     Kafka(KafkaSinkConfig),
+    /// HTTP endpoints: a message counts as delivered on a 2xx answer.
+    Http(HttpSinkConfig),
 }
 
 impl SinkConfig {
-    /// `amqp` or `kafka`, for labels and messages.
+    /// `amqp`, `kafka` or `http`, for labels and messages.
     pub fn kind(&self) -> &'static str {
         match self {
             SinkConfig::Amqp(_) => "amqp",
             SinkConfig::Kafka(_) => "kafka",
+            SinkConfig::Http(_) => "http",
         }
     }
+}
+
+/// `[sinks.NAME] type = "http"`: the client every trigger on this sink calls its URLs with.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSinkConfig {
+    /// How long one request may take, from connecting to the end of the answer (at most 1
+    /// hour). A request that takes longer is retried with backoff (reason `timeout`).
+    #[serde(default = "default_http_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Most requests in flight at once on this sink, over all its triggers and workers
+    /// (1 to 10,000); more wait for one to finish.
+    #[serde(default = "default_max_concurrency")]
+    pub max_concurrency: usize,
+    /// File holding the secret of the `x-delay-signature` header (HMAC-SHA256 of the time
+    /// and the body, see the HTTP sink's page). Unset: requests are not signed.
+    #[serde(default)]
+    pub signing_secret_file: Option<String>,
+    /// Most redirects followed per request (0 to 10). 0: none, a 3xx answer is the
+    /// message's fault (dead-lettered as `http_<status>`).
+    #[serde(default)]
+    pub follow_redirects: u32,
+    /// Allow requests to link-local addresses (`169.254.0.0/16`, `fe80::/10`) and cloud
+    /// metadata addresses (`169.254.169.254`, `fd00:ec2::254`, `100.100.100.200`). Off: a
+    /// URL that resolves to one is dead-lettered as `address_not_allowed`.
+    #[serde(default)]
+    pub allow_link_local: bool,
+    /// `[sinks.NAME.tls]`: how an `https://` endpoint is verified and how the bridge
+    /// identifies itself (`ca_file`, `cert_file`, `key_file`, `insecure`). Without it, the
+    /// system's CAs are trusted.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+}
+
+fn default_http_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_max_concurrency() -> usize {
+    64
 }
 
 /// `[sinks.NAME] type = "amqp"`
@@ -481,6 +525,23 @@ pub struct TriggerConfig {
     /// Kafka: topic to produce to.
     #[serde(default)]
     pub topic: Option<String>,
+    /// HTTP: the URL called for every message (`http://` or `https://`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// HTTP: take each message's URL from this JSON Pointer into the payload instead (needs
+    /// `allowed_urls`); payloads that are not JSON or lack a string there are dead-lettered
+    /// with reason `bad_payload`.
+    #[serde(default)]
+    pub url_pointer: Option<String>,
+    /// HTTP: the request method, `POST` (default), `PUT`, `PATCH` or `DELETE`.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// HTTP: URL patterns a message's own URL (from `url_pointer` or an envelope's `url`)
+    /// must match: scheme, host (`*.` for any subdomain) and port equal, the path under the
+    /// pattern's path. Others are dead-lettered as `url_not_allowed`. Unset: messages cannot
+    /// choose their URL.
+    #[serde(default)]
+    pub allowed_urls: Option<Vec<String>>,
     /// Kafka: record key, `none` or `member`.
     #[serde(default)]
     pub kafka_key: Option<KafkaKey>,

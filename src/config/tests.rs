@@ -72,7 +72,7 @@ fn environment_overrides_the_file() {
         assert_eq!(c.shutdown.timeout, Duration::from_secs(5));
         match &c.sinks["r"] {
             SinkConfig::Amqp(a) => assert_eq!(a.addresses(), ["amqp://u:p@mq:5672/%2f"]),
-            SinkConfig::Kafka(_) => panic!("wrong sink type"),
+            SinkConfig::Kafka(_) | SinkConfig::Http(_) => panic!("wrong sink type"),
         }
         jail.set_env("DELAY_BRIDGE_REDIS__CONNECT_TIMEOUT", "soon");
         let e = load_in_jail(jail, MINIMAL).unwrap_err();

@@ -39,6 +39,8 @@ pub struct Metrics {
     pub config_reload_failures: IntCounter,
     /// 1 while the sink is connected.
     pub sink_up: IntGaugeVec,
+    /// HTTP sinks' requests by the class of their answer (`2xx` .. `5xx`, `timeout`, `error`).
+    pub http_responses: IntCounterVec,
     /// 1 while Redis answers.
     pub redis_up: IntGauge,
     /// Constant 1 with the version and revision labels.
@@ -155,6 +157,11 @@ impl Metrics {
                 &["action", "code"],
             ),
             sink_up: int_gauge("sink_up", "1 while the sink's broker is connected, else 0", &["sink"]),
+            http_responses: counter(
+                "http_responses_total",
+                "HTTP sinks' requests by the class of the answer: 1xx to 5xx, timeout (no answer in time), error (no answer)",
+                &["sink", "class"],
+            ),
             redis_up,
             build_info: int_gauge(
                 "build_info",

@@ -1,6 +1,7 @@
 //! Sinks: the brokers messages are forwarded to, and the errors a publish can end in.
 
 pub mod amqp;
+pub mod http;
 pub mod kafka;
 
 use std::borrow::Cow;
@@ -30,6 +31,8 @@ pub struct OutMessage<'a> {
     pub routing_key: Option<&'a str>,
     /// What the message's envelope asks for (headers, properties, Kafka key), if it has one.
     pub properties: Option<&'a Properties>,
+    /// HTTP: this message's URL, when it chose its own (envelope or `url_pointer`).
+    pub url: Option<&'a str>,
 }
 
 /// Proof that the broker confirmed one message. Only the sinks construct it (the
@@ -143,6 +146,31 @@ pub enum PublishError {
     /// broker negotiated (`frame_max`): the broker would close the whole connection on it.
     #[error("{0}")]
     FrameTooLarge(String),
+    /// HTTP: the endpoint answered with a status other than 2xx. 408, 425, 429 and 5xx are
+    /// retried (not before `Retry-After`), any other the message's fault.
+    #[error("the endpoint answered {status}")]
+    HttpStatus {
+        /// The HTTP status code.
+        status: u16,
+        /// The start of the answer's body (at most 512 bytes, lossy UTF-8).
+        excerpt: String,
+        /// The answer's `Retry-After`, if it had one.
+        retry_after: Option<Duration>,
+    },
+    /// HTTP: no answer within the sink's `timeout`.
+    #[error("no answer within the http sink's timeout")]
+    HttpTimeout,
+    /// HTTP: the request failed without an answer (connection refused or broken, name not
+    /// resolved) while the endpoint as a whole is not known to be down.
+    #[error("http request failed: {0}")]
+    HttpConnect(String),
+    /// The message's own URL does not match the trigger's `allowed_urls`.
+    #[error("url `{0}` is not allowed by allowed_urls")]
+    UrlNotAllowed(String),
+    /// The URL's host is, or resolves to, a link-local or metadata address and the sink does
+    /// not allow those (`allow_link_local`).
+    #[error("{0}")]
+    AddressNotAllowed(String),
 }
 
 /// Why a sink cannot work as configured: waiting or reconnecting will not help, so the bridge
@@ -164,6 +192,37 @@ pub enum Disposition {
     /// Return unattempted with its original due time: the sink, not the message, failed.
     PutBack,
 }
+
+/// The same for an HTTP route: the usual statuses (others appear as `http_<status>` when
+/// they happen).
+const HTTP_REASONS: &[&str] = &[
+    "timeout",
+    "http_connection",
+    "too_large",
+    "bad_payload",
+    "missing_body",
+    "bad_envelope",
+    "url_not_allowed",
+    "address_not_allowed",
+    "expired",
+    "http_400",
+    "http_401",
+    "http_403",
+    "http_404",
+    "http_405",
+    "http_408",
+    "http_409",
+    "http_410",
+    "http_413",
+    "http_415",
+    "http_422",
+    "http_425",
+    "http_429",
+    "http_500",
+    "http_502",
+    "http_503",
+    "http_504",
+];
 
 /// Retry and dead-letter reasons an AMQP route can produce (their counters start at 0).
 const AMQP_REASONS: &[&str] = &[
@@ -196,6 +255,7 @@ impl PublishError {
         match destination {
             Destination::Amqp(_) => AMQP_REASONS,
             Destination::Kafka(_) => KAFKA_REASONS,
+            Destination::Http(_) => HTTP_REASONS,
         }
     }
 
@@ -220,6 +280,11 @@ impl PublishError {
             PublishError::Closed { .. } => "connection".into(),
             PublishError::SinkRefused { .. } => "sink_refused".into(),
             PublishError::FrameTooLarge(_) => "too_large".into(),
+            PublishError::HttpStatus { status, .. } => format!("http_{status}").into(),
+            PublishError::HttpTimeout => "timeout".into(),
+            PublishError::HttpConnect(_) => "http_connection".into(),
+            PublishError::UrlNotAllowed(_) => "url_not_allowed".into(),
+            PublishError::AddressNotAllowed(_) => "address_not_allowed".into(),
         }
     }
 
@@ -233,7 +298,11 @@ impl PublishError {
                 owned = format!("{code} {text}");
                 &owned
             }
+            PublishError::HttpStatus { excerpt, .. } if !excerpt.is_empty() => excerpt,
             PublishError::BadEnvelope(why)
+            | PublishError::HttpConnect(why)
+            | PublishError::UrlNotAllowed(why)
+            | PublishError::AddressNotAllowed(why)
             | PublishError::BadPayload(why)
             | PublishError::FrameTooLarge(why)
             | PublishError::Returned(why)
@@ -257,7 +326,16 @@ impl PublishError {
             | PublishError::BrokerRefused { .. } => Disposition::Retry,
             PublishError::Kafka {
                 permanent: false, ..
-            } => Disposition::Retry,
+            }
+            | PublishError::HttpTimeout
+            | PublishError::HttpConnect(_) => Disposition::Retry,
+            PublishError::HttpStatus { status, .. } => {
+                if http::retryable(*status) {
+                    Disposition::Retry
+                } else {
+                    Disposition::DeadLetter
+                }
+            }
             PublishError::Kafka {
                 permanent: true, ..
             }
@@ -267,6 +345,8 @@ impl PublishError {
             | PublishError::MissingBody
             | PublishError::BadEnvelope(_)
             | PublishError::RouteNotAllowed(_)
+            | PublishError::UrlNotAllowed(_)
+            | PublishError::AddressNotAllowed(_)
             | PublishError::Expired => Disposition::DeadLetter,
             PublishError::Connection(_)
             | PublishError::Closed { .. }
@@ -274,6 +354,14 @@ impl PublishError {
             | PublishError::NoExchange(_)
             | PublishError::Aborted
             | PublishError::Blocked => Disposition::PutBack,
+        }
+    }
+
+    /// How long the endpoint asked the bridge to wait before trying again (`Retry-After`).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            PublishError::HttpStatus { retry_after, .. } => *retry_after,
+            _ => None,
         }
     }
 
@@ -306,6 +394,8 @@ pub enum Sink {
     Amqp(Box<amqp::AmqpSink>),
     /// Kafka.
     Kafka(kafka::KafkaSink),
+    /// HTTP endpoints.
+    Http(http::HttpSink),
 }
 
 impl Sink {
@@ -314,6 +404,7 @@ impl Sink {
         Ok(Arc::new(match config {
             SinkConfig::Amqp(c) => Sink::Amqp(Box::new(amqp::AmqpSink::new(name, c)?)),
             SinkConfig::Kafka(c) => Sink::Kafka(kafka::KafkaSink::new(name, c)?),
+            SinkConfig::Http(c) => Sink::Http(http::HttpSink::new(name, c)?),
         }))
     }
 
@@ -322,6 +413,7 @@ impl Sink {
         match self {
             Sink::Amqp(s) => s.name(),
             Sink::Kafka(s) => s.name(),
+            Sink::Http(s) => s.name(),
         }
     }
 
@@ -330,6 +422,15 @@ impl Sink {
         match self {
             Sink::Amqp(s) => s.is_up(),
             Sink::Kafka(s) => s.is_up(),
+            Sink::Http(s) => s.is_up(),
+        }
+    }
+
+    /// Why the sink is not up, for `/readyz`.
+    pub fn why_down(&self) -> String {
+        match self {
+            Sink::Http(s) => s.why_down(),
+            _ => "not connected".into(),
         }
     }
 
@@ -346,6 +447,10 @@ impl Sink {
                 s.supervise(metrics, cancel).await;
                 Ok(())
             }
+            Sink::Http(s) => {
+                s.supervise(metrics, cancel).await;
+                Ok(())
+            }
         }
     }
 
@@ -353,7 +458,9 @@ impl Sink {
     pub fn serves(&self, destination: &Destination) -> bool {
         matches!(
             (self, destination),
-            (Sink::Amqp(_), Destination::Amqp(_)) | (Sink::Kafka(_), Destination::Kafka(_))
+            (Sink::Amqp(_), Destination::Amqp(_))
+                | (Sink::Kafka(_), Destination::Kafka(_))
+                | (Sink::Http(_), Destination::Http(_))
         )
     }
 
@@ -368,6 +475,7 @@ impl Sink {
             (Sink::Kafka(s), Destination::Kafka(route)) => {
                 Ok(Publisher::Kafka(s.publisher(route)?))
             }
+            (Sink::Http(s), Destination::Http(route)) => Ok(Publisher::Http(s.publisher(route)?)),
             _ => Err(PublishError::Connection(format!(
                 "sink {} cannot publish to {destination}",
                 self.name()
@@ -406,6 +514,8 @@ pub enum Publisher {
     Amqp(Box<amqp::AmqpPublisher>),
     /// A Kafka producer handle.
     Kafka(kafka::KafkaPublisher),
+    /// An HTTP client bound to a route.
+    Http(http::HttpPublisher),
 }
 
 impl Publisher {
@@ -429,6 +539,10 @@ impl Publisher {
                 p.publish_batch(trigger, messages, timeout, abort, confirms)
                     .await
             }
+            Publisher::Http(p) => {
+                p.publish_batch(trigger, messages, timeout, abort, confirms)
+                    .await
+            }
         }
     }
 
@@ -437,6 +551,7 @@ impl Publisher {
         match self {
             Publisher::Amqp(p) => p.is_usable(),
             Publisher::Kafka(p) => p.is_usable(),
+            Publisher::Http(p) => p.is_usable(),
         }
     }
 }

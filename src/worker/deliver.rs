@@ -239,6 +239,7 @@ async fn publish(
                 .unwrap_or(ids[i].as_str()),
             routing_key: p.routing_key.as_deref(),
             properties: p.properties.as_ref(),
+            url: p.url.as_deref(),
         })
         .collect();
     let started = Instant::now();

@@ -207,6 +207,7 @@ impl Forwarder {
                 id: id.as_str(),
                 routing_key: None,
                 properties: Some(props),
+                url: None,
             })
             .collect();
         let outcomes = if messages.is_empty() {

@@ -19,6 +19,7 @@
 //! | [`tally`] | fault-test bookkeeping on a durable queue (`use common::tally::*`) |
 //! | [`kafka`] | Kafka topics and a capturing consumer (`use common::kafka::*`) |
 //! | [`tls`] | a private PKI made with `openssl` (`use common::tls::*`) |
+//! | [`webhook`] | an HTTP endpoint that records requests and answers as scripted (`use common::webhook::*`) |
 #![allow(dead_code)]
 
 pub mod amqp;
@@ -36,6 +37,7 @@ pub mod redis_cluster;
 pub mod servers;
 pub mod tally;
 pub mod tls;
+pub mod webhook;
 
 // The everyday helpers, for `use common::*` (not every test binary uses every one).
 #[allow(unused_imports)]
