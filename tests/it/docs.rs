@@ -84,6 +84,16 @@ fn sections() -> Vec<Section> {
             heading: "`[sinks.NAME]` with `type = \"kafka\"`",
         },
         Section {
+            toml: "[sinks.hooks]\ntype = \"http\"\n{P}\n",
+            key: "sinks.hooks",
+            heading: "`[sinks.NAME]` with `type = \"http\"`",
+        },
+        Section {
+            toml: "[sinks.hooks]\ntype = \"http\"\n[sinks.hooks.tls]\n{P}\n",
+            key: "sinks.hooks.tls",
+            heading: "TLS",
+        },
+        Section {
             toml: "[[triggers]]\nname = \"t\"\nkey = \"delay:{t}\"\nsink = \"rabbit\"\nexchange = \"\"\n{P}\n",
             key: "triggers[0]",
             heading: "`[[triggers]]`",

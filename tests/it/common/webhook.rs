@@ -94,9 +94,7 @@ pub struct Webhook {
 
 impl Webhook {
     /// Serves plain HTTP on a free loopback port, answering by `script`.
-    pub async fn start(
-        script: impl Fn(&Request, usize) -> Answer + Send + Sync + 'static,
-    ) -> Self {
+    pub async fn start(script: impl Fn(&Request, usize) -> Answer + Send + Sync + 'static) -> Self {
         Self::serve(super::free_port(), None, Arc::new(script)).await
     }
 
