@@ -11,6 +11,7 @@
 mod amqp;
 mod ceiling;
 mod cluster;
+mod http;
 mod kafka;
 mod phases;
 mod process;
@@ -31,6 +32,7 @@ use delay_bridge::secret::redact_url;
 use redis::aio::MultiplexedConnection;
 
 use self::amqp::AmqpBench;
+use self::http::HttpBench;
 use self::kafka::KafkaBench;
 use self::report::Report;
 use self::tally::Tally;
@@ -42,6 +44,8 @@ pub enum SinkKind {
     Amqp,
     /// Kafka.
     Kafka,
+    /// An HTTP endpoint the bench serves on loopback.
+    Http,
 }
 
 /// Phases that `--skip` can leave out.
@@ -169,6 +173,7 @@ impl BenchArgs {
 enum Broker {
     Amqp(AmqpBench),
     Kafka(KafkaBench),
+    Http(HttpBench),
 }
 
 impl Broker {
@@ -176,6 +181,7 @@ impl Broker {
         match self {
             Broker::Amqp(b) => b.sink_toml(),
             Broker::Kafka(b) => b.sink_toml(),
+            Broker::Http(b) => b.sink_toml(),
         }
     }
 
@@ -184,6 +190,7 @@ impl Broker {
         match self {
             Broker::Amqp(b) => b.route_toml(backlog),
             Broker::Kafka(b) => b.route_toml(),
+            Broker::Http(b) => b.route_toml(),
         }
     }
 
@@ -191,6 +198,7 @@ impl Broker {
         match self {
             Broker::Amqp(b) => b.cleanup().await,
             Broker::Kafka(b) => b.cleanup().await,
+            Broker::Http(b) => b.cleanup().await,
         }
     }
 }
@@ -336,6 +344,7 @@ impl Bench {
                 )
                 .await?,
             ),
+            SinkKind::Http => Broker::Http(HttpBench::setup(tally.clone()).await?),
         };
         let dir = std::env::temp_dir().join(&name);
         std::fs::create_dir_all(&dir)?;
@@ -358,7 +367,7 @@ impl Bench {
             let destination = trigger.destination.clone().context("the bench route")?;
             let backlog = match &broker {
                 Broker::Amqp(_) => probe(true)?.1.triggers.swap_remove(0).destination,
-                Broker::Kafka(_) => None,
+                Broker::Kafka(_) | Broker::Http(_) => None,
             };
             Ok((trigger, sink, destination, backlog))
         });

@@ -267,6 +267,9 @@ impl Bench {
     }
 
     async fn broker_ceiling(&self) -> anyhow::Result<Rate> {
+        if let super::Broker::Http(endpoint) = &self.broker {
+            return self.http_ceiling(endpoint).await;
+        }
         let n = self.args.messages;
         eprintln!("bench: broker ceiling, {n} messages");
         let window = |base, count| Window {
@@ -302,6 +305,24 @@ impl Bench {
         .await;
         ceiling.close().await;
         timed
+    }
+
+    /// The HTTP client alone calling the bench endpoint, as many requests at once as the
+    /// bench sink allows: the endpoint's and the client's limit, without the bridge.
+    async fn http_ceiling(&self, endpoint: &super::http::HttpBench) -> anyhow::Result<Rate> {
+        let n = self.args.messages;
+        eprintln!("bench: http ceiling, {n} requests");
+        let bytes = self.args.payload_bytes;
+        let warm = n.min(1000);
+        let base = self.next_base();
+        self.tally.reset(base, warm);
+        endpoint.ceiling(base, warm, bytes, now_ms()).await?;
+        self.wait_received(warm, budget(warm)).await?;
+        let base = self.next_base();
+        self.tally.reset(base, n);
+        let start = endpoint.ceiling(base, n, bytes, now_ms()).await?;
+        self.wait_received(n, budget(n)).await?;
+        Ok(Rate::new(n, start.elapsed().as_secs_f64()))
     }
 
     async fn redis_ceiling(&self) -> anyhow::Result<Rate> {
@@ -363,7 +384,7 @@ impl Bench {
     async fn purge_backlog(&self) -> anyhow::Result<u64> {
         match &self.broker {
             super::Broker::Amqp(b) => Ok(b.purge_backlog().await?.into()),
-            super::Broker::Kafka(_) => Ok(0),
+            super::Broker::Kafka(_) | super::Broker::Http(_) => Ok(0),
         }
     }
 
