@@ -24,8 +24,12 @@ mod tests {
 
     #[test]
     fn the_signature_is_the_hmac_of_time_dot_body() {
-        // The same as: printf '1700000000000.{"a":1}' | openssl dgst -sha256 -hmac secret
+        // Python's hmac.new(b"secret", b'1700000000000.{"a":1}', hashlib.sha256).hexdigest()
         let v = sign(b"secret", 1_700_000_000_000, br#"{"a":1}"#);
+        assert_eq!(
+            v,
+            "t=1700000000000,v1=4ef2732b0d632a6897af3a6d02a6de287f60d6c5f15dabdb0ceb045a34e3c5a7"
+        );
         let mut mac = Hmac::<Sha256>::new_from_slice(b"secret").unwrap();
         mac.update(br#"1700000000000.{"a":1}"#);
         let expected = hex::encode(mac.finalize().into_bytes());

@@ -3,20 +3,20 @@
 //! back on the same port.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, Version};
 use axum::response::{IntoResponse, Response};
 use tokio_util::sync::CancellationToken;
 
 /// One request as the endpoint received it.
 #[derive(Debug, Clone)]
 pub struct Request {
+    pub version: Version,
     pub method: Method,
     pub path: String,
     pub headers: HeaderMap,
@@ -103,7 +103,8 @@ impl Webhook {
         Self::start(|_, _| Answer::status(200)).await
     }
 
-    /// Serves HTTPS with the certificate `cert` and key `key` (PEM).
+    /// Serves HTTPS with the certificate `cert` and key `key` (PEM), offering HTTP/2 and
+    /// HTTP/1.1 (ALPN).
     pub async fn start_tls(
         cert: &Path,
         key: &Path,
@@ -117,12 +118,13 @@ impl Webhook {
             .unwrap();
         let key = PrivateKeyDer::from_pem_file(key).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
             .with_single_cert(chain, key)
             .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Self::serve(super::free_port(), Some(Arc::new(config)), Arc::new(script)).await
     }
 
@@ -159,15 +161,8 @@ impl Webhook {
                 });
             }
             Some(config) => {
-                let listener = TlsListener {
-                    tcp: listener,
-                    acceptor: tokio_rustls::TlsAcceptor::from(config.clone()),
-                };
-                tokio::spawn(async move {
-                    let _ = axum::serve(listener, app)
-                        .with_graceful_shutdown(stop.cancelled_owned())
-                        .await;
-                });
+                let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
+                tokio::spawn(serve_tls(listener, acceptor, app, stop));
             }
         }
     }
@@ -221,12 +216,14 @@ impl Drop for Webhook {
 
 async fn record(
     State(shared): State<Arc<Shared>>,
+    version: Version,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let received = Request {
+        version,
         method,
         path: uri.path().to_string(),
         headers,
@@ -256,28 +253,32 @@ async fn record(
     response
 }
 
-/// TLS over a TCP listener, for `axum::serve`: a failed handshake is skipped.
-struct TlsListener {
-    tcp: tokio::net::TcpListener,
+/// HTTPS until `stop`: each connection's TLS handshake, then HTTP/2 or HTTP/1.1 as ALPN chose.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let Ok((tcp, addr)) = self.tcp.accept().await else {
-                continue;
+    app: axum::Router,
+    stop: CancellationToken,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+    loop {
+        let (tcp, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(_) => continue,
+            },
+            _ = stop.cancelled() => return,
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
             };
-            if let Ok(tls) = self.acceptor.accept(tcp).await {
-                return (tls, addr);
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.tcp.local_addr()
+            let _ = Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(tls), TowerToHyperService::new(app))
+                .await;
+        });
     }
 }

@@ -229,3 +229,39 @@ async fn an_endpoint_that_hangs_times_out_and_is_retried() {
     assert_eq!(timeouts, n as f64);
     cleanup_keys(&mut r, &key).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_answer_does_not_hold_the_fast_ones_of_its_batch() {
+    let mut r = redis().await;
+    let slow = body(0, 0);
+    let hook = Webhook::start(move |rq, _| match rq.body == slow {
+        true => Answer::status(200).after(Duration::from_secs(4)),
+        false => Answer::status(200),
+    })
+    .await;
+    let key = new_key("early");
+    let n = 10;
+    schedule(&mut r, &key, n, 0).await;
+    let port = free_port();
+    // One worker, one batch of all ten.
+    let lines = format!("url = {}\nworkers = 1\nbatch = 10", quoted(&hook.url("/")));
+    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    assert!(
+        wait_until(Duration::from_secs(20), || hook.count() == n).await,
+        "{}",
+        bridge.log()
+    );
+    let all_sent = std::time::Instant::now();
+    let sizes = wait_sizes(&mut r, &key, Duration::from_secs(3), |s| *s == (0, 1, 0)).await;
+    assert_eq!(
+        sizes,
+        (0, 1, 0),
+        "the nine fast answers acked while the slow one is out"
+    );
+    assert!(
+        all_sent.elapsed() < Duration::from_secs(3),
+        "acked before the slow answer"
+    );
+    expect_settled(&mut r, &key, 0, &bridge).await;
+    cleanup_keys(&mut r, &key).await;
+}

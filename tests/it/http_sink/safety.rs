@@ -141,7 +141,7 @@ async fn the_test_server_verifies_the_signature() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_tls_with_the_test_ca() {
+async fn over_tls_with_the_test_ca_and_http2() {
     let mut r = redis().await;
     let pki = Pki::new();
     let (cert, key_file) = pki.server(ServerCert::Loopback);
@@ -164,6 +164,13 @@ async fn over_tls_with_the_test_ca() {
     let bridge = Bridge::start(&cfg, port);
     expect_settled(&mut r, &key, 0, &bridge).await;
     assert_eq!(hook.tally().len(), n);
+    for rq in hook.received() {
+        assert_eq!(
+            rq.version,
+            axum::http::Version::HTTP_2,
+            "HTTP/2 when offered"
+        );
+    }
     drop(bridge);
 
     // An endpoint whose certificate the sink does not trust is unreachable, not the
