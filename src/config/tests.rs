@@ -517,3 +517,28 @@ fn shards_need_a_hash_tag_and_a_sane_count() {
         Ok(())
     });
 }
+
+#[test]
+fn http_routes_resolve_and_a_timeout_past_publish_timeout_is_warned_about() {
+    Jail::expect_with(|jail| {
+        let toml = "[sinks.h]\ntype = \"http\"\ntimeout = \"10s\"\n\
+            [[triggers]]\nname = \"t\"\nkey = \"k\"\nsink = \"h\"\n\
+            url_pointer = \"/url\"\nallowed_urls = [\"https://*.hooks.internal/\"]\nmethod = \"PUT\"\n";
+        let c = load_in_jail(jail, toml).unwrap();
+        let Some(Destination::Http(route)) = &c.triggers[0].destination else {
+            panic!("{:?}", c.triggers[0].destination);
+        };
+        assert_eq!(route.url, HttpTarget::Pointer("/url".into()));
+        assert_eq!(route.method, "PUT");
+        assert!(route.allows("https://a.hooks.internal/x"));
+        assert!(!route.allows("https://hooks.internal/x"));
+        assert!(
+            c.warnings().iter().any(|w| w.contains("publish_timeout")),
+            "{:?}",
+            c.warnings()
+        );
+        let c = load_in_jail(jail, &format!("{toml}publish_timeout = \"15s\"\n")).unwrap();
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        Ok(())
+    });
+}
