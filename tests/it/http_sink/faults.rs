@@ -84,3 +84,25 @@ async fn sigkill_mid_stream_loses_nothing() {
     }
     cleanup_keys(&mut r, &key).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_whose_name_does_not_resolve_is_the_sinks_failure() {
+    let mut r = redis().await;
+    let key = new_key("nxdomain");
+    schedule_now(&mut r, &key, ["a", "b", "c"]).await;
+    let port = free_port();
+    let lines =
+        format!("url = \"http://no-such-host.invalid/hook\"\nmax_attempts = 1\n{FAST_RETRY}");
+    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    let (said, answer) = bridge
+        .wait_http("/readyz", Duration::from_secs(20), |status, body| {
+            status == 503 && body.contains("no-such-host.invalid")
+        })
+        .await;
+    assert!(said, "{answer:?}\n{}", bridge.log());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (waiting, inflight, dead) = queue_sizes(&mut r, &key).await;
+    assert_eq!(dead, 0, "nothing dead-lettered");
+    assert_eq!(waiting + inflight, 3);
+    cleanup_keys(&mut r, &key).await;
+}

@@ -203,3 +203,36 @@ async fn over_tls_with_the_test_ca_and_http2() {
     assert_eq!(hook.tally().len(), n, "nothing reached the endpoint");
     cleanup_keys(&mut r, &key).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_pointer_takes_each_url_from_the_body_within_allowed_urls() {
+    let mut r = redis().await;
+    let hook = Webhook::ok().await;
+    let key = new_key("pointer");
+    let to = |url: &str| serde_json::json!({ "target": url }).to_string();
+    let allowed = to(&hook.url("/p/1"));
+    let refused = to("http://127.0.0.1:1/x");
+    let missing = r#"{"no":"target"}"#.to_string();
+    schedule_now(&mut r, &key, [&allowed, &refused, &missing]).await;
+    let port = free_port();
+    let lines = format!(
+        "url_pointer = \"/target\"\nallowed_urls = [{}]\n{FAST_RETRY}",
+        quoted(&hook.url("/p"))
+    );
+    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    expect_settled(&mut r, &key, 2, &bridge).await;
+    let reason = |why: Option<serde_json::Value>| why.unwrap()["reason"].clone();
+    assert_eq!(
+        reason(dead_reason(&mut r, &key, &refused).await),
+        "url_not_allowed"
+    );
+    assert_eq!(
+        reason(dead_reason(&mut r, &key, &missing).await),
+        "bad_payload"
+    );
+    let received = hook.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].path, "/p/1");
+    assert_eq!(received[0].body, allowed.as_bytes());
+    cleanup_keys(&mut r, &key).await;
+}
