@@ -22,13 +22,9 @@ pub const MAX_CHANNELS: usize = 2000;
 pub const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 /// AMQP names (exchanges, queues, routing and binding keys) are short strings.
 const AMQP_SHORT_STRING: usize = 255;
-/// Largest `max_concurrency` of an HTTP sink.
-pub const MAX_HTTP_CONCURRENCY: usize = 10_000;
-/// Largest `follow_redirects` of an HTTP sink.
-pub const MAX_REDIRECTS: u32 = 10;
 /// Largest `max_claim_bytes`: what one claim script may return in bodies.
 pub const MAX_CLAIM_BYTES: usize = 512 * 1024 * 1024;
-const HOUR: Duration = Duration::from_secs(3600);
+pub(super) const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(86_400);
 
 /// What extraction produced: a config whose broken parts hold defaults, and what was broken.
@@ -318,7 +314,7 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
                 }
             }
             SinkConfig::Http(http) => {
-                for (key, why) in http_sink_problems(http) {
+                for (key, why) in super::http::problems(http) {
                     push(format!("sinks.{name}.{key}"), why);
                 }
             }
@@ -666,55 +662,6 @@ fn amqp_addresses(name: &str, amqp: &AmqpSinkConfig) -> Vec<(String, String)> {
     out
 }
 
-/// Problems with an HTTP sink's settings, as (field, message).
-fn http_sink_problems(http: &super::HttpSinkConfig) -> Vec<(&'static str, String)> {
-    let mut out = Vec::new();
-    if http.timeout.is_zero() {
-        out.push(("timeout", "must be greater than zero".into()));
-    }
-    if let Some(why) = too_long(http.timeout, HOUR) {
-        out.push(("timeout", why));
-    }
-    if http.max_concurrency == 0 || http.max_concurrency > MAX_HTTP_CONCURRENCY {
-        out.push((
-            "max_concurrency",
-            format!(
-                "must be between 1 and {MAX_HTTP_CONCURRENCY}, got {}",
-                http.max_concurrency
-            ),
-        ));
-    }
-    if http.follow_redirects > MAX_REDIRECTS {
-        out.push((
-            "follow_redirects",
-            format!(
-                "must be between 0 and {MAX_REDIRECTS}, got {}",
-                http.follow_redirects
-            ),
-        ));
-    }
-    if let Some(file) = &http.signing_secret_file {
-        match crate::secret::read_file(file) {
-            Ok(secret) if secret.len() < 16 => out.push((
-                "signing_secret_file",
-                format!(
-                    "the secret is {} bytes; use at least 16 (e.g. `openssl rand -hex 32`)",
-                    secret.len()
-                ),
-            )),
-            Ok(_) => {}
-            Err(e) => out.push(("signing_secret_file", format!("{e:#}"))),
-        }
-    }
-    if http.tls.as_ref().is_some_and(|t| t.server_name.is_some()) {
-        out.push((
-            "tls.server_name",
-            "not supported on an http sink: the URL's host is the name verified".into(),
-        ));
-    }
-    out
-}
-
 /// Pairs of triggers (by their index in the file) whose source or derived keys coincide,
 /// with one shared key each: two triggers on one key would split its messages at random,
 /// and one trigger's source being another's in-flight set would deliver leases.
@@ -770,7 +717,7 @@ fn unsafe_kafka_properties(
 
 /// `Some(reason)` when `value` exceeds `max` (durations are bounded so that deadline
 /// arithmetic cannot overflow).
-fn too_long(value: Duration, max: Duration) -> Option<String> {
+pub(super) fn too_long(value: Duration, max: Duration) -> Option<String> {
     (value > max).then(|| {
         format!(
             "must be at most {}, got {}",
