@@ -361,7 +361,7 @@ mod tests {
         let schema: serde_json::Value =
             serde_json::from_str(include_str!("../schema/envelope.schema.json")).unwrap();
         let properties = schema["properties"].as_object().unwrap();
-        assert_eq!(properties.len(), 15);
+        assert_eq!(properties.len(), 16);
         for (name, spec) in properties {
             let sample = match spec["type"].as_str() {
                 Some("integer") => serde_json::json!(1),
@@ -381,6 +381,36 @@ mod tests {
                 parse(raw.as_bytes(), Broker::Amqp)
             );
         }
+    }
+
+    #[test]
+    fn an_http_envelope_reads_its_url_and_skips_the_brokers_fields() {
+        let raw =
+            br#"{"body":"a","url":"https://hooks.internal/x","routing_key":{},"kafka_key":7}"#;
+        let e = parse(raw, Broker::Http).unwrap();
+        assert_eq!(
+            e.properties.url.as_deref(),
+            Some("https://hooks.internal/x")
+        );
+        assert_eq!(e.properties.routing_key, None);
+        assert_eq!(
+            parse(raw, Broker::Amqp).err(),
+            Some("routing_key: invalid type: map, expected a string".into())
+        );
+        assert_eq!(
+            parse(br#"{"body":"a","url":"x"}"#, Broker::Kafka)
+                .unwrap()
+                .properties
+                .url,
+            None
+        );
+        assert!(parse(br#"{"body":"a","url":7}"#, Broker::Http)
+            .unwrap_err()
+            .contains("url"));
+        let long = serde_json::json!({"body": "a", "url": "x".repeat(MAX_URL + 1)}).to_string();
+        assert!(parse(long.as_bytes(), Broker::Http)
+            .unwrap_err()
+            .contains("url"));
     }
 
     #[test]
