@@ -210,6 +210,8 @@ impl HttpPublisher {
         confirms: Option<&Confirms>,
     ) -> Vec<Outcome> {
         let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
+        // Per message: sent (not refused before sending), and failed to connect.
+        let mut sent = vec![false; messages.len()];
         let mut unreachable = vec![false; messages.len()];
         let now_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -221,6 +223,7 @@ impl HttpPublisher {
         for (i, m) in messages.iter().enumerate() {
             match self.request(trigger, m, &method, now_ms) {
                 Ok(request) => {
+                    sent[i] = true;
                     let shared = self.shared.clone();
                     pending.push(async move {
                         let _permit = shared.permits.acquire().await;
@@ -240,7 +243,7 @@ impl HttpPublisher {
             (i, ended.outcome)
         });
         await_confirms(&mut results, answers, timeout, abort, confirms).await;
-        self.endpoint_down(messages, &mut results, &unreachable);
+        self.endpoint_down(messages, &mut results, &sent, &unreachable);
         results
     }
 
@@ -274,12 +277,14 @@ impl HttpPublisher {
             .map_err(|e| PublishError::BadPayload(e.to_string()))
     }
 
-    /// When nothing of the batch was answered and every request to the route's own URL
-    /// failed to connect, marks the endpoint down and puts those messages back.
+    /// When nothing of the batch was answered and every request sent to the route's own URL
+    /// failed to connect, marks the endpoint down and puts those messages back (those
+    /// refused before sending keep their own error).
     fn endpoint_down(
         &self,
         messages: &[OutMessage<'_>],
         results: &mut [Outcome],
+        sent: &[bool],
         unreachable: &[bool],
     ) {
         let Some(endpoint) = &self.endpoint else {
@@ -289,7 +294,7 @@ impl HttpPublisher {
             .iter()
             .any(|r| matches!(r, Ok(_) | Err(PublishError::HttpStatus { .. })));
         let own: Vec<usize> = (0..messages.len())
-            .filter(|&i| messages[i].url.is_none())
+            .filter(|&i| messages[i].url.is_none() && sent[i])
             .collect();
         if answered || own.is_empty() || !own.iter().all(|&i| unreachable[i]) {
             return;
@@ -310,5 +315,92 @@ impl HttpPublisher {
                 "the endpoint refuses connections: its messages stay in Redis, no attempt counted, until it accepts again");
         }
         down.insert(key, Down { host, port, why });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::HttpTarget;
+    use crate::envelope::{HeaderValue, Properties};
+    use crate::sink::Disposition;
+
+    /// A loopback port nothing listens on: connections to it are refused.
+    fn closed_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
+    #[tokio::test]
+    async fn a_refused_endpoint_puts_its_messages_back_and_is_down_until_it_listens() {
+        let port = closed_port();
+        let config: HttpSinkConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+        let sink = HttpSink::new("hooks", &config).unwrap();
+        let route = HttpRoute {
+            url: HttpTarget::Url(format!("http://127.0.0.1:{port}/")),
+            method: "POST".into(),
+            allowed_urls: None,
+        };
+        let mut publisher = sink.publisher(&route).unwrap();
+        let bad = Properties {
+            headers: vec![("bad name".into(), HeaderValue::Text("x".into()))],
+            ..Properties::default()
+        };
+        let message = |properties| OutMessage {
+            payload: b"body",
+            member: b"m",
+            due_ms: 1,
+            attempt: 1,
+            id: "0123456789abcdef",
+            routing_key: None,
+            properties,
+            url: None,
+        };
+        let batch = [message(None), message(Some(&bad)), message(None)];
+        let outcomes = publisher
+            .publish_batch(
+                "t",
+                &batch,
+                Duration::from_secs(5),
+                &CancellationToken::new(),
+                None,
+            )
+            .await;
+        let dispositions: Vec<Disposition> = outcomes
+            .iter()
+            .map(|o| o.as_ref().unwrap_err().disposition())
+            .collect();
+        assert_eq!(
+            dispositions,
+            [
+                Disposition::PutBack,
+                Disposition::DeadLetter,
+                Disposition::PutBack
+            ],
+            "{outcomes:?}"
+        );
+        assert!(!sink.is_up());
+        assert!(sink.why_down().contains(&format!("127.0.0.1:{port}")));
+        assert!(!publisher.is_usable());
+        assert!(sink.publisher(&route).is_err(), "no publisher while down");
+
+        // It listens again: the supervisor finds it and the route gets a publisher.
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let cancel = CancellationToken::new();
+        let supervise = sink.supervise(Metrics::new(), cancel.clone());
+        let up = async {
+            while !sink.is_up() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::select! {
+            _ = supervise => panic!("supervision ended"),
+            r = tokio::time::timeout(Duration::from_secs(5), up) => r.unwrap(),
+        }
+        cancel.cancel();
+        assert!(sink.publisher(&route).is_ok());
+        drop(listener);
     }
 }
