@@ -70,7 +70,10 @@ impl HttpBench {
         payload_bytes: usize,
         due_ms: i64,
     ) -> anyhow::Result<Instant> {
+        // The sink's TLS setup (rustls with ring, the system's CAs), though loopback is plain.
+        let tls = (*delay_bridge::tls::Tls::system().config()).clone();
         let client = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
             .pool_max_idle_per_host(CONCURRENCY)
             .tcp_nodelay(true)
             .no_proxy()

@@ -320,7 +320,10 @@ impl Report {
         let redis = self.redis_ceiling.as_ref().map(|r| r.msg_per_s);
         if let Some(b) = broker {
             rows.push(Row {
-                measurement: format!("broker ceiling ({} plain publisher)", self.settings.sink),
+                measurement: match self.settings.sink.as_str() {
+                    "http" => "broker ceiling (the http client alone)".to_string(),
+                    sink => format!("broker ceiling ({sink} plain publisher)"),
+                },
                 ceiling: rate(b),
                 ..Row::default()
             });
