@@ -30,18 +30,25 @@ const CLASSES: [&str; 7] = ["1xx", "2xx", "3xx", "4xx", "5xx", "timeout", "error
 
 /// An endpoint that refused connections (or whose name did not resolve) for a whole batch.
 struct Down {
+    /// The host to connect to again (without brackets for IPv6).
     host: String,
+    /// Its port.
     port: u16,
+    /// What the last request to it failed with.
     why: String,
 }
 
 /// What the sink and its publishers share.
 struct Shared {
+    /// The sink's name.
     name: String,
+    /// One client, its pool shared by every trigger and worker on the sink.
     client: reqwest::Client,
     /// Requests in flight on the sink (`max_concurrency`).
     permits: Semaphore,
+    /// The signing secret, if requests are signed.
     secret: Option<Vec<u8>>,
+    /// `allow_link_local`: address literals are checked here, names by the resolver.
     allow_link_local: bool,
     /// Endpoints down, by `host:port`: routes to them get no publisher until they accept.
     down: Mutex<BTreeMap<String, Down>>,
@@ -50,10 +57,12 @@ struct Shared {
 }
 
 impl Shared {
+    /// The endpoints down (a poisoned lock still holds a usable map).
     fn down(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Down>> {
         self.down.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Counts one request of `class`.
     fn count(&self, class: &str) {
         if let (Some(counters), Some(i)) =
             (self.classes.get(), CLASSES.iter().position(|c| *c == class))

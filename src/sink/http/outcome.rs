@@ -21,8 +21,11 @@ pub(super) type Class = &'static str;
 /// What a request came to: its outcome, its class, and whether it failed to connect at all
 /// (refused, not resolved, no TLS handshake): the endpoint, not the message, may be at fault.
 pub(super) struct Ended {
+    /// Confirmed, or why not.
     pub outcome: Outcome,
+    /// For `http_responses_total`.
     pub class: Class,
+    /// No connection at all: the endpoint may be down.
     pub unreachable: bool,
 }
 

@@ -31,7 +31,9 @@ const RESERVED: &[&str] = &[
 
 /// What a request is made of besides its URL and method.
 pub(super) struct Parts {
+    /// The envelope's headers, the bridge's own and the signature.
     pub headers: HeaderMap,
+    /// The body, byte for byte.
     pub body: Vec<u8>,
 }
 
