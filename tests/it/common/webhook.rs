@@ -79,6 +79,8 @@ impl Answer {
 pub type Script = Arc<dyn Fn(&Request, usize) -> Answer + Send + Sync>;
 
 struct Shared {
+    /// Requests being answered now, and the most there were at once.
+    in_flight: Mutex<(usize, usize)>,
     received: Mutex<Vec<Request>>,
     seen: Mutex<HashMap<Vec<u8>, usize>>,
     script: Script,
@@ -130,6 +132,7 @@ impl Webhook {
 
     async fn serve(port: u16, tls: Option<Arc<rustls::ServerConfig>>, script: Script) -> Self {
         let shared = Arc::new(Shared {
+            in_flight: Mutex::default(),
             received: Mutex::default(),
             seen: Mutex::default(),
             script,
@@ -202,6 +205,11 @@ impl Webhook {
         self.shared.received.lock().unwrap().len()
     }
 
+    /// The most requests the endpoint was answering at once.
+    pub fn peak_in_flight(&self) -> usize {
+        self.shared.in_flight.lock().unwrap().1
+    }
+
     /// How many requests carried each body.
     pub fn tally(&self) -> HashMap<Vec<u8>, usize> {
         self.shared.seen.lock().unwrap().clone()
@@ -238,7 +246,13 @@ async fn record(
     };
     let answer = (shared.script)(&received, before);
     shared.received.lock().unwrap().push(received);
+    {
+        let mut n = shared.in_flight.lock().unwrap();
+        n.0 += 1;
+        n.1 = n.1.max(n.0);
+    }
     tokio::time::sleep(answer.delay).await;
+    shared.in_flight.lock().unwrap().0 -= 1;
     let mut response = (
         StatusCode::from_u16(answer.status).unwrap(),
         answer.body.clone(),

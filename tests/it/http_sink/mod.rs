@@ -265,3 +265,24 @@ async fn a_slow_answer_does_not_hold_the_fast_ones_of_its_batch() {
     expect_settled(&mut r, &key, 0, &bridge).await;
     cleanup_keys(&mut r, &key).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrency_bounds_the_requests_in_flight() {
+    let mut r = redis().await;
+    let hook = Webhook::start(|_, _| Answer::status(200).after(Duration::from_millis(200))).await;
+    let key = new_key("bounded");
+    let n = 12;
+    schedule(&mut r, &key, n, 0).await;
+    let port = free_port();
+    let lines = format!("url = {}\nworkers = 4\nbatch = 6", quoted(&hook.url("/")));
+    let settings = [("max_concurrency", "3")];
+    let bridge = Bridge::start(&http_config(port, &settings, &key, &lines), port);
+    expect_settled(&mut r, &key, 0, &bridge).await;
+    assert_eq!(hook.tally().len(), n);
+    assert_eq!(
+        hook.peak_in_flight(),
+        3,
+        "at most max_concurrency, and that many"
+    );
+    cleanup_keys(&mut r, &key).await;
+}

@@ -236,3 +236,50 @@ async fn url_pointer_takes_each_url_from_the_body_within_allowed_urls() {
     assert_eq!(received[0].body, allowed.as_bytes());
     cleanup_keys(&mut r, &key).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_followed_only_as_configured() {
+    let mut r = redis().await;
+    let hook = Webhook::start(|rq, _| match rq.path.as_str() {
+        "/old" => Answer::status(302).header("location", "/new"),
+        "/metadata" => Answer::status(302).header("location", "http://169.254.169.254/latest"),
+        _ => Answer::status(200),
+    })
+    .await;
+    let (unfollowed, followed) = (new_key("no-redirect"), new_key("redirect"));
+    let to_metadata = new_key("redirect-metadata");
+    for key in [&unfollowed, &followed, &to_metadata] {
+        schedule_now(&mut r, key, ["m"]).await;
+    }
+    let port = free_port();
+    let cfg = |key: &str, path: &str, hops: &str| {
+        http_config(
+            port,
+            &[("follow_redirects", hops)],
+            key,
+            &format!("url = {}\n{FAST_RETRY}", quoted(&hook.url(path))),
+        )
+    };
+    let bridge = Bridge::start(&cfg(&unfollowed, "/old", "0"), port);
+    expect_settled(&mut r, &unfollowed, 1, &bridge).await;
+    let why = dead_reason(&mut r, &unfollowed, "m").await.unwrap();
+    assert_eq!(why["reason"], "http_302", "{why}");
+    assert!(
+        why["detail"].as_str().unwrap().contains("location: /new"),
+        "{why}"
+    );
+    drop(bridge);
+
+    let bridge = Bridge::start(&cfg(&followed, "/old", "1"), port);
+    expect_settled(&mut r, &followed, 0, &bridge).await;
+    assert!(hook.received().iter().any(|rq| rq.path == "/new"));
+    drop(bridge);
+
+    let bridge = Bridge::start(&cfg(&to_metadata, "/metadata", "1"), port);
+    expect_settled(&mut r, &to_metadata, 1, &bridge).await;
+    let why = dead_reason(&mut r, &to_metadata, "m").await.unwrap();
+    assert_eq!(why["reason"], "address_not_allowed", "{why}");
+    for key in [&unfollowed, &followed, &to_metadata] {
+        cleanup_keys(&mut r, key).await;
+    }
+}
