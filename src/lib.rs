@@ -1,4 +1,4 @@
-//! delay-bridge turns Redis sorted sets into delayed message queues for RabbitMQ and Kafka.
+//! delay-bridge turns Redis sorted sets into delayed message queues for RabbitMQ, Kafka and HTTP endpoints.
 //!
 //! Producers `ZADD key <due-epoch-ms> <member>`; each configured trigger runs workers that
 //! atomically claim due members (`store`, Lua scripts in `scripts/`), publish them to a sink

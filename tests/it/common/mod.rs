@@ -1,4 +1,4 @@
-//! The integration tests' toolkit: real Redis, RabbitMQ and Kafka on loopback, the bridge as a
+//! The integration tests' toolkit: real Redis, RabbitMQ, Kafka and HTTP endpoints on loopback, the bridge as a
 //! process, and what it answers.
 //!
 //! Every test binary writes `mod common;` and `use common::*;`, which brings the everyday
