@@ -59,7 +59,7 @@ impl HeaderValue {
 
 /// A parsed envelope: the body to publish and the rest.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     /// The body, byte for byte (`body` as UTF-8, or `body_b64` decoded).
     pub body: Vec<u8>,
     /// Everything else the envelope says.
@@ -93,7 +93,7 @@ struct Raw {
 
 /// The broker an envelope is published to: only its fields are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Broker {
+pub(crate) enum Broker {
     /// RabbitMQ: `reply_to`, `type`, `priority`, `expiration_ms`, `routing_key`.
     Amqp,
     /// Kafka: `kafka_key`, `kafka_key_b64`.
@@ -116,11 +116,11 @@ const SHORT: usize = 255;
 /// Most bytes of headers (names and values) one envelope may carry: an AMQP content header
 /// travels in one frame, and RabbitMQ closes the whole connection over a frame larger than
 /// its `frame_max` (128 KiB by default).
-pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// Parses an envelope for `broker`; the error is the reason it is dead-lettered with
 /// (`bad_envelope`). The other broker's fields are skipped without being decoded.
-pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
+pub(crate) fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
     use base64::Engine;
     let r: Raw = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
     let b64 = |field: &str, v: &str| {
@@ -239,7 +239,7 @@ fn parse_headers(
 
 /// Whether `key` matches an AMQP topic pattern: words split on `.`, `*` is exactly one
 /// word, `#` zero or more.
-pub fn topic_match(pattern: &str, key: &str) -> bool {
+pub(crate) fn topic_match(pattern: &str, key: &str) -> bool {
     fn go(p: &[&str], k: &[&str]) -> bool {
         match (p.first(), k.first()) {
             (None, None) => true,

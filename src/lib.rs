@@ -14,25 +14,30 @@
 //! confirmation; a crash between confirmation and ack, or an expired lease, redelivers it.
 //! Duplicates are possible, loss is not.
 
-pub mod admin;
-pub mod backoff;
+#![warn(unreachable_pub)]
+
+pub(crate) mod admin;
+pub(crate) mod backoff;
 pub mod bridge;
 pub mod cli;
 pub mod config;
-pub mod envelope;
-pub mod health;
-pub mod http;
+pub(crate) mod envelope;
+pub(crate) mod health;
+pub(crate) mod http;
 pub mod keys;
 pub mod metrics;
-pub mod notify;
-pub mod queue;
+pub(crate) mod notify;
+pub(crate) mod queue;
 pub mod redis_checks;
 pub mod redis_conn;
-pub mod repeat;
+pub(crate) mod repeat;
 mod scripts;
 pub mod secret;
 pub mod sink;
 pub mod store;
-pub mod tls;
+pub(crate) mod tls;
 pub mod wire;
-pub mod worker;
+
+/// How many batches one worker keeps in flight: the benchmark sizes its windows by it.
+pub use worker::MAX_IN_FLIGHT;
+pub(crate) mod worker;

@@ -78,7 +78,7 @@ const SUBSCRIBE_CHUNK: usize = 1000;
 /// On a cluster, each key's channel is subscribed on the master that owns the key's slot (only
 /// it publishes the key's events), and the subscriptions follow failovers; after any of them
 /// every trigger looks again, and with `enable` every node gets `Kz` again.
-pub async fn listen(
+pub(crate) async fn listen(
     conn: Conn,
     enable: bool,
     triggers: Vec<Arc<Trigger>>,

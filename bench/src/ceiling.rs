@@ -11,7 +11,7 @@ use delay_bridge::config::{Destination, SinkConfig};
 use delay_bridge::metrics::Metrics;
 use delay_bridge::sink::{OutMessage, Publisher, Sink};
 use delay_bridge::wire::MessageId;
-use delay_bridge::worker::MAX_IN_FLIGHT;
+use delay_bridge::MAX_IN_FLIGHT;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -57,7 +57,7 @@ pub(super) struct Running {
 }
 
 impl Running {
-    pub fn new(shared: Shared) -> Self {
+    pub(super) fn new(shared: Shared) -> Self {
         Self {
             shared,
             entries: BTreeMap::new(),
@@ -67,7 +67,7 @@ impl Running {
     }
 
     /// Starts `tc`'s workers; [`Self::publish`] adds it to the housekeeping.
-    pub fn start(&mut self, tc: &TriggerConfig) -> Result<(), String> {
+    pub(super) fn start(&mut self, tc: &TriggerConfig) -> Result<(), String> {
         let s = &self.shared;
         let sink = s.sinks.get(&tc.sink).ok_or_else(|| {
             format!(
@@ -146,7 +146,7 @@ impl Running {
     /// (Re)starts the housekeeping (reading sizes every `backlog_interval`) and the
     /// keyspace-notification listener for the triggers now running, and shows them to the
     /// admin API.
-    pub fn publish(&mut self, backlog_interval: Duration) {
+    pub(super) fn publish(&mut self, backlog_interval: Duration) {
         self.housekeeping_stop.cancel();
         self.housekeeping_stop = self.shared.stop.child_token();
         let triggers = self.all_shards();
@@ -197,7 +197,7 @@ impl Running {
     /// ones are replaced (the old workers finish their batches while the new ones claim:
     /// claims are atomic, so the two never share a message). Anything but triggers needs a
     /// restart: such a configuration changes nothing. Returns a summary or why not.
-    pub fn apply(&mut self, old: &Config, new: &Config) -> Result<String, String> {
+    pub(super) fn apply(&mut self, old: &Config, new: &Config) -> Result<String, String> {
         let sections = [
             ("redis", section(&old.redis) != section(&new.redis)),
             ("sinks", section(&old.sinks) != section(&new.sinks)),
@@ -256,7 +256,7 @@ impl Running {
     }
 
     /// The triggers of `new` that are not running as they are configured there.
-    pub fn changed<'a>(&self, new: &'a Config) -> Vec<&'a TriggerConfig> {
+    pub(super) fn changed<'a>(&self, new: &'a Config) -> Vec<&'a TriggerConfig> {
         new.triggers
             .iter()
             .filter(|tc| {
@@ -268,7 +268,7 @@ impl Running {
     }
 
     /// The bridge's Redis connection.
-    pub fn conn(&self) -> &Conn {
+    pub(super) fn conn(&self) -> &Conn {
         &self.shared.conn
     }
 
@@ -281,7 +281,7 @@ impl Running {
     }
 
     /// Workers running now, over every trigger.
-    pub fn worker_count(&self) -> usize {
+    pub(super) fn worker_count(&self) -> usize {
         self.entries.values().map(|e| e.config.workers).sum()
     }
 }

@@ -26,7 +26,7 @@ const FORWARD_BATCH: usize = 100;
 /// destination; `abort` cuts short the wait for confirmations at the shutdown deadline.
 /// Every bridge on the trigger may run this: a lease in the `dead_inflight` set keeps two
 /// from forwarding the same letter, except after a lease expiry.
-pub async fn forward_dead_letters(
+pub(crate) async fn forward_dead_letters(
     t: Arc<Trigger>,
     stop: CancellationToken,
     abort: CancellationToken,

@@ -44,7 +44,11 @@ struct Kept {
 /// and the readings due together go out together: an idle trigger costs one reading per
 /// `interval`, not a task and its wake-ups. While keyspace notifications are subscribed, a
 /// queue read empty is read again only once written to, or after [`QUIET_READS`] intervals.
-pub async fn maintain(triggers: Vec<Arc<Trigger>>, interval: Duration, stop: CancellationToken) {
+pub(crate) async fn maintain(
+    triggers: Vec<Arc<Trigger>>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
     let now = Instant::now();
     let mut kept: Vec<Kept> = triggers
         .into_iter()

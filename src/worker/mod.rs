@@ -27,14 +27,14 @@ mod unserved;
 
 use batch::AdaptiveBatch;
 use deliver::Verdict;
-pub use forward::forward_dead_letters;
-pub use maintenance::maintain;
-pub use trigger::{StartWorkers, Trigger};
-pub use unserved::watch_unserved;
+pub(crate) use forward::forward_dead_letters;
+pub(crate) use maintenance::maintain;
+pub(crate) use trigger::Trigger;
+pub(crate) use unserved::watch_unserved;
 
 /// Runs one worker over `shards` (one, or several that no other worker serves) until
 /// `stop`; `abort` cuts short the wait for confirmations at the shutdown deadline.
-pub async fn run(
+pub(crate) async fn run(
     shards: Vec<Arc<Trigger>>,
     worker: usize,
     stop: CancellationToken,
@@ -70,7 +70,7 @@ pub async fn run(
 /// worker `w` serves shard `w mod shards` (alone or with other workers); with more, shard `s`
 /// is served by worker `s mod workers` alone. The first `min(shards, workers)` workers start
 /// at once; the others are started by their shard when it first has a backlog.
-pub fn assign(shards: &[Arc<Trigger>], workers: usize) -> Vec<Vec<Arc<Trigger>>> {
+pub(crate) fn assign(shards: &[Arc<Trigger>], workers: usize) -> Vec<Vec<Arc<Trigger>>> {
     let workers = workers.max(1);
     if shards.len() <= workers {
         (0..workers)

@@ -18,7 +18,7 @@ const REGISTRY_EVERY: u32 = 12;
 /// Reads, every `interval` until `stop`, the members on each trigger's unserved keys into
 /// `delay_bridge_unserved_members`, and logs when a trigger starts to have some and when they
 /// are gone. `triggers` pairs each queue with its first shard (the metrics' owner).
-pub async fn watch_unserved(
+pub(crate) async fn watch_unserved(
     triggers: Vec<(Queue, Arc<Trigger>)>,
     interval: Duration,
     stop: CancellationToken,
