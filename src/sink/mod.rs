@@ -58,6 +58,18 @@ pub type Outcome = Result<Confirmed, PublishError>;
 /// before the rest of the batch is confirmed, and only with the proof in hand.
 pub type Confirms = tokio::sync::mpsc::UnboundedSender<(usize, Confirmed)>;
 
+/// One batch to publish: for which trigger (its header), the messages, how long the broker
+/// may take to confirm them, what cuts that wait short, and where each confirmation is
+/// reported the moment it arrives (see [`Confirms`]).
+#[derive(Clone, Copy)]
+pub struct Batch<'b, 'm> {
+    pub trigger: &'b str,
+    pub messages: &'b [OutMessage<'m>],
+    pub timeout: Duration,
+    pub abort: &'b CancellationToken,
+    pub confirms: Option<&'b Confirms>,
+}
+
 /// Why a message was not confirmed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PublishError {
@@ -412,23 +424,10 @@ impl Publisher {
     /// Publishes every message to the publisher's route and waits for each confirmation, at
     /// most `timeout`, or until `abort` fires. Returns one outcome per message, in order;
     /// each confirmation is also sent to `confirms` as it arrives.
-    pub async fn publish_batch(
-        &mut self,
-        trigger: &str,
-        messages: &[OutMessage<'_>],
-        timeout: Duration,
-        abort: &CancellationToken,
-        confirms: Option<&Confirms>,
-    ) -> Vec<Outcome> {
+    pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
         match self {
-            Publisher::Amqp(p) => {
-                p.publish_batch(trigger, messages, timeout, abort, confirms)
-                    .await
-            }
-            Publisher::Kafka(p) => {
-                p.publish_batch(trigger, messages, timeout, abort, confirms)
-                    .await
-            }
+            Publisher::Amqp(p) => p.publish_batch(batch).await,
+            Publisher::Kafka(p) => p.publish_batch(batch).await,
         }
     }
 

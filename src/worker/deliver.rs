@@ -11,7 +11,7 @@ use super::prepare::prepare;
 use super::settlement::{plan, Plan};
 use super::{Trigger, ERROR_BACKOFF};
 use crate::backoff::Backoff;
-use crate::sink::{Confirmed, MessageId, OutMessage, Outcome, Publisher};
+use crate::sink::{Batch, Confirmed, MessageId, OutMessage, Outcome, Publisher};
 use crate::store::{ClaimBatch, FailOutcome, Settled, Settlement, StoreError};
 
 /// How a delivered batch went, for the worker that claimed it.
@@ -250,8 +250,13 @@ async fn publish(
     // The publisher reports positions among the prepared messages, `slots` maps them to the
     // batch.
     let (confirms, mut confirmed) = tokio::sync::mpsc::unbounded_channel();
-    let publishing =
-        publisher.publish_batch(t.name(), &out, cfg.publish_timeout, abort, Some(&confirms));
+    let publishing = publisher.publish_batch(Batch {
+        trigger: t.name(),
+        messages: &out,
+        timeout: cfg.publish_timeout,
+        abort,
+        confirms: Some(&confirms),
+    });
     tokio::pin!(publishing);
     let published = loop {
         tokio::select! {

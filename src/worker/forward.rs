@@ -12,7 +12,7 @@ use crate::backoff::jitter_down;
 use crate::config::Destination;
 use crate::envelope::{HeaderValue, Properties};
 use crate::repeat::Repeated;
-use crate::sink::{Disposition, MessageId, OutMessage, PublishError, Publisher};
+use crate::sink::{Batch, Disposition, MessageId, OutMessage, PublishError, Publisher};
 use crate::store::{Body, DeadClaim, DeadItem, DeadOutcome};
 use crate::wire::{
     HEADER_DEAD_ATTEMPTS, HEADER_DEAD_AT_MS, HEADER_DEAD_DETAIL, HEADER_DEAD_ID,
@@ -213,13 +213,13 @@ impl Forwarder {
             Vec::new()
         } else {
             publisher
-                .publish_batch(
-                    self.t.name(),
-                    &messages,
-                    cfg.publish_timeout,
-                    &self.abort,
-                    None,
-                )
+                .publish_batch(Batch {
+                    trigger: self.t.name(),
+                    messages: &messages,
+                    timeout: cfg.publish_timeout,
+                    abort: &self.abort,
+                    confirms: None,
+                })
                 .await
         };
         for ((item, ..), outcome) in sendable.iter().zip(outcomes) {

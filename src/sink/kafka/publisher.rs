@@ -8,14 +8,13 @@ use std::time::Duration;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer};
-use tokio_util::sync::CancellationToken;
 
 use super::delivery::Report;
 use super::errors::classify;
 use super::{down, Current, Shared};
 use crate::config::{KafkaKey, KafkaRoute};
 use crate::sink::{
-    await_confirms, record_outcome, Confirms, Disposition, OutMessage, Outcome, PublishError,
+    await_confirms, record_outcome, Batch, Disposition, OutMessage, Outcome, PublishError,
 };
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_ID, HEADER_TRIGGER};
 
@@ -37,14 +36,14 @@ impl KafkaPublisher {
 
     /// Enqueues every record (waiting for room on `QueueFull`), then awaits the delivery
     /// reports (each also to `confirms` as it arrives).
-    pub async fn publish_batch(
-        &mut self,
-        trigger: &str,
-        messages: &[OutMessage<'_>],
-        timeout: Duration,
-        abort: &CancellationToken,
-        confirms: Option<&Confirms>,
-    ) -> Vec<Outcome> {
+    pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
+        let Batch {
+            trigger,
+            messages,
+            timeout,
+            abort,
+            confirms,
+        } = batch;
         let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
         let KafkaRoute { topic, key } = &self.route;
         let Current { producer, health } = self.shared.current();
