@@ -132,6 +132,11 @@ fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
     Ok(limit)
 }
 
+/// A page's `after`: where the previous page ended.
+fn cursor(after: Option<&str>) -> Result<Option<Cursor>, ApiError> {
+    after.map(str::parse).transpose().map_err(ApiError::bad)
+}
+
 fn members(list: Vec<String>) -> Result<Vec<Vec<u8>>, ApiError> {
     if list.is_empty() || list.len() > MAX_MEMBERS {
         return Err(ApiError::bad(format!(
@@ -178,12 +183,7 @@ struct ScheduledQuery {
 
 async fn scheduled(Named(t): Named, q: Result<Query<ScheduledQuery>, QueryRejection>) -> Reply {
     let q = query(q)?;
-    let limit = page_limit(q.limit)?;
-    let after: Option<Cursor> = q
-        .after
-        .map(|a| a.parse())
-        .transpose()
-        .map_err(ApiError::bad)?;
+    let (limit, after) = (page_limit(q.limit)?, cursor(q.after.as_deref())?);
     let page = t
         .queue
         .browse(q.from_ms, q.to_ms, after.as_ref(), limit)
@@ -243,12 +243,7 @@ struct DeadQuery {
 
 async fn dead(Named(t): Named, q: Result<Query<DeadQuery>, QueryRejection>) -> Reply {
     let q = query(q)?;
-    let limit = page_limit(q.limit)?;
-    let after: Option<Cursor> = q
-        .after
-        .map(|a| a.parse())
-        .transpose()
-        .map_err(ApiError::bad)?;
+    let (limit, after) = (page_limit(q.limit)?, cursor(q.after.as_deref())?);
     let page = t.queue.list_dead_after(after.as_ref(), limit).await?;
     let items: Vec<Value> = page
         .items
