@@ -14,10 +14,10 @@ use crate::metrics::Metrics;
 use crate::queue::Queue;
 use crate::redis_conn::Conn;
 use crate::sink::Sink;
-use crate::worker::{self, Trigger};
+use crate::worker::{self, Shard};
 
 /// What every trigger of the bridge shares.
-pub(super) struct Shared {
+pub(super) struct Services {
     pub conn: Conn,
     pub sinks: BTreeMap<String, Arc<Sink>>,
     pub metrics: Metrics,
@@ -41,7 +41,7 @@ struct Entry {
     /// The trigger's queue over its shards.
     queue: Queue,
     /// One per shard.
-    shards: Vec<Arc<Trigger>>,
+    shards: Vec<Arc<Shard>>,
     stop: CancellationToken,
     abort: CancellationToken,
     workers: TaskTracker,
@@ -50,14 +50,14 @@ struct Entry {
 /// The running triggers by name, the notification listener that wakes them and the
 /// housekeeping that reads their sizes.
 pub(super) struct Running {
-    shared: Shared,
+    shared: Services,
     entries: BTreeMap<String, Entry>,
     notify_stop: CancellationToken,
     housekeeping_stop: CancellationToken,
 }
 
 impl Running {
-    pub(super) fn new(shared: Shared) -> Self {
+    pub(super) fn new(shared: Services) -> Self {
         Self {
             shared,
             entries: BTreeMap::new(),
@@ -77,7 +77,7 @@ impl Running {
         })?;
         let queue = Queue::new(tc, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
         let tc = &Arc::new(tc.clone());
-        let shards = Trigger::shards(tc, &queue, sink.clone(), &s.metrics, s.health.clone())?;
+        let shards = Shard::shards(tc, &queue, sink.clone(), &s.metrics, s.health.clone())?;
         let (stop, abort) = (s.stop.child_token(), s.abort.child_token());
         let workers = TaskTracker::new();
         // One worker per shard starts now; a shard's others when it first has a backlog.
@@ -94,7 +94,7 @@ impl Running {
         for (shard, ids) in deferred {
             let (stop, abort) = (stop.clone(), abort.clone());
             let (all, own) = (s.workers.clone(), workers.clone());
-            shards[shard].defer_workers(Box::new(move |t: &Arc<Trigger>| {
+            shards[shard].defer_workers(Box::new(move |t: &Arc<Shard>| {
                 for id in ids {
                     let run = worker::run(vec![t.clone()], id, stop.clone(), abort.clone());
                     all.spawn(own.track_future(run));
@@ -273,7 +273,7 @@ impl Running {
     }
 
     /// Every shard of every running trigger.
-    fn all_shards(&self) -> Vec<Arc<Trigger>> {
+    fn all_shards(&self) -> Vec<Arc<Shard>> {
         self.entries
             .values()
             .flat_map(|e| e.shards.iter().cloned())

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{Publishing, Trigger, ERROR_BACKOFF};
+use super::{Publishing, Shard, ERROR_BACKOFF};
 use crate::backoff::jitter_down;
 use crate::config::Destination;
 use crate::envelope::{HeaderValue, Properties};
@@ -27,7 +27,7 @@ const FORWARD_BATCH: usize = 100;
 /// Every bridge on the trigger may run this: a lease in the `dead_inflight` set keeps two
 /// from forwarding the same letter, except after a lease expiry.
 pub(crate) async fn forward_dead_letters(
-    t: Arc<Trigger>,
+    t: Arc<Shard>,
     stop: CancellationToken,
     abort: CancellationToken,
 ) {
@@ -54,7 +54,7 @@ pub(crate) async fn forward_dead_letters(
 }
 
 struct Forwarder {
-    t: Arc<Trigger>,
+    t: Arc<Shard>,
     destination: Destination,
     /// The publisher, and failures to get one or forwards that broke it.
     publishing: Publishing,

@@ -11,7 +11,7 @@ use rdkafka::producer::{BaseRecord, Producer};
 
 use super::delivery::Report;
 use super::errors::classify;
-use super::{down, Current, Shared};
+use super::{down, Instance, SinkState};
 use crate::config::{KafkaKey, KafkaRoute};
 use crate::sink::{
     await_confirms, record_outcome, Batch, Disposition, OutMessage, Outcome, PublishError,
@@ -24,7 +24,7 @@ const QUEUE_FULL_RETRY: Duration = Duration::from_millis(5);
 /// A worker's handle on the sink's producer (whichever instance is current).
 #[derive(Clone)]
 pub struct KafkaPublisher {
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<SinkState>,
     pub(super) route: KafkaRoute,
 }
 
@@ -46,7 +46,7 @@ impl KafkaPublisher {
         } = batch;
         let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
         let KafkaRoute { topic, key } = &self.route;
-        let Current { producer, health } = self.shared.current();
+        let Instance { producer, health } = self.shared.current();
         if !health.is_up() {
             // Claimed while the broker went away: hand the batch back untouched.
             results.fill(Err(down()));

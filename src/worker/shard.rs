@@ -17,7 +17,7 @@ use crate::sink::{MessageId, PublishError, Sink};
 use crate::store::{ClaimBatch, Store, StoreError};
 
 /// Everything the workers of one trigger share.
-pub(crate) struct Trigger {
+pub(crate) struct Shard {
     pub(super) config: Arc<TriggerConfig>,
     pub(super) destination: Destination,
     /// This shard's queue (the whole queue of an unsharded trigger).
@@ -56,10 +56,10 @@ pub(crate) struct Trigger {
 }
 
 /// Starts a shard's deferred workers (given the shard).
-pub(crate) type StartWorkers = Box<dyn FnOnce(&Arc<Trigger>) + Send>;
+pub(crate) type StartWorkers = Box<dyn FnOnce(&Arc<Shard>) + Send>;
 
-impl Trigger {
-    /// One `Trigger` per shard of `queue` (one for an unsharded trigger), sharing the trigger's
+impl Shard {
+    /// One `Shard` per shard of `queue` (one for an unsharded trigger), sharing the trigger's
     /// metrics. Fails when the configuration was not loaded (no resolved destination) or its
     /// destination is not of the sink's kind.
     pub(crate) fn shards(
