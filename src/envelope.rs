@@ -61,7 +61,7 @@ impl HeaderValue {
 
 /// A parsed envelope: the body to publish and the rest.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     /// The body, byte for byte (`body` as UTF-8, or `body_b64` decoded).
     pub body: Vec<u8>,
     /// Everything else the envelope says.
@@ -96,7 +96,7 @@ struct Raw {
 
 /// The broker an envelope is published to: only its fields are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Broker {
+pub(crate) enum Broker {
     /// RabbitMQ: `reply_to`, `type`, `priority`, `expiration_ms`, `routing_key`.
     Amqp,
     /// Kafka: `kafka_key`, `kafka_key_b64`.
@@ -121,13 +121,13 @@ const SHORT: usize = 255;
 /// Most bytes of headers (names and values) one envelope may carry: an AMQP content header
 /// travels in one frame, and RabbitMQ closes the whole connection over a frame larger than
 /// its `frame_max` (128 KiB by default).
-pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Longest URL a message may choose (an envelope's `url`, a `url_pointer`'s string).
-pub const MAX_URL: usize = 8 * 1024;
+pub(crate) const MAX_URL: usize = 8 * 1024;
 
 /// Parses an envelope for `broker`; the error is the reason it is dead-lettered with
 /// (`bad_envelope`). The other broker's fields are skipped without being decoded.
-pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
+pub(crate) fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
     use base64::Engine;
     let r: Raw = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
     let b64 = |field: &str, v: &str| {
@@ -160,43 +160,7 @@ pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
         (None, None) => None,
         (Some(_), Some(_)) => return Err("give `kafka_key` or `kafka_key_b64`, not both".into()),
     };
-    let mut headers = Vec::with_capacity(r.headers.len());
-    let mut header_bytes = 0;
-    for (name, value) in r.headers {
-        // RabbitMQ's sender-selected distribution: these route copies to other queues.
-        if amqp && (name.eq_ignore_ascii_case("CC") || name.eq_ignore_ascii_case("BCC")) {
-            return Err(format!(
-                "headers.{name}: CC and BCC route copies to other queues and are not accepted"
-            ));
-        }
-        let value = match value {
-            serde_json::Value::String(s) => HeaderValue::Text(s),
-            serde_json::Value::Bool(b) => HeaderValue::Bool(b),
-            serde_json::Value::Number(n) => match n.as_i64() {
-                Some(i) => HeaderValue::Int(i),
-                None => return Err(format!("headers.{name}: only whole numbers")),
-            },
-            _ => {
-                return Err(format!(
-                    "headers.{name}: must be a string, a whole number or a boolean"
-                ))
-            }
-        };
-        if name.len() > SHORT {
-            return Err(format!("headers: a name is longer than {SHORT} bytes"));
-        }
-        header_bytes += name.len()
-            + match &value {
-                HeaderValue::Text(s) => s.len(),
-                _ => 8,
-            };
-        if header_bytes > MAX_HEADER_BYTES {
-            return Err(format!(
-                "headers: more than {MAX_HEADER_BYTES} bytes of names and values"
-            ));
-        }
-        headers.push((name, value));
-    }
+    let headers = parse_headers(r.headers, amqp)?;
     if expiration_ms.is_some_and(|ms| ms > u64::from(u32::MAX)) {
         return Err(format!(
             "expiration_ms: at most {} (about 49 days)",
@@ -239,9 +203,55 @@ pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
     })
 }
 
+/// An envelope's headers, checked: no CC or BCC for AMQP, values a string, a whole number
+/// or a boolean, names of at most [`SHORT`] bytes, at most [`MAX_HEADER_BYTES`] in all.
+fn parse_headers(
+    raw: serde_json::Map<String, serde_json::Value>,
+    amqp: bool,
+) -> Result<Vec<(String, HeaderValue)>, String> {
+    let mut headers = Vec::with_capacity(raw.len());
+    let mut header_bytes = 0;
+    for (name, value) in raw {
+        // RabbitMQ's sender-selected distribution: these route copies to other queues.
+        if amqp && (name.eq_ignore_ascii_case("CC") || name.eq_ignore_ascii_case("BCC")) {
+            return Err(format!(
+                "headers.{name}: CC and BCC route copies to other queues and are not accepted"
+            ));
+        }
+        let value = match value {
+            serde_json::Value::String(s) => HeaderValue::Text(s),
+            serde_json::Value::Bool(b) => HeaderValue::Bool(b),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => HeaderValue::Int(i),
+                None => return Err(format!("headers.{name}: only whole numbers")),
+            },
+            _ => {
+                return Err(format!(
+                    "headers.{name}: must be a string, a whole number or a boolean"
+                ))
+            }
+        };
+        if name.len() > SHORT {
+            return Err(format!("headers: a name is longer than {SHORT} bytes"));
+        }
+        header_bytes += name.len()
+            + match &value {
+                HeaderValue::Text(s) => s.len(),
+                _ => 8,
+            };
+        if header_bytes > MAX_HEADER_BYTES {
+            return Err(format!(
+                "headers: more than {MAX_HEADER_BYTES} bytes of names and values"
+            ));
+        }
+        headers.push((name, value));
+    }
+    Ok(headers)
+}
+
 /// Whether `key` matches an AMQP topic pattern: words split on `.`, `*` is exactly one
 /// word, `#` zero or more.
-pub fn topic_match(pattern: &str, key: &str) -> bool {
+pub(crate) fn topic_match(pattern: &str, key: &str) -> bool {
     fn go(p: &[&str], k: &[&str]) -> bool {
         match (p.first(), k.first()) {
             (None, None) => true,

@@ -78,7 +78,7 @@ pub(crate) static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::n
 
 /// The text of one of the bridge's scripts by its SHA1, for sending it in full to a server
 /// that does not have it cached.
-pub fn script_text(sha: &str) -> Option<&'static str> {
+pub(crate) fn script_text(sha: &str) -> Option<&'static str> {
     static TEXTS: std::sync::LazyLock<std::collections::HashMap<String, String>> =
         std::sync::LazyLock::new(|| {
             let mut texts: Vec<String> =

@@ -8,14 +8,23 @@ use redis::{Script, Value};
 
 use crate::keys::QueueKeys;
 
+mod claim;
+mod cursor;
 mod dead;
+mod dead_forward;
 mod operate;
+mod settle;
+use claim::parse_claim;
+pub use claim::{Body, ClaimBatch, Claimed};
+pub use cursor::Cursor;
 pub(crate) use dead::dead_at_ms;
-pub use dead::{DeadClaim, DeadItem, DeadLetter, DeadOutcome, DeadPage, DeadSettled};
+pub use dead::{DeadLetter, DeadPage};
+pub use dead_forward::{DeadClaim, DeadItem, DeadOutcome, DeadSettled};
 pub use operate::{
-    Cursor, Forecast, Found, Page, Place, Purge, ScheduledEntry, LIST_BODY_MAX, MAX_BUCKETS,
-    MAX_PAGE, PREVIEW, SHOW_BODY_MAX,
+    Forecast, Found, Page, Place, Purge, ScheduledEntry, LIST_BODY_MAX, MAX_BUCKETS, MAX_PAGE,
+    PREVIEW, SHOW_BODY_MAX,
 };
+pub use settle::{FailOutcome, Failure, Settled, Settlement};
 
 /// Errors talking to Redis or reading a script's reply.
 #[derive(Debug, thiserror::Error)]
@@ -53,161 +62,6 @@ impl StoreError {
             StoreError::Reply(_) => "reply",
         }
     }
-}
-
-/// Where a claimed member's message body is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Body {
-    /// Inline payload mode: the member is the body.
-    Member,
-    /// Hash payload mode: the body read from the bodies hash with the claim.
-    Stored(Vec<u8>),
-    /// Hash payload mode: the id has no body (dead-lettered as `missing_body`).
-    Missing,
-    /// Hash payload mode: the body has this many bytes, more than the store's largest body
-    /// to read; it was not read (dead-lettered as `too_large`).
-    TooLarge(u64),
-}
-
-impl Body {
-    /// The message's bytes given its `member`, or `None` when there is no body to send.
-    pub fn bytes<'a>(&'a self, member: &'a [u8]) -> Option<&'a [u8]> {
-        match self {
-            Body::Member => Some(member),
-            Body::Stored(body) => Some(body),
-            Body::Missing | Body::TooLarge(_) => None,
-        }
-    }
-
-    /// Reads a claim reply's body field: in hash mode the next value (a body, 0 for none,
-    /// or the size of one too large to read); inline, the member itself.
-    fn from_reply(hash: bool, it: &mut impl Iterator<Item = Value>) -> Result<Self, StoreError> {
-        Ok(match hash.then(|| it.next()) {
-            None => Body::Member,
-            Some(Some(Value::BulkString(body))) => Body::Stored(body),
-            Some(Some(Value::Int(0))) => Body::Missing,
-            Some(Some(Value::Int(size))) if size > 0 => Body::TooLarge(size as u64),
-            Some(_) => return Err(StoreError::Reply("claimed body")),
-        })
-    }
-}
-
-/// One claimed member.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    /// The member bytes: the payload in inline mode, the id in hash mode.
-    pub member: Vec<u8>,
-    /// Its message body.
-    pub body: Body,
-    /// The score as Redis printed it, to put the member back exactly.
-    pub due_raw: Vec<u8>,
-    /// The due time in epoch milliseconds (saturated for infinities).
-    pub due_ms: i64,
-    /// 1 for the first delivery, then one more per failure or expired lease.
-    pub attempt: u32,
-}
-
-impl Claimed {
-    /// The bytes to publish, or `None` when the body is missing.
-    pub fn payload(&self) -> Option<&[u8]> {
-        self.body.bytes(&self.member)
-    }
-}
-
-/// The result of one claim.
-#[derive(Debug, Default)]
-pub struct ClaimBatch {
-    /// Redis server time of the claim, epoch ms.
-    pub now_ms: i64,
-    /// Lease deadline of every member of this batch; also the batch's ownership token.
-    pub deadline_ms: i64,
-    /// Score of the earliest member left in the source set that a claim could take.
-    pub next_head_ms: Option<f64>,
-    /// Due members left in place because an earlier copy of them is still in flight; they
-    /// become claimable when that copy is settled.
-    pub skipped: u64,
-    /// The queue is paused by an operator: nothing was claimed, and the head is unknown.
-    pub paused: bool,
-    /// The rate limit allows the next member this much later: nothing was claimed.
-    pub rate_wait: Option<Duration>,
-    /// Control fields this claim found out of range and repaired (see `claim.lua`).
-    pub repaired: u64,
-    /// The claimed members, earliest first.
-    pub items: Vec<Claimed>,
-}
-
-/// What to do with each member of a settled batch: a description of the settle script's
-/// work. The worker builds it only from the sink's outcomes (`worker::settlement`).
-#[derive(Debug, Default)]
-pub struct Settlement<'a> {
-    /// Confirmed by the broker: remove.
-    pub ack: Vec<&'a [u8]>,
-    /// Rejected: count the attempt, then retry later or dead-letter.
-    pub fail: Vec<Failure<'a>>,
-    /// Not attempted or interrupted: back to the source set with their original score.
-    pub put_back: Vec<&'a Claimed>,
-    /// Expired with `on_expired = "drop"`: removed like acked members, never published.
-    pub drop: Vec<&'a [u8]>,
-}
-
-impl<'a> Settlement<'a> {
-    /// Nothing to do: every member was settled already.
-    pub fn is_empty(&self) -> bool {
-        self.ack.is_empty()
-            && self.fail.is_empty()
-            && self.put_back.is_empty()
-            && self.drop.is_empty()
-    }
-
-    /// Acks every member without anything having been published: only for measuring what
-    /// the scripts alone can do (the benchmark's Redis ceiling), never for delivery.
-    pub fn ack_unpublished(items: &'a [Claimed]) -> Self {
-        Self {
-            ack: items.iter().map(|c| c.member.as_slice()).collect(),
-            ..Self::default()
-        }
-    }
-}
-
-/// A member the broker did not take.
-#[derive(Debug, Clone)]
-pub struct Failure<'a> {
-    /// The member.
-    pub member: &'a [u8],
-    /// Wait before it is due again, if it is retried.
-    pub retry_in: Duration,
-    /// Bounded label, also the dead-letter reason.
-    pub reason: std::borrow::Cow<'static, str>,
-    /// Dead-letter now: retrying cannot help.
-    pub permanent: bool,
-    /// Kept with the dead letter's reason: what exactly was wrong (a parser's message).
-    pub detail: Option<String>,
-}
-
-/// What the settle script did.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Settled {
-    /// Members removed from the in-flight set.
-    pub acked: u64,
-    /// Members put back.
-    pub put_back: u64,
-    /// Failed or put-back members whose scheduled copy (the producer added them again while
-    /// in flight) became claimable because this batch let go of them: the workers should
-    /// look again. Acks are not counted here (see [`ClaimBatch::skipped`]).
-    pub released: u64,
-    /// Per entry of `Settlement::fail`: whether it was retried, dead-lettered, or no longer ours.
-    pub fail_outcomes: Vec<FailOutcome>,
-}
-
-/// Fate of one failed member.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailOutcome {
-    /// Its lease had expired and someone else holds it now, or it was already recovered.
-    NotOwned,
-    /// Back in the source set after its backoff.
-    Retried,
-    /// Moved to the dead-letter set.
-    DeadLettered,
 }
 
 /// Sizes of one queue, read in one consistent script call.
@@ -500,15 +354,7 @@ impl Store {
     /// Reads the queue's sizes and the age of its oldest due member.
     pub async fn stats(&self) -> Result<QueueStats, StoreError> {
         let mut conn = self.conn.clone();
-        let reply: Value = SCRIPTS
-            .stats
-            .key(&self.keys.source)
-            .key(&self.keys.inflight)
-            .key(&self.keys.dead)
-            .key(&self.keys.control)
-            .key(&self.keys.attempts)
-            .invoke_async(&mut conn)
-            .await?;
+        let reply: Value = self.keyed(&SCRIPTS.stats).invoke_async(&mut conn).await?;
         let Value::Array(items) = reply else {
             return Err(StoreError::Reply("stats reply is not an array"));
         };
@@ -561,75 +407,6 @@ pub fn score_ms(raw: &[u8]) -> Option<i64> {
         _ => None,
     })?;
     Some(f as i64)
-}
-
-fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
-    let Value::Array(items) = reply else {
-        return Err(StoreError::Reply("claim reply is not an array"));
-    };
-    let width = if hash { 4 } else { 3 };
-    if items.len() < 7 || (items.len() - 7) % width != 0 {
-        return Err(StoreError::Reply("claim reply length"));
-    }
-    let mut it = items.into_iter();
-    let (
-        Some(Value::Int(now_ms)),
-        Some(Value::Int(deadline_ms)),
-        Some(head),
-        Some(Value::Int(skipped)),
-        Some(Value::Int(paused)),
-        Some(Value::Int(wait)),
-        Some(Value::Int(repaired)),
-    ) = (
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-    )
-    else {
-        return Err(StoreError::Reply("claim reply header"));
-    };
-    let next_head_ms = match head {
-        Value::BulkString(b) if !b.is_empty() => {
-            let s = std::str::from_utf8(&b).map_err(|_| StoreError::Reply("head score"))?;
-            Some(match s {
-                "inf" | "+inf" => f64::INFINITY,
-                "-inf" => f64::NEG_INFINITY,
-                s => s.parse().map_err(|_| StoreError::Reply("head score"))?,
-            })
-        }
-        _ => None,
-    };
-    let mut out = Vec::with_capacity(it.len() / width);
-    while let (Some(m), Some(score), Some(attempt)) = (it.next(), it.next(), it.next()) {
-        let (Value::BulkString(member), Value::BulkString(due_raw), Value::Int(attempt)) =
-            (m, score, attempt)
-        else {
-            return Err(StoreError::Reply("claimed member"));
-        };
-        let body = Body::from_reply(hash, &mut it)?;
-        let due_ms = score_ms(&due_raw).ok_or(StoreError::Reply("due score"))?;
-        out.push(Claimed {
-            member,
-            body,
-            due_raw,
-            due_ms,
-            attempt: attempt.clamp(1, u32::MAX as i64) as u32,
-        });
-    }
-    Ok(ClaimBatch {
-        now_ms,
-        deadline_ms,
-        next_head_ms,
-        skipped: u64::try_from(skipped).unwrap_or(0),
-        paused: paused == 1,
-        rate_wait: (wait > 0).then(|| Duration::from_millis(wait as u64)),
-        repaired: u64::try_from(repaired).unwrap_or(0),
-        items: out,
-    })
 }
 
 #[cfg(test)]

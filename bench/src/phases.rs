@@ -538,7 +538,7 @@ impl Bench {
             duplicates,
             duplicates_per_kill: duplicates as f64 / f64::from(kills),
             claimed_at_most: (self.trigger.workers
-                * delay_bridge::worker::MAX_IN_FLIGHT
+                * delay_bridge::MAX_IN_FLIGHT
                 * self.trigger.batch) as u64,
             seconds,
         })

@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -96,36 +97,17 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
     // Whichever way `run` returns, its listeners, sink supervisors and workers stop: the
     // normal shutdown below cancels them in its own order, an early return by these guards.
     let _http_stopped = http_stop.clone().drop_guard();
-    let http = crate::http::serve(
-        config.metrics.listen,
-        config.admin.listen,
-        metrics.clone(),
-        health.clone(),
-        http_stop.clone(),
-    )
-    .await
-    .with_context(|| format!("metrics.listen: binding {}", config.metrics.listen))?;
-
-    // Bound before Redis is waited for and before any worker claims: a taken port stops
-    // nothing mid-batch, and the API answers (503, "starting") while Redis is down at
-    // start; `/readyz` cannot say ready before it listens.
     let admin_triggers = crate::admin::AdminTriggers::default();
     let reload = shutdown.reload.clone();
-    let admin = crate::admin::serve(
-        &config.admin,
-        admin_triggers.clone(),
-        reload.as_ref().map(|r| r.requested.clone()),
-        metrics.clone(),
-        http_stop.clone(),
+    let (http, admin) = listen(
+        &config,
+        &metrics,
+        &health,
+        &admin_triggers,
+        &reload,
+        &http_stop,
     )
-    .await
-    .with_context(|| {
-        let listen = config
-            .admin
-            .listen
-            .map_or_else(String::new, |l| l.to_string());
-        format!("admin.listen: starting the admin API on {listen}")
-    })?;
+    .await?;
 
     let tasks = TaskTracker::new();
     let sink_stop = CancellationToken::new();
@@ -147,7 +129,7 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
 
     let abort = CancellationToken::new();
     let workers = TaskTracker::new();
-    let mut running = Running::new(running::Shared {
+    let mut running = Running::new(running::Services {
         conn: conn.clone(),
         sinks: sinks.clone(),
         metrics: metrics.clone(),
@@ -189,6 +171,45 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
     }
     tracing::info!("stopped");
     outcome()
+}
+
+/// Binds the metrics and health listener and the admin API, before Redis is waited for and
+/// before any worker claims: a taken port stops nothing mid-batch, and the API answers (503,
+/// "starting") while Redis is down at start; `/readyz` cannot say ready before it listens.
+async fn listen(
+    config: &Config,
+    metrics: &Metrics,
+    health: &Health,
+    admin_triggers: &crate::admin::AdminTriggers,
+    reload: &Option<Reload>,
+    http_stop: &CancellationToken,
+) -> anyhow::Result<(JoinHandle<()>, Option<JoinHandle<()>>)> {
+    let http = crate::http::serve(
+        config.metrics.listen,
+        config.admin.listen,
+        metrics.clone(),
+        health.clone(),
+        http_stop.clone(),
+    )
+    .await
+    .with_context(|| format!("metrics.listen: binding {}", config.metrics.listen))?;
+
+    let admin = crate::admin::serve(
+        &config.admin,
+        admin_triggers.clone(),
+        reload.as_ref().map(|r| r.requested.clone()),
+        metrics.clone(),
+        http_stop.clone(),
+    )
+    .await
+    .with_context(|| {
+        let listen = config
+            .admin
+            .listen
+            .map_or_else(String::new, |l| l.to_string());
+        format!("admin.listen: starting the admin API on {listen}")
+    })?;
+    Ok((http, admin))
 }
 
 /// The sinks some trigger uses, made from their configuration (not yet connected).

@@ -6,8 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, Config, ConfigError, LogFormat, SinkConfig};
-use crate::keys::QueueKeys;
+use crate::config::{self, Config, ConfigError, LogFormat};
 use crate::secret::redact_url;
 
 /// `println!` that ignores a closed stdout (`delay-bridge stats | head`) instead of panicking.
@@ -19,8 +18,9 @@ macro_rules! say {
 }
 
 /// Exit code for a bad configuration (EX_CONFIG).
-pub const EXIT_CONFIG: i32 = 78;
+pub(crate) const EXIT_CONFIG: i32 = 78;
 
+mod check;
 mod health;
 mod operate;
 mod queue;
@@ -216,14 +216,14 @@ impl ConfigArg {
 }
 
 /// Finds and loads the config, or prints every problem and returns the EX_CONFIG exit code.
-pub fn find_and_load(arg: &ConfigArg) -> Result<(PathBuf, Config), i32> {
+pub(crate) fn find_and_load(arg: &ConfigArg) -> Result<(PathBuf, Config), i32> {
     let path = arg.resolve()?;
     let config = load_or_exit(&path)?;
     Ok((path, config))
 }
 
 /// Loads the config or prints every problem and returns the EX_CONFIG exit code.
-pub fn load_or_exit(path: &std::path::Path) -> Result<Config, i32> {
+pub(crate) fn load_or_exit(path: &std::path::Path) -> Result<Config, i32> {
     config::load(path).map_err(|e: ConfigError| {
         eprintln!("error: {}: {e}", path.display());
         EXIT_CONFIG
@@ -231,7 +231,7 @@ pub fn load_or_exit(path: &std::path::Path) -> Result<Config, i32> {
 }
 
 /// Sets up tracing to stderr: `RUST_LOG` wins over `[log] level`.
-pub fn init_tracing(format: LogFormat, level: &str) {
+pub(crate) fn init_tracing(format: LogFormat, level: &str) {
     use tracing_subscriber::EnvFilter;
     let mut filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
@@ -266,7 +266,7 @@ pub fn init_tracing(format: LogFormat, level: &str) {
 pub async fn dispatch(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Run(c) => return run(&c).await,
-        Command::Check(c) => return check(&c).await,
+        Command::Check(c) => return check::check(&c).await,
         Command::Stats {
             config,
             json,
@@ -349,7 +349,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
 
 /// An error and its causes on one line, each said once: a cause whose words the line already
 /// holds (clients often repeat their source in their own message) is left out.
-pub fn one_line(e: &anyhow::Error) -> String {
+pub(crate) fn one_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
@@ -477,227 +477,5 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-/// The TLS settings in a `check` line: which files and names are used, never their contents.
-fn tls_summary(tls: Option<&crate::config::TlsConfig>) -> String {
-    let Some(tls) = tls else {
-        return String::new();
-    };
-    let mut parts = Vec::new();
-    if tls.insecure {
-        parts.push("insecure: nothing verified".to_string());
-    }
-    if let Some(ca) = &tls.ca_file {
-        parts.push(format!("ca_file={}", ca.display()));
-    }
-    if let Some(cert) = &tls.cert_file {
-        parts.push(format!("client certificate {}", cert.display()));
-    }
-    if let Some(name) = &tls.server_name {
-        parts.push(format!("server_name={name}"));
-    }
-    format!(" [tls: {}]", parts.join(", "))
-}
-
-async fn check(arg: &ConfigArg) -> i32 {
-    let (path, config) = match find_and_load(arg) {
-        Ok(found) => found,
-        Err(code) => return code,
-    };
-    say!("config {} is valid", path.display());
-    for warning in config.warnings() {
-        say!("warning: {warning}");
-    }
-    let redis = match config.redis.mode {
-        crate::config::RedisMode::Standalone => redact_url(&config.redis.url),
-        crate::config::RedisMode::Cluster => {
-            let nodes: Vec<String> = config.redis.nodes.iter().map(|n| redact_url(n)).collect();
-            format!("cluster via {}", nodes.join(", "))
-        }
-    };
-    say!("redis: {redis}{}", tls_summary(config.redis.tls.as_ref()));
-    say!("metrics: http://{}/metrics", config.metrics.listen);
-    for (name, sink) in &config.sinks {
-        match sink {
-            SinkConfig::Amqp(a) => {
-                let addresses: Vec<String> = a.addresses().into_iter().map(redact_url).collect();
-                say!(
-                    "sink {name}: amqp {}{}",
-                    addresses.join(", "),
-                    tls_summary(a.tls.as_ref())
-                );
-            }
-            SinkConfig::Kafka(k) => {
-                let props: Vec<String> = k
-                    .properties
-                    .iter()
-                    .map(|(key, v)| {
-                        let secret = ["password", "secret", "key.pem", "token"]
-                            .iter()
-                            .any(|s| key.contains(s));
-                        format!("{key}={}", if secret { "***" } else { v.as_str() })
-                    })
-                    .collect();
-                say!("sink {name}: kafka {} [{}]", k.brokers, props.join(", "));
-            }
-            SinkConfig::Http(h) => {
-                say!(
-                    "sink {name}: http timeout={} max_concurrency={}{}{}",
-                    humantime::format_duration(h.timeout),
-                    h.max_concurrency,
-                    if h.signing_secret_file.is_some() {
-                        " signed"
-                    } else {
-                        ""
-                    },
-                    tls_summary(h.tls.as_ref())
-                );
-            }
-        }
-    }
-    for t in &config.triggers {
-        let keys = QueueKeys::derive(&t.key).expect("validated");
-        let mut payload = match t.payload {
-            crate::config::PayloadMode::Inline => String::new(),
-            crate::config::PayloadMode::Hash => format!(
-                " payload=hash bodies={} max_claim_bytes={}",
-                keys.bodies, t.max_claim_bytes
-            ),
-        };
-        if t.format == crate::config::MessageFormat::Envelope {
-            payload.push_str(" format=envelope");
-        }
-        if let Some(after) = t.expire_after {
-            let on_expired = match t.on_expired {
-                crate::config::OnExpired::DeadLetter => "dead_letter",
-                crate::config::OnExpired::Drop => "drop",
-            };
-            payload.push_str(&format!(
-                " expire_after={} on_expired={on_expired}",
-                humantime::format_duration(after)
-            ));
-        }
-        if let Some(allowed) = &t.allowed_routing_keys {
-            payload.push_str(&format!(" allowed_routing_keys={allowed:?}"));
-        }
-        if let Some((per_second, burst)) = t.rate() {
-            payload.push_str(&format!(
-                " rate_limit={per_second}/s burst={burst} (bucket in {})",
-                keys.control
-            ));
-        }
-        if let Some(dead) = &t.dead_letter {
-            payload.push_str(&format!(
-                " dead_letters_to=({dead}) (leases in {})",
-                keys.dead_inflight
-            ));
-        }
-        if config.redis.mode == crate::config::RedisMode::Cluster {
-            payload.push_str(&format!(
-                " slot={}",
-                crate::redis_conn::slot(keys.source.as_bytes())
-            ));
-        }
-        let dest = t
-            .destination
-            .as_ref()
-            .map_or_else(String::new, ToString::to_string);
-        say!(
-            "trigger {}: key={} inflight={} dead={}{payload} -> sink {} {dest} workers={} batch={} lease={} guard_interval={} \
-             notified_guard_interval={} publish_timeout={} max_attempts={} backoff={}..{} max_message_bytes={}",
-            t.name,
-            keys.source,
-            keys.inflight,
-            keys.dead,
-            t.sink,
-            t.workers,
-            t.batch,
-            humantime::format_duration(t.lease),
-            humantime::format_duration(t.guard_interval),
-            humantime::format_duration(t.notified_guard()),
-            humantime::format_duration(t.publish_timeout),
-            t.max_attempts,
-            humantime::format_duration(t.backoff_initial),
-            humantime::format_duration(t.backoff_max),
-            t.max_message_bytes,
-        );
-    }
-    if config.redis.mode == crate::config::RedisMode::Cluster {
-        shard_map(&config).await;
-    }
-    unserved_keys(&config).await
-}
-
-/// Members on keys of a trigger that this configuration does not serve (an earlier shard
-/// count's): the bridge would refuse to start; `EXIT_CONFIG` if there are some.
-async fn unserved_keys(config: &Config) -> i32 {
-    let conn = match queue::connect(config).await {
-        Ok(conn) => conn,
-        Err(e) => {
-            say!(
-                "redis: not reached, so members on keys no longer served are not looked for: {e:#}"
-            );
-            return 0;
-        }
-    };
-    match crate::queue::take_layouts_dry(&config.triggers, &conn).await {
-        Ok(()) => 0,
-        Err(refused) => {
-            for e in &refused.0 {
-                say!("error: {e}");
-            }
-            EXIT_CONFIG
-        }
-    }
-}
-
-/// In cluster mode, each sharded trigger's shard -> slot -> master, read from the cluster, with
-/// a warning when its shards land unevenly over the masters.
-async fn shard_map(config: &Config) {
-    let sharded: Vec<_> = config
-        .triggers
-        .iter()
-        .filter(|t| t.shard_keys().len() > 1)
-        .collect();
-    if sharded.is_empty() {
-        return;
-    }
-    let conn = match queue::connect(config).await {
-        Ok(conn) => conn,
-        Err(e) => return say!("shards: cannot reach the cluster to place them: {e:#}"),
-    };
-    let topology = match conn.topology().await {
-        Some(Ok(topology)) => topology,
-        Some(Err(e)) => return say!("shards: cannot read the cluster's slots: {e}"),
-        None => return,
-    };
-    let masters = topology.masters();
-    for t in sharded {
-        let keys = t.shard_keys();
-        let mut per_master: std::collections::BTreeMap<&str, usize> =
-            masters.iter().map(|m| (*m, 0)).collect();
-        for key in &keys {
-            let slot = crate::redis_conn::slot(key.as_bytes());
-            let master = topology.master_of(slot).unwrap_or("(no master)");
-            *per_master.entry(master).or_default() += 1;
-            say!("trigger {}: shard {key} -> slot {slot} -> {master}", t.name);
-        }
-        let (n, m) = (keys.len(), per_master.len().max(1));
-        let most = per_master.values().copied().max().unwrap_or(0);
-        let fewest = per_master.values().copied().min().unwrap_or(0);
-        if (n >= m && fewest == 0) || most > (n.div_ceil(m) * 3).div_ceil(2) {
-            let spread: Vec<String> = per_master
-                .iter()
-                .map(|(k, v)| format!("{k}: {v}"))
-                .collect();
-            say!(
-                "warning: trigger {}: its {n} shards land unevenly over the {m} masters ({}); \
-                 more shards (a multiple of the masters) spread them better",
-                t.name,
-                spread.join(", ")
-            );
-        }
     }
 }

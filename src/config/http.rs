@@ -8,9 +8,9 @@ use super::validate::{too_long, HOUR};
 use super::TlsConfig;
 
 /// Largest `max_concurrency` of an HTTP sink.
-pub const MAX_HTTP_CONCURRENCY: usize = 10_000;
+pub(super) const MAX_HTTP_CONCURRENCY: usize = 10_000;
 /// Largest `follow_redirects` of an HTTP sink.
-pub const MAX_REDIRECTS: u32 = 10;
+pub(super) const MAX_REDIRECTS: u32 = 10;
 
 /// `[sinks.NAME] type = "http"`: the client every trigger on this sink calls its URLs with.
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -15,7 +15,7 @@ use super::{
 };
 
 /// Environment variables with this prefix override the file; `__` separates levels.
-pub const ENV_PREFIX: &str = "DELAY_BRIDGE_";
+pub(super) const ENV_PREFIX: &str = "DELAY_BRIDGE_";
 
 /// `DELAY_BRIDGE_<SECTION>__<KEY>` variables. Every setting lives in a section, so a name
 /// without `__` (`DELAY_BRIDGE_CONFIG`, where the file is searched) is not an override.

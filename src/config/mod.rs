@@ -8,6 +8,7 @@ mod search;
 mod tls;
 mod urls;
 mod validate;
+mod warnings;
 pub use validate::MAX_SHARDS;
 
 #[cfg(test)]

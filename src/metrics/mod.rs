@@ -62,39 +62,30 @@ impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new_custom(Some(PREFIX.into()), None).expect("valid prefix");
         let counter = |name: &str, help: &str, labels: &[&str]| {
-            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-            registry
-                .register(Box::new(c.clone()))
-                .expect("unique metric");
-            c
+            registered(
+                &registry,
+                IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
+            )
         };
         let plain_counter = |name: &str, help: &str| {
-            let c = IntCounter::new(name, help).expect("valid metric");
-            registry
-                .register(Box::new(c.clone()))
-                .expect("unique metric");
-            c
+            registered(
+                &registry,
+                IntCounter::new(name, help).expect("valid metric"),
+            )
         };
         let histogram = |name: &str, help: &str, labels: &[&str], buckets: Vec<f64>| {
-            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
-                .expect("valid metric");
-            registry
-                .register(Box::new(h.clone()))
-                .expect("unique metric");
-            h
+            let opts = HistogramOpts::new(name, help).buckets(buckets);
+            registered(
+                &registry,
+                HistogramVec::new(opts, labels).expect("valid metric"),
+            )
         };
         let int_gauge = |name: &str, help: &str, labels: &[&str]| {
-            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-            registry
-                .register(Box::new(g.clone()))
-                .expect("unique metric");
-            g
+            registered(
+                &registry,
+                IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
+            )
         };
-        // 1 ms to 5 min, fine where the on-time goals are (a few ms) and coarse beyond.
-        let lateness_buckets = vec![
-            0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5,
-            1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-        ];
         let latency_buckets = exponential_buckets(0.0001, 2.0, 18).expect("valid buckets");
         let size_buckets = exponential_buckets(1.0, 2.0, 14).expect("valid buckets");
 
@@ -102,19 +93,7 @@ impl Metrics {
         registry
             .register(Box::new(series::Exporter(triggers.clone())))
             .expect("unique metrics");
-        let redis_up =
-            IntGauge::new("redis_up", "1 while Redis answers, else 0").expect("valid metric");
-        registry
-            .register(Box::new(redis_up.clone()))
-            .expect("unique metric");
-        let notifications_enabled = Gauge::new(
-            "keyspace_notifications_enabled",
-            "1 while workers are woken by Redis keyspace notifications, 0 when they rely on the guard interval",
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(notifications_enabled.clone()))
-            .expect("unique metric");
+        let (redis_up, notifications_enabled) = redis_gauges(&registry);
 
         let m = Self {
             triggers,
@@ -122,7 +101,7 @@ impl Metrics {
                 "lateness_seconds",
                 "Broker confirmation time minus due time",
                 &["trigger"],
-                lateness_buckets,
+                LATENESS_BUCKETS.to_vec(),
             ),
             publish_duration: histogram(
                 "publish_duration_seconds",
@@ -207,4 +186,36 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// `redis_up` and `keyspace_notifications_enabled`, registered.
+fn redis_gauges(registry: &Registry) -> (IntGauge, Gauge) {
+    let redis_up = registered(
+        registry,
+        IntGauge::new("redis_up", "1 while Redis answers, else 0").expect("valid metric"),
+    );
+    let notifications_enabled = registered(
+        registry,
+        Gauge::new(
+        "keyspace_notifications_enabled",
+        "1 while workers are woken by Redis keyspace notifications, 0 when they rely on the guard interval",
+        )
+        .expect("valid metric"),
+    );
+    (redis_up, notifications_enabled)
+}
+
+/// Lateness buckets: 1 ms to 5 min, fine where the on-time goals are (a few ms) and coarse
+/// beyond.
+const LATENESS_BUCKETS: [f64; 21] = [
+    0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// Registers `c` with `registry` (which keeps a clone) and returns it.
+fn registered<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
+    registry
+        .register(Box::new(c.clone()))
+        .expect("unique metric");
+    c
 }

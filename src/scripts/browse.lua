@@ -42,18 +42,18 @@ end
 -- The page's first rank: after the cursor, or the first member due from `from` on.
 local first
 if ARGV[4] == '' then
-  first = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[1])
+  first = redis.call('ZCOUNT', SOURCE, '-inf', '(' .. ARGV[1])
 elseif (ARGV[9] or '') ~= '' then
-  first = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[4]) + tonumber(ARGV[9]) + 1
+  first = redis.call('ZCOUNT', SOURCE, '-inf', '(' .. ARGV[4]) + tonumber(ARGV[9]) + 1
 else
   -- The first rank after the cursor, whether or not its member is still there: members of
   -- the cursor's score sit at ranks [lo, hi), in byte order; binary search among them.
   local score, member = ARGV[4], ARGV[5]
-  local lo = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. score)
-  local hi = lo + redis.call('ZCOUNT', KEYS[1], score, score)
+  local lo = redis.call('ZCOUNT', SOURCE, '-inf', '(' .. score)
+  local hi = lo + redis.call('ZCOUNT', SOURCE, score, score)
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
-    if before(member, redis.call('ZRANGE', KEYS[1], mid, mid)[1]) then
+    if before(member, redis.call('ZRANGE', SOURCE, mid, mid)[1]) then
       hi = mid
     else
       lo = mid + 1
@@ -70,7 +70,7 @@ for rank = first, first + limit - 1 do
     out[1] = 1
     break
   end
-  local entry = redis.call('ZRANGE', KEYS[1], rank, rank, 'WITHSCORES')
+  local entry = redis.call('ZRANGE', SOURCE, rank, rank, 'WITHSCORES')
   local member, score = entry[1], entry[2]
   if not member or tonumber(score) > to then
     break
@@ -79,12 +79,12 @@ for rank = first, first + limit - 1 do
   last_rank, last_score = rank, score
   out[#out + 1] = member
   out[#out + 1] = score
-  out[#out + 1] = redis.call('HGET', KEYS[3], member) or ''
-  if preview > 0 and redis.call('HEXISTS', KEYS[6], member) == 1 then
-    local size = redis.call('HSTRLEN', KEYS[6], member)
+  out[#out + 1] = redis.call('HGET', ATTEMPTS, member) or ''
+  if preview > 0 and redis.call('HEXISTS', BODIES, member) == 1 then
+    local size = redis.call('HSTRLEN', BODIES, member)
     out[#out + 1] = size
     if size <= readable then
-      out[#out + 1] = string.sub(redis.call('HGET', KEYS[6], member), 1, preview)
+      out[#out + 1] = string.sub(redis.call('HGET', BODIES, member), 1, preview)
       spent = spent + preview
     else
       -- Reading a large body to show its first bytes would block Redis for nothing.
@@ -96,6 +96,6 @@ for rank = first, first + limit - 1 do
   end
 end
 if last_rank then
-  out[2] = last_rank - redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. last_score)
+  out[2] = last_rank - redis.call('ZCOUNT', SOURCE, '-inf', '(' .. last_score)
 end
 return out

@@ -35,15 +35,15 @@ if bad then
 end
 local limit = tonumber(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
-local control = redis.call('HMGET', KEYS[7], 'paused', 'tokens', 'at')
+local control = redis.call('HMGET', CONTROL, 'paused', 'tokens', 'at')
 local repaired = 0
 local paused, odd = pause_value(control[1])
 if odd then
   repaired = 1
   if paused then
-    redis.call('HSET', KEYS[7], 'paused', '1')
+    redis.call('HSET', CONTROL, 'paused', '1')
   else
-    redis.call('HDEL', KEYS[7], 'paused')
+    redis.call('HDEL', CONTROL, 'paused')
   end
 end
 if paused then
@@ -65,7 +65,7 @@ if rate > 0 then
   if bad > 0 then
     repaired = repaired + bad
     tokens = 0
-    redis.call('HSET', KEYS[7], 'tokens', '0', 'at', now)
+    redis.call('HSET', CONTROL, 'tokens', '0', 'at', now)
   elseif held and at then
     tokens = math.min(burst, held + (now - at) * rate)
   end
@@ -83,7 +83,7 @@ local members, dues, bodies = {}, {}, {}
 local skipped, offset, bytes, full = 0, 0, 0, false
 while #members < limit and skipped < 1000 and not full do
   local want = limit - #members
-  local page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', offset, want)
+  local page = redis.call('ZRANGEBYSCORE', SOURCE, '-inf', now, 'WITHSCORES', 'LIMIT', offset, want)
   local n = #page / 2
   if n == 0 then
     break
@@ -92,7 +92,7 @@ while #members < limit and skipped < 1000 and not full do
   for j = 1, n do
     names[j] = page[2 * j - 1]
   end
-  local held = presence(KEYS[2], names)
+  local held = presence(INFLIGHT, names)
   for j = 1, n do
     if held[j] then
       skipped = skipped + 1
@@ -100,9 +100,9 @@ while #members < limit and skipped < 1000 and not full do
       if hash then
         -- What the body would cost: false (none), its size (to read), or a size marker
         -- (too large to read: the worker dead-letters it as too_large).
-        local size = redis.call('HSTRLEN', KEYS[6], names[j])
+        local size = redis.call('HSTRLEN', BODIES, names[j])
         local body, cost = size, size
-        if size == 0 and redis.call('HEXISTS', KEYS[6], names[j]) == 0 then
+        if size == 0 and redis.call('HEXISTS', BODIES, names[j]) == 0 then
           body = false
         elseif largest > 0 and size > largest then
           cost = 0
@@ -137,7 +137,7 @@ if hash then
       bodies[i] = 0
     end
   end
-  local read = hmget(KEYS[6], wanted)
+  local read = hmget(BODIES, wanted)
   for k = 1, #wanted do
     bodies[at[k]] = read[k] or 0
   end
@@ -148,15 +148,15 @@ local n = #members
 if n > 0 then
   -- A deadline of its own (another batch may have claimed in this millisecond with the same
   -- lease), so that settle can remove a fully acked batch by its score alone.
-  while redis.call('ZCOUNT', KEYS[2], deadline, deadline) > 0 do
+  while redis.call('ZCOUNT', INFLIGHT, deadline, deadline) > 0 do
     deadline = deadline + 1
   end
   out[2] = deadline
   if skipped == 0 then
     -- The claimed members are exactly the lowest n ranks.
-    redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
+    redis.call('ZREMRANGEBYRANK', SOURCE, 0, n - 1)
   else
-    each_chunk('ZREM', KEYS[1], members)
+    each_chunk('ZREM', SOURCE, members)
   end
   -- Formatted once: a number argument would be formatted again for every member.
   local score = tostring(deadline)
@@ -165,24 +165,24 @@ if n > 0 then
     args[#args + 1] = score
     args[#args + 1] = members[i]
     if #args >= 1000 then
-      redis.call('ZADD', KEYS[2], unpack(args))
+      redis.call('ZADD', INFLIGHT, unpack(args))
       args = {}
     end
   end
   if #args > 0 then
-    redis.call('ZADD', KEYS[2], unpack(args))
+    redis.call('ZADD', INFLIGHT, unpack(args))
   end
   if tokens then
-    redis.call('HSET', KEYS[7], 'tokens', string.format('%.17g', tokens - n), 'at', now)
+    redis.call('HSET', CONTROL, 'tokens', string.format('%.17g', tokens - n), 'at', now)
   end
-  local counted = redis.call('EXISTS', KEYS[3]) == 1
+  local counted = redis.call('EXISTS', ATTEMPTS) == 1
   for i = 1, n do
     local attempt = 1
     if counted then
-      local failed = failures(KEYS[3], members[i], dues[i])
+      local failed = failures(ATTEMPTS, members[i], dues[i])
       if failed > 0 then
         -- The count moves with the member to its lease.
-        set_failures(KEYS[3], members[i], failed, deadline)
+        set_failures(ATTEMPTS, members[i], failed, deadline)
         attempt = failed + 1
       end
     end
@@ -196,16 +196,16 @@ if n > 0 then
 end
 
 -- The next head is the earliest member a claim could take: one still in flight is not.
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if head[1] and not redis.call('ZSCORE', KEYS[2], head[1]) then
+local head = redis.call('ZRANGE', SOURCE, 0, 0, 'WITHSCORES')
+if head[1] and not redis.call('ZSCORE', INFLIGHT, head[1]) then
   out[3] = head[2]
 elseif head[1] then
-  local probe = redis.call('ZRANGE', KEYS[1], 1, skipped + 8, 'WITHSCORES')
+  local probe = redis.call('ZRANGE', SOURCE, 1, skipped + 8, 'WITHSCORES')
   local names = {}
   for j = 1, #probe / 2 do
     names[j] = probe[2 * j - 1]
   end
-  local held = presence(KEYS[2], names)
+  local held = presence(INFLIGHT, names)
   for j = 1, #names do
     if not held[j] then
       out[3] = probe[2 * j]

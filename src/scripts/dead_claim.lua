@@ -9,41 +9,33 @@
 -- ARGV: limit (at most 1,000), lease ms, hash 0|1, largest body to read (0: any)
 -- Reply: {now, deadline, member, dead-lettered at (score), reason JSON or "", [body], ...}
 --   body (hash mode only): the body; 0 where the id has none; its size where it is too large.
-local limit, malformed = number_arg(1, 'dead-letter claim limit')
-if malformed then
-  return malformed
-end
-local lease, bad_lease = number_arg(2, 'dead-letter lease')
-if bad_lease then
-  return bad_lease
-end
-local now, bad = begin()
+local now, args, bad = begin_with({{1, 'dead-letter claim limit'}, {2, 'dead-letter lease'}})
 if bad then
   return bad
 end
-limit = math.min(limit, 1000)
+local limit, lease = math.min(args[1], 1000), args[2]
 -- At least 1 ms: a new lease must end after any expired one, or two claims in one
 -- millisecond would share a deadline (the settle's ownership token).
 local deadline = now + math.max(lease, 1)
 local out = {now, deadline}
-if limit < 1 or is_paused(KEYS[7]) then
+if limit < 1 or is_paused(CONTROL) then
   return out
 end
 -- Every leased member is a dead letter not refused, so the claimable ones number
 -- `total - held`, and the first `limit + held` of them hold as many as one claim may take:
 -- the work is bounded by the leases of the forwards in progress, whatever was refused.
-local total = redis.call('ZCOUNT', KEYS[4], '-inf', '(+inf')
-local held = redis.call('ZCOUNT', KEYS[8], '(' .. now, '+inf')
+local total = redis.call('ZCOUNT', DEAD, '-inf', '(+inf')
+local held = redis.call('ZCOUNT', DEAD_INFLIGHT, '(' .. now, '+inf')
 if total <= held then
   return out
 end
-local window = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(+inf', 'WITHSCORES', 'LIMIT', 0,
+local window = redis.call('ZRANGEBYSCORE', DEAD, '-inf', '(+inf', 'WITHSCORES', 'LIMIT', 0,
   limit + held)
 local names = {}
 for i = 1, #window, 2 do
   names[#names + 1] = window[i]
 end
-local leases = presence(KEYS[8], names)
+local leases = presence(DEAD_INFLIGHT, names)
 local picked, ats = {}, {}
 for i, member in ipairs(names) do
   if #picked >= limit then
@@ -58,22 +50,22 @@ end
 if #picked == 0 then
   return out
 end
-local reasons = hmget(KEYS[5], picked)
+local reasons = hmget(DEAD_REASONS, picked)
 local hash = ARGV[3] == '1'
 local largest = tonumber(ARGV[4]) or 0
 for i, member in ipairs(picked) do
-  redis.call('ZADD', KEYS[8], deadline, member)
+  redis.call('ZADD', DEAD_INFLIGHT, deadline, member)
   out[#out + 1] = member
   out[#out + 1] = ats[i]
   out[#out + 1] = reasons[i] or ''
   if hash then
-    local size = redis.call('HSTRLEN', KEYS[6], member)
-    if size == 0 and redis.call('HEXISTS', KEYS[6], member) == 0 then
+    local size = redis.call('HSTRLEN', BODIES, member)
+    if size == 0 and redis.call('HEXISTS', BODIES, member) == 0 then
       out[#out + 1] = 0
     elseif largest > 0 and size > largest then
       out[#out + 1] = size
     else
-      out[#out + 1] = redis.call('HGET', KEYS[6], member)
+      out[#out + 1] = redis.call('HGET', BODIES, member)
     end
   end
 end

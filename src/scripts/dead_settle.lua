@@ -35,7 +35,7 @@ local function owned(first, n)
     names[#names + 1] = ARGV[i]
   end
   local mine = {}
-  for i, score in ipairs(presence(KEYS[8], names)) do
+  for i, score in ipairs(presence(DEAD_INFLIGHT, names)) do
     if score and tonumber(score) == deadline then
       mine[#mine + 1] = names[i]
     end
@@ -48,25 +48,25 @@ local kept = owned(7 + n_ok, n_kept)
 local refused = owned(7 + n_ok + n_kept, n_refused)
 local released = owned(7 + n_ok + n_kept + n_refused, n_released)
 if #confirmed > 0 then
-  each_chunk('ZREM', KEYS[4], confirmed)
-  each_chunk('HDEL', KEYS[5], confirmed)
-  each_chunk('ZREM', KEYS[8], confirmed)
+  each_chunk('ZREM', DEAD, confirmed)
+  each_chunk('HDEL', DEAD_REASONS, confirmed)
+  each_chunk('ZREM', DEAD_INFLIGHT, confirmed)
   if hash then
-    local scheduled, leased = presence(KEYS[1], confirmed), presence(KEYS[2], confirmed)
+    local scheduled, leased = presence(SOURCE, confirmed), presence(INFLIGHT, confirmed)
     local done = {}
     for i, id in ipairs(confirmed) do
       if not scheduled[i] and not leased[i] then
         done[#done + 1] = id
       end
     end
-    each_chunk('HDEL', KEYS[6], done)
+    each_chunk('HDEL', BODIES, done)
   end
 end
 for _, set in ipairs({kept, refused}) do
   for _, member in ipairs(set) do
-    redis.call('ZADD', KEYS[4], 'XX', '+inf', member)
+    redis.call('ZADD', DEAD, 'XX', '+inf', member)
   end
-  each_chunk('ZREM', KEYS[8], set)
+  each_chunk('ZREM', DEAD_INFLIGHT, set)
 end
-each_chunk('ZREM', KEYS[8], released)
+each_chunk('ZREM', DEAD_INFLIGHT, released)
 return {#confirmed, #kept, #refused, #released}

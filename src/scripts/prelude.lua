@@ -11,18 +11,26 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Every script that writes takes the queue's keys in this order:
--- KEYS: source, inflight, attempts, dead, dead_reasons, bodies (hash payload mode only),
--- control (the operator's pause), dead_inflight (dead letters being forwarded).
+-- Every script takes the queue's eight keys in this one order (`QueueKeys::all`), and names
+-- them only through these locals: no script reads `KEYS[n]` itself.
+local SOURCE = KEYS[1]        -- zset: scheduled members by due time
+local INFLIGHT = KEYS[2]      -- zset: claimed members by lease deadline
+local ATTEMPTS = KEYS[3]      -- hash: member -> `count:stamp` of failed attempts
+local DEAD = KEYS[4]          -- zset: dead letters by time of death (+inf: kept)
+local DEAD_REASONS = KEYS[5]  -- hash: member -> the dead letter's reason (JSON)
+local BODIES = KEYS[6]        -- hash: id -> body (hash payload mode only)
+local CONTROL = KEYS[7]       -- hash: the operator's pause and the rate limit's state
+local DEAD_INFLIGHT = KEYS[8] -- zset: dead letters being forwarded, by lease deadline
+local QUEUE_KEYS = {SOURCE, INFLIGHT, ATTEMPTS, DEAD, DEAD_REASONS, BODIES, CONTROL, DEAD_INFLIGHT}
 local KEY_TYPES = {'zset', 'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'zset'}
 
 -- Redis does not roll a script back: every script checks the types of the queue's keys
 -- before its first write, so a wrong-typed key fails the call with nothing changed.
 local function wrong_type()
   for i, want in ipairs(KEY_TYPES) do
-    local got = redis.call('TYPE', KEYS[i])['ok']
+    local got = redis.call('TYPE', QUEUE_KEYS[i])['ok']
     if got ~= 'none' and got ~= want then
-      return redis.error_reply('WRONGTYPE key ' .. KEYS[i] .. ' holds a ' .. got ..
+      return redis.error_reply('WRONGTYPE key ' .. QUEUE_KEYS[i] .. ' holds a ' .. got ..
         ' where delay-bridge needs a ' .. want .. '; rename or delete it')
     end
   end
@@ -46,6 +54,22 @@ local function number_arg(i, what)
     return n, nil
   end
   return nil, redis.error_reply('ERR malformed ' .. what)
+end
+
+-- The start of a script that takes numbers: each ARGV[i] of `args` ({i, what} pairs)
+-- parsed, then `begin()`. Returns `now` and the numbers in `args`' order, or nil and the
+-- error (a malformed number is named before the keys are looked at).
+local function begin_with(args)
+  local numbers = {}
+  for k, a in ipairs(args) do
+    local n, malformed = number_arg(a[1], a[2])
+    if malformed then
+      return nil, nil, malformed
+    end
+    numbers[k] = n
+  end
+  local now, bad = begin()
+  return now, numbers, bad
 end
 
 -- The replies of `cmd key items...` (one per item: a value, or false), 1,000 items per call.

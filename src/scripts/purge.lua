@@ -10,38 +10,34 @@
 -- ARGV: "scheduled", "dead" or "dead_reason", limit, from (ms or "-inf"), to (ms or "+inf"),
 -- hash flag, reason, member...
 -- Reply: members deleted
-local limit, malformed = number_arg(2, 'purge limit')
-if malformed then
-  return malformed
-end
-local now, bad = begin()
+local now, args, bad = begin_with({{2, 'purge limit'}})
 if bad then
   return bad
 end
-limit = math.min(limit, 1000)
+local limit = math.min(args[1], 1000)
 if limit < 1 then
   return 0
 end
 local members
 local from_set
 if ARGV[1] == 'dead' then
-  from_set = KEYS[4]
-  members = redis.call('ZRANGE', KEYS[4], 0, limit - 1)
+  from_set = DEAD
+  members = redis.call('ZRANGE', DEAD, 0, limit - 1)
 elseif ARGV[1] == 'dead_reason' then
-  from_set = KEYS[4]
+  from_set = DEAD
   members = {}
   for i = 7, #ARGV do
     local member = ARGV[i]
-    if #members < limit and redis.call('ZSCORE', KEYS[4], member) then
-      local ok, reason = pcall(cjson.decode, redis.call('HGET', KEYS[5], member) or '')
+    if #members < limit and redis.call('ZSCORE', DEAD, member) then
+      local ok, reason = pcall(cjson.decode, redis.call('HGET', DEAD_REASONS, member) or '')
       if ok and type(reason) == 'table' and reason.reason == ARGV[6] then
         members[#members + 1] = member
       end
     end
   end
 elseif ARGV[1] == 'scheduled' then
-  from_set = KEYS[1]
-  members = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[3], ARGV[4], 'LIMIT', 0, limit)
+  from_set = SOURCE
+  members = redis.call('ZRANGEBYSCORE', SOURCE, ARGV[3], ARGV[4], 'LIMIT', 0, limit)
 else
   return redis.error_reply('ERR purge what: scheduled or dead')
 end
@@ -49,15 +45,15 @@ if #members == 0 then
   return 0
 end
 each_chunk('ZREM', from_set, members)
-if from_set == KEYS[4] then
-  each_chunk('HDEL', KEYS[5], members)
-  each_chunk('ZREM', KEYS[8], members)
+if from_set == DEAD then
+  each_chunk('HDEL', DEAD_REASONS, members)
+  each_chunk('ZREM', DEAD_INFLIGHT, members)
 end
 -- A purged scheduled copy's attempt entry goes too; a copy in flight keeps its own (an
 -- entry belongs to the copy whose score it names). Dead letters keep their count in their
 -- reason, not in an entry.
-local leased = presence(KEYS[2], members)
-if from_set == KEYS[1] then
+local leased = presence(INFLIGHT, members)
+if from_set == SOURCE then
   local stale = {}
   for i, member in ipairs(members) do
     if not leased[i] then
@@ -65,13 +61,13 @@ if from_set == KEYS[1] then
     end
   end
   if #stale > 0 then
-    each_chunk('HDEL', KEYS[3], stale)
+    each_chunk('HDEL', ATTEMPTS, stale)
   end
 end
 if ARGV[5] == '1' then
-  local other = KEYS[1]
-  if from_set == KEYS[1] then
-    other = KEYS[4]
+  local other = SOURCE
+  if from_set == SOURCE then
+    other = DEAD
   end
   local elsewhere = presence(other, members)
   local orphans = {}
@@ -81,7 +77,7 @@ if ARGV[5] == '1' then
     end
   end
   if #orphans > 0 then
-    each_chunk('HDEL', KEYS[6], orphans)
+    each_chunk('HDEL', BODIES, orphans)
   end
 end
 return #members

@@ -4,32 +4,29 @@
 -- of stale entries (members the producer removed), so no count outlives its member.
 -- KEYS: the queue's eight keys (see prelude)   ARGV: most members to recover, sweep cursor ("" for none)
 -- Reply: {recovered, next sweep cursor ("0" when a pass ended), entries swept}
-local limit, malformed = number_arg(1, 'recover limit')
-if malformed then
-  return malformed
-end
-local now, bad = begin()
+local now, args, bad = begin_with({{1, 'recover limit'}})
 if bad then
   return bad
 end
+local limit = args[1]
 local items = {}
 if limit > 0 then
-  items = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - 1, 'WITHSCORES', 'LIMIT', 0, limit)
+  items = redis.call('ZRANGEBYSCORE', INFLIGHT, '-inf', now - 1, 'WITHSCORES', 'LIMIT', 0, limit)
 end
 for j = 1, #items / 2 do
   local member, lease = items[2 * j - 1], items[2 * j]
-  local count = failures(KEYS[3], member, lease) + 1
-  redis.call('ZREM', KEYS[2], member)
-  if redis.call('ZADD', KEYS[1], 'NX', now, member) == 1 then
-    set_failures(KEYS[3], member, count, now)
+  local count = failures(ATTEMPTS, member, lease) + 1
+  redis.call('ZREM', INFLIGHT, member)
+  if redis.call('ZADD', SOURCE, 'NX', now, member) == 1 then
+    set_failures(ATTEMPTS, member, count, now)
   else
-    redis.call('HDEL', KEYS[3], member)
+    redis.call('HDEL', ATTEMPTS, member)
   end
 end
 
 local cursor, swept = '0', 0
 if ARGV[2] ~= '' then
-  local page = redis.call('HSCAN', KEYS[3], ARGV[2], 'COUNT', 200)
+  local page = redis.call('HSCAN', ATTEMPTS, ARGV[2], 'COUNT', 200)
   cursor = page[1]
   local fields = page[2]
   for j = 1, #fields / 2 do
@@ -37,12 +34,12 @@ if ARGV[2] ~= '' then
     local at = tonumber(string.match(v, '^%d+:(.+)$'))
     local live = false
     if at then
-      local s = redis.call('ZSCORE', KEYS[1], member)
-      local l = redis.call('ZSCORE', KEYS[2], member)
+      local s = redis.call('ZSCORE', SOURCE, member)
+      local l = redis.call('ZSCORE', INFLIGHT, member)
       live = (s and tonumber(s) == at) or (l and tonumber(l) == at)
     end
     if not live then
-      redis.call('HDEL', KEYS[3], member)
+      redis.call('HDEL', ATTEMPTS, member)
       swept = swept + 1
     end
   end

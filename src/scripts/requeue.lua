@@ -4,14 +4,11 @@
 -- +inf fires now. The failure count starts afresh.
 -- KEYS: the queue's eight keys (see prelude)   ARGV: limit, member...
 -- Reply: number of members requeued
-local limit, malformed = number_arg(1, 'requeue limit')
-if malformed then
-  return malformed
-end
-local now, bad = begin()
+local now, args, bad = begin_with({{1, 'requeue limit'}})
 if bad then
   return bad
 end
+local limit = args[1]
 local members = {}
 if #ARGV > 1 then
   for i = 2, #ARGV do
@@ -19,18 +16,18 @@ if #ARGV > 1 then
   end
 elseif limit > 0 then
   -- A limit of 0 must move nothing: ZRANGE 0 -1 would mean the whole set.
-  members = redis.call('ZRANGE', KEYS[4], 0, limit - 1)
+  members = redis.call('ZRANGE', DEAD, 0, limit - 1)
 end
 local moved = 0
 for _, member in ipairs(members) do
   -- Back in the source set first, then out of the dead-letter set: a Redis too old for
   -- `ZADD LT` fails the call before its first write instead of after a ZREM.
-  if redis.call('ZSCORE', KEYS[4], member) then
-    redis.call('ZADD', KEYS[1], 'LT', now, member)
-    redis.call('ZREM', KEYS[4], member)
-    redis.call('HDEL', KEYS[5], member)
+  if redis.call('ZSCORE', DEAD, member) then
+    redis.call('ZADD', SOURCE, 'LT', now, member)
+    redis.call('ZREM', DEAD, member)
+    redis.call('HDEL', DEAD_REASONS, member)
     -- A forward in progress no longer owns it: its confirmation will not delete anything.
-    redis.call('ZREM', KEYS[8], member)
+    redis.call('ZREM', DEAD_INFLIGHT, member)
     moved = moved + 1
   end
 end

@@ -19,12 +19,12 @@ end
 local changed = 0
 for i = 3, #ARGV do
   local member = ARGV[i]
-  local old = redis.call('ZSCORE', KEYS[1], member)
+  local old = redis.call('ZSCORE', SOURCE, member)
   if old and (ARGV[2] ~= 'earlier' or tonumber(old) > due) and tonumber(old) ~= due then
-    local failed = failures(KEYS[3], member, old)
-    redis.call('ZADD', KEYS[1], 'XX', due, member)
+    local failed = failures(ATTEMPTS, member, old)
+    redis.call('ZADD', SOURCE, 'XX', due, member)
     if failed > 0 then
-      set_failures(KEYS[3], member, failed, due)
+      set_failures(ATTEMPTS, member, failed, due)
     end
     changed = changed + 1
   end

@@ -49,7 +49,7 @@ if bad then
 end
 
 local function owned(member)
-  local score = redis.call('ZSCORE', KEYS[2], member)
+  local score = redis.call('ZSCORE', INFLIGHT, member)
   return score and tonumber(score) == deadline
 end
 
@@ -57,7 +57,7 @@ local out = {0, 0, 0}
 
 -- Acks: only members still leased by this batch; a copy the producer added again stays.
 if n_ack > 0 then
-  local leased = redis.call('ZRANGEBYSCORE', KEYS[2], deadline, deadline)
+  local leased = redis.call('ZRANGEBYSCORE', INFLIGHT, deadline, deadline)
   local held = {}
   for _, m in ipairs(leased) do
     held[m] = true
@@ -70,22 +70,22 @@ if n_ack > 0 then
   end
   if #mine > 0 and #mine == #leased then
     -- The whole lease set of this deadline is acked: remove it by score.
-    redis.call('ZREMRANGEBYSCORE', KEYS[2], deadline, deadline)
+    redis.call('ZREMRANGEBYSCORE', INFLIGHT, deadline, deadline)
   elseif #mine > 0 then
-    each_chunk('ZREM', KEYS[2], mine)
+    each_chunk('ZREM', INFLIGHT, mine)
   end
-  if #mine > 0 and redis.call('EXISTS', KEYS[3]) == 1 then
-    each_chunk('HDEL', KEYS[3], mine)
+  if #mine > 0 and redis.call('EXISTS', ATTEMPTS) == 1 then
+    each_chunk('HDEL', ATTEMPTS, mine)
   end
   if hash and #mine > 0 then
-    local scheduled, dead = presence(KEYS[1], mine), presence(KEYS[4], mine)
+    local scheduled, dead = presence(SOURCE, mine), presence(DEAD, mine)
     local done = {}
     for k = 1, #mine do
       if not scheduled[k] and not dead[k] then
         done[#done + 1] = mine[k]
       end
     end
-    each_chunk('HDEL', KEYS[6], done)
+    each_chunk('HDEL', BODIES, done)
   end
   out[1] = #mine
 end
@@ -93,27 +93,27 @@ end
 for _, f in ipairs(fails) do
   local member, delay, reason, permanent, detail = f[1], f[2], f[3], f[4], f[5]
   if owned(member) then
-    local count = failures(KEYS[3], member, deadline) + 1
-    redis.call('ZREM', KEYS[2], member)
+    local count = failures(ATTEMPTS, member, deadline) + 1
+    redis.call('ZREM', INFLIGHT, member)
     if permanent or count >= max_attempts then
-      redis.call('HDEL', KEYS[3], member)
-      redis.call('ZADD', KEYS[4], now, member)
+      redis.call('HDEL', ATTEMPTS, member)
+      redis.call('ZADD', DEAD, now, member)
       -- A forward of an earlier dead copy must not delete this one when it is confirmed.
-      redis.call('ZREM', KEYS[8], member)
+      redis.call('ZREM', DEAD_INFLIGHT, member)
       local why = {reason = reason, attempts = count, at = now}
       if detail ~= '' then
         why.detail = detail
       end
-      redis.call('HSET', KEYS[5], member, cjson.encode(why))
-      if redis.call('ZSCORE', KEYS[1], member) then
+      redis.call('HSET', DEAD_REASONS, member, cjson.encode(why))
+      if redis.call('ZSCORE', SOURCE, member) then
         out[3] = out[3] + 1
       end
       out[#out + 1] = 2
     else
-      if redis.call('ZADD', KEYS[1], 'NX', now + delay, member) == 1 then
-        set_failures(KEYS[3], member, count, now + delay)
+      if redis.call('ZADD', SOURCE, 'NX', now + delay, member) == 1 then
+        set_failures(ATTEMPTS, member, count, now + delay)
       else
-        redis.call('HDEL', KEYS[3], member)
+        redis.call('HDEL', ATTEMPTS, member)
         out[3] = out[3] + 1
       end
       out[#out + 1] = 1
@@ -126,12 +126,12 @@ end
 for _, b in ipairs(backs) do
   local member, due = b[1], b[2]
   if owned(member) then
-    local count = failures(KEYS[3], member, deadline)
-    redis.call('ZREM', KEYS[2], member)
-    if redis.call('ZADD', KEYS[1], 'NX', due, member) == 1 then
-      set_failures(KEYS[3], member, count, due)
+    local count = failures(ATTEMPTS, member, deadline)
+    redis.call('ZREM', INFLIGHT, member)
+    if redis.call('ZADD', SOURCE, 'NX', due, member) == 1 then
+      set_failures(ATTEMPTS, member, count, due)
     else
-      redis.call('HDEL', KEYS[3], member)
+      redis.call('HDEL', ATTEMPTS, member)
       out[3] = out[3] + 1
     end
     out[2] = out[2] + 1

@@ -58,9 +58,21 @@ impl Confirmed {
 pub type Outcome = Result<Confirmed, PublishError>;
 
 /// Where a publisher reports each message the broker confirmed, by its position in the
-/// batch, the moment the confirmation arrives: the worker can settle it before the rest of
-/// the batch is confirmed.
-pub type Confirms = tokio::sync::mpsc::UnboundedSender<usize>;
+/// batch and with the proof, the moment the confirmation arrives: the worker can settle it
+/// before the rest of the batch is confirmed, and only with the proof in hand.
+pub type Confirms = tokio::sync::mpsc::UnboundedSender<(usize, Confirmed)>;
+
+/// One batch to publish: for which trigger (its header), the messages, how long the broker
+/// may take to confirm them, what cuts that wait short, and where each confirmation is
+/// reported the moment it arrives (see [`Confirms`]).
+#[derive(Clone, Copy)]
+pub struct Batch<'b, 'm> {
+    pub trigger: &'b str,
+    pub messages: &'b [OutMessage<'m>],
+    pub timeout: Duration,
+    pub abort: &'b CancellationToken,
+    pub confirms: Option<&'b Confirms>,
+}
 
 /// Why a sink cannot work as configured: waiting or reconnecting will not help, so the bridge
 /// stops with it.
@@ -205,27 +217,11 @@ impl Publisher {
     /// Publishes every message to the publisher's route and waits for each confirmation, at
     /// most `timeout`, or until `abort` fires. Returns one outcome per message, in order;
     /// each confirmation is also sent to `confirms` as it arrives.
-    pub async fn publish_batch(
-        &mut self,
-        trigger: &str,
-        messages: &[OutMessage<'_>],
-        timeout: Duration,
-        abort: &CancellationToken,
-        confirms: Option<&Confirms>,
-    ) -> Vec<Outcome> {
+    pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
         match self {
-            Publisher::Amqp(p) => {
-                p.publish_batch(trigger, messages, timeout, abort, confirms)
-                    .await
-            }
-            Publisher::Kafka(p) => {
-                p.publish_batch(trigger, messages, timeout, abort, confirms)
-                    .await
-            }
-            Publisher::Http(p) => {
-                p.publish_batch(trigger, messages, timeout, abort, confirms)
-                    .await
-            }
+            Publisher::Amqp(p) => p.publish_batch(batch).await,
+            Publisher::Kafka(p) => p.publish_batch(batch).await,
+            Publisher::Http(p) => p.publish_batch(batch).await,
         }
     }
 
@@ -241,9 +237,9 @@ impl Publisher {
 
 /// Records one message's result, reporting a confirmation to `confirms` at once.
 fn record_outcome(results: &mut [Outcome], i: usize, r: Outcome, confirms: Option<&Confirms>) {
-    if let (Ok(_), Some(c)) = (&r, confirms) {
+    if let (Ok(proof), Some(c)) = (&r, confirms) {
         // The receiver is gone only when nobody settles early: the result still counts.
-        let _ = c.send(i);
+        let _ = c.send((i, *proof));
     }
     results[i] = r;
 }

@@ -1,12 +1,9 @@
-//! Dead letters and members in flight, as operators list them and as the forwarder claims and
-//! settles them: pages bounded by a byte budget, previews that read no large body.
+//! Dead letters and members in flight, as operators list them: pages bounded by a byte
+//! budget, previews that read no large body.
 
-use std::time::Duration;
-
-use redis::Value;
-
-use super::operate::{self, Cursor, LIST_BODY_MAX, MAX_PAGE, PREVIEW};
-use super::{score_ms, Body, Store, StoreError};
+use super::cursor::{Cursor, CURSOR_MEMBER_MAX};
+use super::operate::{LIST_BODY_MAX, LIST_BUDGET, MAX_PAGE, PREVIEW};
+use super::{Store, StoreError};
 use crate::scripts::SCRIPTS;
 
 /// One dead letter, as `dead-letter list` shows it.
@@ -36,63 +33,6 @@ pub struct DeadPage {
     pub next: Option<Cursor>,
 }
 
-/// Dead letters claimed for forwarding to the trigger's dead-letter destination.
-#[derive(Debug, Default)]
-pub struct DeadClaim {
-    /// Redis server time of the claim, epoch ms.
-    pub now_ms: i64,
-    /// Lease deadline of every letter of this claim; also its ownership token.
-    pub deadline_ms: i64,
-    /// The letters, oldest first.
-    pub items: Vec<DeadItem>,
-}
-
-/// One dead letter claimed for forwarding.
-#[derive(Debug, Clone)]
-pub struct DeadItem {
-    /// The member (the id in hash payload mode).
-    pub member: Vec<u8>,
-    /// When it was dead-lettered, epoch ms.
-    pub at_ms: i64,
-    /// JSON with the reason, the attempt count and maybe a detail.
-    pub reason: Option<String>,
-    /// Its message body (as for a claimed member).
-    pub body: Body,
-}
-
-impl DeadItem {
-    /// The bytes to forward, or `None` when the body is missing or too large to read.
-    pub fn payload(&self) -> Option<&[u8]> {
-        self.body.bytes(&self.member)
-    }
-}
-
-/// The letters of one dead-letter forward, by what became of them.
-#[derive(Debug, Default)]
-pub struct DeadOutcome<'a> {
-    /// The broker has them: they leave Redis.
-    pub confirmed: Vec<&'a [u8]>,
-    /// The broker has them, but the remedy lives in Redis (`missing_body`): kept for good.
-    pub kept: Vec<&'a [u8]>,
-    /// The broker will never take them: kept for good.
-    pub refused: Vec<&'a [u8]>,
-    /// Not forwarded for a reason of the sink: claimable again at once.
-    pub released: Vec<&'a [u8]>,
-}
-
-/// What one dead-letter settle did: letters that were still this claim's.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct DeadSettled {
-    /// Deleted from Redis: the broker confirmed them.
-    pub confirmed: u64,
-    /// Confirmed by the broker but kept for good: what a remedy needs is only in Redis.
-    pub kept: u64,
-    /// Kept for good: the broker refused them.
-    pub refused: u64,
-    /// Free to claim again at once.
-    pub released: u64,
-}
-
 impl Store {
     /// Moves dead letters back to the source set: the named ones, or up to `limit` of the oldest.
     pub async fn requeue_dead(&self, members: &[Vec<u8>], limit: usize) -> Result<u64, StoreError> {
@@ -107,7 +47,7 @@ impl Store {
 
     /// Lists up to `limit` dead letters, oldest first, with their reason (and body's size and
     /// first bytes, in hash payload mode); fewer once the members read reach
-    /// [`LIST_BUDGET`](operate::LIST_BUDGET) bytes (inline, a member is the whole message),
+    /// [`LIST_BUDGET`](LIST_BUDGET) bytes (inline, a member is the whole message),
     /// read a few at a time so no call copies more than that and one member.
     pub async fn list_dead(&self, limit: usize) -> Result<Vec<DeadLetter>, StoreError> {
         Ok(self.list_dead_after(None, limit).await?.items)
@@ -233,7 +173,7 @@ impl Store {
         let mut conn = self.conn.clone();
         let next = match items.last().filter(|_| !exhausted) {
             None => None,
-            Some((member, score)) if member.len() > operate::CURSOR_MEMBER_MAX => {
+            Some((member, score)) if member.len() > CURSOR_MEMBER_MAX => {
                 let below: usize = redis::cmd("ZCOUNT")
                     .arg(&self.keys.dead)
                     .arg("-inf")
@@ -252,7 +192,7 @@ impl Store {
     }
 
     /// Up to `limit` members in flight, earliest lease deadline first, with that deadline
-    /// (epoch ms); fewer once the members read reach [`LIST_BUDGET`](operate::LIST_BUDGET)
+    /// (epoch ms); fewer once the members read reach [`LIST_BUDGET`](LIST_BUDGET)
     /// bytes, as the dead-letter list.
     pub async fn list_inflight(&self, limit: usize) -> Result<Vec<(Vec<u8>, i64)>, StoreError> {
         let (items, _) = self.ranks(&self.keys.inflight, 0, limit).await?;
@@ -263,7 +203,7 @@ impl Store {
     }
 
     /// Up to `limit` members of the sorted set `key` from rank `start` on, with their scores;
-    /// fewer once the members read reach [`LIST_BUDGET`](operate::LIST_BUDGET) bytes. Read one
+    /// fewer once the members read reach [`LIST_BUDGET`](LIST_BUDGET) bytes. Read one
     /// first, then as many at once as the budget left holds at the largest size seen, so no
     /// call copies more than the budget and one member. Says whether the set ended there.
     async fn ranks(
@@ -276,11 +216,11 @@ impl Store {
         let mut conn = self.conn.clone();
         let mut items: Vec<(Vec<u8>, f64)> = Vec::new();
         let (mut spent, mut largest) = (0, 0);
-        while items.len() < limit && spent < operate::LIST_BUDGET {
+        while items.len() < limit && spent < LIST_BUDGET {
             let from = start + items.len();
             let step = match items.len() {
                 0 => 1,
-                _ => ((operate::LIST_BUDGET - spent) / largest.max(1)).clamp(1, STEP),
+                _ => ((LIST_BUDGET - spent) / largest.max(1)).clamp(1, STEP),
             };
             let to = (from + step).min(start + limit) - 1;
             let chunk: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
@@ -293,7 +233,7 @@ impl Store {
             let done = chunk.len() < to + 1 - from;
             let (read, mut taken) = (chunk.len(), 0);
             for entry in chunk {
-                if spent >= operate::LIST_BUDGET {
+                if spent >= LIST_BUDGET {
                     break;
                 }
                 spent += entry.0.len();
@@ -391,58 +331,6 @@ impl Store {
             })
             .collect())
     }
-
-    /// Claims up to `limit` dead letters (at most 1,000) for forwarding, with a lease of
-    /// `lease`; nothing while the queue is paused.
-    pub async fn claim_dead(&self, limit: usize, lease: Duration) -> Result<DeadClaim, StoreError> {
-        let mut conn = self.conn.clone();
-        let reply: Value = self
-            .keyed(&SCRIPTS.dead_claim)
-            .arg(limit)
-            .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
-            .arg(if self.hash_bodies() { "1" } else { "0" })
-            .arg(self.largest_body)
-            .invoke_async(&mut conn)
-            .await?;
-        parse_dead_claim(reply, self.hash_bodies())
-    }
-
-    /// Settles forwarded dead letters of the claim whose lease is `deadline_ms`: deletes the
-    /// `confirmed`, keeps the `kept` (forwarded) and the `refused` for good, and frees the
-    /// `released`.
-    pub async fn settle_dead(
-        &self,
-        deadline_ms: i64,
-        outcome: &DeadOutcome<'_>,
-    ) -> Result<DeadSettled, StoreError> {
-        let mut conn = self.conn.clone();
-        let mut inv = self.keyed(&SCRIPTS.dead_settle);
-        inv.arg(deadline_ms)
-            .arg(if self.hash_bodies() { "1" } else { "0" })
-            .arg(outcome.confirmed.len())
-            .arg(outcome.kept.len())
-            .arg(outcome.refused.len())
-            .arg(outcome.released.len());
-        for m in [
-            &outcome.confirmed,
-            &outcome.kept,
-            &outcome.refused,
-            &outcome.released,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            inv.arg(*m);
-        }
-        let (confirmed, kept, refused, released): (u64, u64, u64, u64) =
-            inv.invoke_async(&mut conn).await?;
-        Ok(DeadSettled {
-            confirmed,
-            kept,
-            refused,
-            released,
-        })
-    }
 }
 
 /// When a dead letter was dead-lettered, from its dead-letter score: a letter the broker
@@ -456,40 +344,6 @@ pub(crate) fn dead_at_ms(score_ms: i64, reason: Option<&str>) -> i64 {
         .and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok())
         .and_then(|v| v.get("at").and_then(serde_json::Value::as_f64))
         .map_or(score_ms, |at| at as i64)
-}
-
-fn parse_dead_claim(reply: Value, hash: bool) -> Result<DeadClaim, StoreError> {
-    let Value::Array(items) = reply else {
-        return Err(StoreError::Reply("dead-letter claim reply is not an array"));
-    };
-    let width = if hash { 4 } else { 3 };
-    if items.len() < 2 || (items.len() - 2) % width != 0 {
-        return Err(StoreError::Reply("dead-letter claim reply length"));
-    }
-    let mut it = items.into_iter();
-    let (Some(Value::Int(now_ms)), Some(Value::Int(deadline_ms))) = (it.next(), it.next()) else {
-        return Err(StoreError::Reply("dead-letter claim reply header"));
-    };
-    let mut out = Vec::with_capacity(it.len() / width);
-    while let (Some(m), Some(at), Some(reason)) = (it.next(), it.next(), it.next()) {
-        let (Value::BulkString(member), Value::BulkString(at), Value::BulkString(reason)) =
-            (m, at, reason)
-        else {
-            return Err(StoreError::Reply("claimed dead letter"));
-        };
-        let body = Body::from_reply(hash, &mut it)?;
-        out.push(DeadItem {
-            member,
-            at_ms: score_ms(&at).ok_or(StoreError::Reply("dead letter score"))?,
-            reason: (!reason.is_empty()).then(|| String::from_utf8_lossy(&reason).into_owned()),
-            body,
-        });
-    }
-    Ok(DeadClaim {
-        now_ms,
-        deadline_ms,
-        items: out,
-    })
 }
 
 #[cfg(test)]

@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::prepare::prepare;
 use super::settlement::{plan, Plan};
-use super::{Trigger, ERROR_BACKOFF};
+use super::{Shard, ERROR_BACKOFF};
 use crate::backoff::Backoff;
-use crate::sink::{MessageId, OutMessage, Outcome, Publisher};
+use crate::sink::{Batch, Confirmed, MessageId, OutMessage, Outcome, Publisher};
 use crate::store::{ClaimBatch, FailOutcome, Settled, Settlement, StoreError};
 
 /// How a delivered batch went, for the worker that claimed it.
@@ -36,7 +36,7 @@ pub(super) enum Verdict {
 /// answered for every member, so a crash re-sends little more than what the broker had not
 /// confirmed.
 pub(super) async fn deliver(
-    t: Arc<Trigger>,
+    t: Arc<Shard>,
     mut publisher: Publisher,
     batch: ClaimBatch,
     claimed_at: Instant,
@@ -94,13 +94,13 @@ const EARLY_CALLS: usize = 2;
 
 /// The acks of a batch settled while the rest of it is in flight.
 struct Early<'a> {
-    t: &'a Trigger,
+    t: &'a Shard,
     batch: &'a ClaimBatch,
     claimed_at: Instant,
     /// Members acked early, by position in the batch: the final settle leaves them out.
     acked: Vec<bool>,
-    /// Confirmed, not yet in a settle call.
-    pending: Vec<usize>,
+    /// Confirmed (with the sink's proof), not yet in a settle call.
+    pending: Vec<(usize, Confirmed)>,
     /// The settle calls under way, each with the members it acks.
     running: FuturesUnordered<EarlySettle<'a>>,
 }
@@ -110,7 +110,7 @@ type EarlySettle<'a> = std::pin::Pin<
 >;
 
 impl<'a> Early<'a> {
-    fn new(t: &'a Trigger, batch: &'a ClaimBatch, claimed_at: Instant) -> Self {
+    fn new(t: &'a Shard, batch: &'a ClaimBatch, claimed_at: Instant) -> Self {
         Self {
             t,
             batch,
@@ -121,9 +121,10 @@ impl<'a> Early<'a> {
         }
     }
 
-    /// The broker confirmed the member at position `i`: acked by the next call that starts.
-    fn confirmed(&mut self, i: usize) {
-        self.pending.push(i);
+    /// The broker confirmed the member at position `i` (the proof is what lets it be
+    /// acked): acked by the next call that starts.
+    fn confirmed(&mut self, i: usize, proof: Confirmed) {
+        self.pending.push((i, proof));
     }
 
     /// Starts a settle call for the pending confirmations unless [`EARLY_CALLS`] are under
@@ -139,7 +140,11 @@ impl<'a> Early<'a> {
         if self.pending.is_empty() {
             return;
         }
-        let members = std::mem::take(&mut self.pending);
+        // Only a confirmation acks: the proofs end here.
+        let members: Vec<usize> = std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|(i, _proof)| i)
+            .collect();
         let (t, batch) = (self.t, self.batch);
         self.running.push(Box::pin(async move {
             let settlement = Settlement {
@@ -201,7 +206,7 @@ impl<'a> Early<'a> {
 /// rest what the sink answered. A slot the sink did not fill stays `None` (unconfirmed).
 /// Confirmations are handed to `early` as they arrive, which acks them meanwhile.
 async fn publish(
-    t: &Trigger,
+    t: &Shard,
     publisher: &mut Publisher,
     batch: &ClaimBatch,
     ids: &[MessageId],
@@ -246,18 +251,23 @@ async fn publish(
     // The publisher reports positions among the prepared messages, `slots` maps them to the
     // batch.
     let (confirms, mut confirmed) = tokio::sync::mpsc::unbounded_channel();
-    let publishing =
-        publisher.publish_batch(t.name(), &out, cfg.publish_timeout, abort, Some(&confirms));
+    let publishing = publisher.publish_batch(Batch {
+        trigger: t.name(),
+        messages: &out,
+        timeout: cfg.publish_timeout,
+        abort,
+        confirms: Some(&confirms),
+    });
     tokio::pin!(publishing);
     let published = loop {
         tokio::select! {
             published = &mut publishing => break published,
-            Some(k) = confirmed.recv() => {
+            Some((k, proof)) = confirmed.recv() => {
                 // Confirmations come in bursts (one broker answer covers many messages):
                 // one call for what has arrived, not one per message.
-                early.confirmed(slots[k]);
-                while let Ok(k) = confirmed.try_recv() {
-                    early.confirmed(slots[k]);
+                early.confirmed(slots[k], proof);
+                while let Ok((k, proof)) = confirmed.try_recv() {
+                    early.confirmed(slots[k], proof);
                 }
                 early.start();
             }
@@ -267,8 +277,8 @@ async fn publish(
             }
         }
     };
-    while let Ok(k) = confirmed.try_recv() {
-        early.confirmed(slots[k]);
+    while let Ok((k, proof)) = confirmed.try_recv() {
+        early.confirmed(slots[k], proof);
     }
     t.metrics.published(started.elapsed());
     for (slot, outcome) in slots.into_iter().zip(published) {
@@ -279,7 +289,7 @@ async fn publish(
 
 /// Runs the settle script, retrying Redis errors until the lease would expire anyway
 /// (after that, recovery redelivers the batch: a duplicate, never a loss).
-async fn settle(t: &Trigger, abort: &CancellationToken, batch: &ClaimBatch, plan: &Plan<'_>) {
+async fn settle(t: &Shard, abort: &CancellationToken, batch: &ClaimBatch, plan: &Plan<'_>) {
     let s = &plan.settlement;
     let give_up = Instant::now() + t.config.lease;
     let mut failures = 0u32;

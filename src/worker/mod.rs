@@ -3,286 +3,39 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::{jitter_down, Backoff};
-use crate::config::{Destination, TriggerConfig};
-use crate::health::Health;
-use crate::metrics::{Metrics, TriggerMetrics};
-use crate::queue::Queue;
+use crate::config::Destination;
 use crate::repeat::Repeated;
-use crate::sink::{MessageId, PublishError, Publisher, Sink};
-use crate::store::{ClaimBatch, Store, StoreError};
+use crate::sink::{PublishError, Publisher, Sink};
+use crate::store::ClaimBatch;
 
 mod batch;
+mod claim;
 mod deliver;
 mod forward;
 mod maintenance;
 mod prepare;
 mod route;
 mod settlement;
+mod shard;
 mod unserved;
 
 use batch::AdaptiveBatch;
 use deliver::Verdict;
-pub use forward::forward_dead_letters;
-pub use maintenance::maintain;
-pub use unserved::watch_unserved;
-
-/// Everything the workers of one trigger share.
-pub struct Trigger {
-    config: Arc<TriggerConfig>,
-    destination: Destination,
-    /// This shard's queue (the whole queue of an unsharded trigger).
-    store: Store,
-    /// The shard's position among the trigger's shards.
-    shard: usize,
-    sink: Arc<Sink>,
-    metrics: TriggerMetrics,
-    health: Health,
-    /// Woken when the head of the queue may have moved earlier (keyspace notification).
-    head_changed: Notify,
-    /// Woken when a claim left due members behind: every idle worker should help.
-    backlog: Notify,
-    /// Only one idle worker per trigger waits on the head; the rest queue here.
-    gate: tokio::sync::Mutex<()>,
-    /// When the earliest known member becomes due, in local monotonic time.
-    next_due: std::sync::Mutex<Option<Instant>>,
-    /// A claim left due members behind because earlier copies of them were in flight: the
-    /// next settled batch may have freed them, so it wakes the workers.
-    held_back: std::sync::atomic::AtomicBool,
-    /// Woken when this bridge dead-lettered a message, or the backlog gauges saw dead
-    /// letters to forward: the dead-letter forwarder looks.
-    dead_lettered: Notify,
-    /// Set when a worker claimed members: the housekeeping watches their leases.
-    claimed: std::sync::atomic::AtomicBool,
-    /// Set when a keyspace notification said the queue was written to: the housekeeping
-    /// reads again the sizes of a queue it last saw empty.
-    written: std::sync::atomic::AtomicBool,
-    /// The shard was paused when last seen.
-    paused: std::sync::atomic::AtomicBool,
-    /// Starts this shard's other workers: they start when a claim first leaves more due than
-    /// one worker takes, so an idle trigger holds one worker task per shard, not `workers`.
-    extra_workers: std::sync::Mutex<Option<StartWorkers>>,
-    /// Batches in which the broker refused members published alone, logged at growing gaps.
-    refusals: std::sync::Mutex<Repeated>,
-}
-
-/// Starts a shard's deferred workers (given the shard).
-pub type StartWorkers = Box<dyn FnOnce(&Arc<Trigger>) + Send>;
-
-impl Trigger {
-    /// One `Trigger` per shard of `queue` (one for an unsharded trigger), sharing the trigger's
-    /// metrics. Fails when the configuration was not loaded (no resolved destination) or its
-    /// destination is not of the sink's kind.
-    pub fn shards(
-        config: &Arc<TriggerConfig>,
-        queue: &Queue,
-        sink: Arc<Sink>,
-        metrics: &Metrics,
-        health: Health,
-    ) -> Result<Vec<Arc<Self>>, String> {
-        let destination = config
-            .destination
-            .clone()
-            .ok_or_else(|| format!("trigger {}: destination not resolved", config.name))?;
-        for d in std::iter::once(&destination).chain(&config.dead_letter) {
-            if !sink.serves(d) {
-                return Err(format!(
-                    "trigger {}: sink {} cannot publish to {d}",
-                    config.name,
-                    sink.name()
-                ));
-            }
-        }
-        let metrics = TriggerMetrics::new(
-            metrics,
-            &config.name,
-            sink.name(),
-            PublishError::reasons_of(&destination),
-            queue.shards().len(),
-        );
-        Ok(queue
-            .shards()
-            .iter()
-            .enumerate()
-            .map(|(shard, store)| {
-                Arc::new(Self {
-                    config: config.clone(),
-                    destination: destination.clone(),
-                    store: store.clone(),
-                    shard,
-                    sink: sink.clone(),
-                    metrics: metrics.clone(),
-                    health: health.clone(),
-                    head_changed: Notify::new(),
-                    backlog: Notify::new(),
-                    gate: tokio::sync::Mutex::new(()),
-                    next_due: std::sync::Mutex::new(None),
-                    held_back: std::sync::atomic::AtomicBool::new(false),
-                    dead_lettered: Notify::new(),
-                    claimed: std::sync::atomic::AtomicBool::new(false),
-                    written: std::sync::atomic::AtomicBool::new(true),
-                    paused: std::sync::atomic::AtomicBool::new(false),
-                    extra_workers: std::sync::Mutex::new(None),
-                    refusals: std::sync::Mutex::default(),
-                })
-            })
-            .collect())
-    }
-
-    /// The trigger's name.
-    pub fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    /// The sorted set producers write to.
-    pub fn source_key(&self) -> &str {
-        &self.store.keys().source
-    }
-
-    /// Defers this shard's other workers: `start` runs when a claim first finds a backlog.
-    pub fn defer_workers(&self, start: StartWorkers) {
-        *self.extra_workers.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
-    }
-
-    /// Starts the deferred workers, once.
-    fn start_extra_workers(self: &Arc<Self>) {
-        let start = self
-            .extra_workers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(start) = start {
-            tracing::debug!(trigger = %self.name(), shard = self.shard, "a backlog: starting the other workers");
-            start(self);
-        }
-    }
-
-    /// The head may have moved earlier (a producer wrote): the idle worker looks again.
-    pub fn wake(&self) {
-        self.head_changed.notify_one();
-    }
-
-    /// A keyspace notification said the queue was written to (any write, or one that may
-    /// have been missed while unsubscribed).
-    pub fn touched(&self) {
-        self.written
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Wakes every idle worker: there may be more due than one worker takes.
-    fn wake_all(&self) {
-        self.backlog.notify_waiters();
-        self.head_changed.notify_one();
-    }
-
-    /// Remembers the head reported by a claim; wakes the idle waiter if it moved earlier.
-    fn note_head(&self, batch: &ClaimBatch, claimed_at: Instant) {
-        let due = batch.next_head_ms.filter(|h| h.is_finite()).map(|head| {
-            let wait_ms = (head - batch.now_ms as f64).max(0.0);
-            claimed_at + Duration::from_micros((wait_ms * 1000.0).min(1e15) as u64)
-        });
-        let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
-        let earlier = match (*next, due) {
-            (Some(old), Some(new)) => new < old,
-            (None, Some(_)) => true,
-            _ => false,
-        };
-        *next = due;
-        drop(next);
-        if earlier {
-            self.head_changed.notify_one();
-        }
-    }
-
-    /// Longest idle sleep: `notified_guard_interval` while keyspace notifications reach the
-    /// bridge (they are the wake-up; the guard is a safety net), else `guard_interval`.
-    fn guard(&self) -> Duration {
-        if self.health.notifications_live() {
-            self.config.notified_guard()
-        } else {
-            self.config.guard_interval
-        }
-    }
-
-    fn next_due(&self) -> Option<Instant> {
-        *self.next_due.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Mirrors an operator's pause, seen by a claim or a stats call, in the gauge and
-    /// `/readyz`; the first to see a change logs it, and a resume wakes the workers.
-    fn note_paused(&self, paused: bool) {
-        self.metrics.paused(self.shard, paused);
-        if self.health.set_paused(self.name(), paused) {
-            if paused {
-                tracing::warn!(trigger = %self.name(), "paused by an operator: nothing is claimed until `delay-bridge resume`");
-            } else {
-                tracing::info!(trigger = %self.name(), "resumed: claiming again");
-            }
-        }
-        let was = self
-            .paused
-            .swap(paused, std::sync::atomic::Ordering::Relaxed);
-        if was && !paused {
-            // A resume is no keyspace event: an idle worker that last saw the pause
-            // must not sleep its whole guard before it looks.
-            self.wake_all();
-        }
-    }
-
-    /// Whether this shard was paused when last seen.
-    fn is_paused(&self) -> bool {
-        self.paused.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Takes note of what the broker refused in a batch: a refusal of every member (the
-    /// sink's fault) goes to `/readyz` and is logged when it starts and ends; members
-    /// refused alone are logged at growing gaps, with the broker's words and the first id.
-    fn note_refusals(&self, plan: &settlement::Plan<'_>, went_through: bool, ids: &[MessageId]) {
-        if let Some(why) = &plan.sink_refusal {
-            self.health.sink_refuses(self.name(), self.sink.name(), why);
-        } else if went_through {
-            self.health.sink_accepts(self.name());
-        }
-        let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
-        match &plan.refused {
-            Some(r) => {
-                if let Some(unlogged) = refusals.failed() {
-                    let first = ids.get(r.first);
-                    tracing::warn!(sink = %self.sink.name(), refused = r.count, reply = %r.reply,
-                        first_id = first.map(MessageId::as_str), unlogged,
-                        "the broker refused messages published alone; each is retried with backoff, then dead-lettered as broker_refused");
-                }
-            }
-            None if went_through => {
-                refusals.recovered();
-            }
-            None => {}
-        }
-    }
-
-    /// Counts a failed Redis call. A lost or slow Redis is logged by [`Health`], once for
-    /// every caller; `true` when the error is this trigger's own and the caller logs it.
-    fn redis_error(&self, e: &StoreError) -> bool {
-        let kind = e.kind();
-        self.metrics.redis_error(kind);
-        if matches!(kind, "connection" | "timeout") {
-            self.health.redis_unreachable(e);
-            return false;
-        }
-        true
-    }
-}
+pub(crate) use forward::forward_dead_letters;
+pub(crate) use maintenance::maintain;
+pub(crate) use shard::Shard;
+pub(crate) use unserved::watch_unserved;
 
 /// Runs one worker over `shards` (one, or several that no other worker serves) until
 /// `stop`; `abort` cuts short the wait for confirmations at the shutdown deadline.
-pub async fn run(
-    shards: Vec<Arc<Trigger>>,
+pub(crate) async fn run(
+    shards: Vec<Arc<Shard>>,
     worker: usize,
     stop: CancellationToken,
     abort: CancellationToken,
@@ -317,7 +70,7 @@ pub async fn run(
 /// worker `w` serves shard `w mod shards` (alone or with other workers); with more, shard `s`
 /// is served by worker `s mod workers` alone. The first `min(shards, workers)` workers start
 /// at once; the others are started by their shard when it first has a backlog.
-pub fn assign(shards: &[Arc<Trigger>], workers: usize) -> Vec<Vec<Arc<Trigger>>> {
+pub(crate) fn assign(shards: &[Arc<Shard>], workers: usize) -> Vec<Vec<Arc<Shard>>> {
     let workers = workers.max(1);
     if shards.len() <= workers {
         (0..workers)
@@ -334,9 +87,9 @@ struct Worker {
     /// Position among the trigger's workers.
     id: usize,
     /// The shard being claimed from.
-    t: Arc<Trigger>,
+    t: Arc<Shard>,
     /// Every shard this worker serves; with more than one, no other worker serves them.
-    shards: Vec<Arc<Trigger>>,
+    shards: Vec<Arc<Shard>>,
     /// With several shards: which may have something due (woken, due or never looked at).
     ready: Vec<bool>,
     /// With several shards: when each is looked at again however quiet it seems.
@@ -392,7 +145,7 @@ impl Publishing {
 }
 
 /// What a claim came to.
-enum Claimed {
+enum Claim {
     /// Members to deliver, claimed at this instant.
     Batch(ClaimBatch, Instant),
     /// Nothing to take (none due, or paused): wait idle.
@@ -441,12 +194,12 @@ impl Worker {
             starting = false;
             self.turn = None;
             let (batch, claimed_at) = match claimed {
-                Claimed::Batch(batch, at) => (batch, at),
-                Claimed::Nothing => {
+                Claim::Batch(batch, at) => (batch, at),
+                Claim::Nothing => {
                     Box::pin(self.idle()).await;
                     continue;
                 }
-                Claimed::Wait(wait) => {
+                Claim::Wait(wait) => {
                     self.pause(wait).await;
                     continue;
                 }
@@ -477,11 +230,11 @@ impl Worker {
             let claimed = Box::pin(self.claim()).await;
             self.turn = None;
             match claimed {
-                Claimed::Batch(batch, at) => {
+                Claim::Batch(batch, at) => {
                     Box::pin(self.dispatch(publisher, batch, at)).await;
                 }
-                Claimed::Nothing => self.ready[self.current] = false,
-                Claimed::Wait(wait) => self.pause(wait).await,
+                Claim::Nothing => self.ready[self.current] = false,
+                Claim::Wait(wait) => self.pause(wait).await,
             }
         }
         self.finish().await;
@@ -594,80 +347,6 @@ impl Worker {
                 _ = self.stop.cancelled() => None,
             };
         }
-    }
-
-    /// Claims the next batch, or says how long to wait: until the next head when there was
-    /// nothing due or the trigger is paused, for a backoff when the claim failed.
-    async fn claim(&mut self) -> Claimed {
-        let asked = if std::mem::take(&mut self.witness) {
-            self.batch.size.max(2)
-        } else {
-            self.batch.size
-        };
-        let started = Instant::now();
-        let batch = match self.t.store.claim(asked, self.t.config.lease).await {
-            Ok(batch) => batch,
-            Err(e) => {
-                let own = self.t.redis_error(&e);
-                if let Some(unlogged) = self.redis_failures.failed().filter(|_| own) {
-                    let failures = self.redis_failures.count();
-                    if e.kind() == "wrong_type" {
-                        // Nothing moved (the scripts check types before writing), but
-                        // nothing will until an operator fixes the key.
-                        tracing::error!(error = %e, failures, unlogged,
-                            "a key of this trigger holds the wrong type; nothing is claimed until it is renamed or deleted");
-                    } else {
-                        tracing::warn!(error = %e, kind = e.kind(), failures, unlogged, "claim failed, backing off");
-                    }
-                }
-                return Claimed::Wait(ERROR_BACKOFF.delay(self.redis_failures.count()));
-            }
-        };
-        if let Some(failures) = self.redis_failures.recovered() {
-            tracing::debug!(failures, "claiming again");
-        }
-        self.t.health.redis_answered();
-        let claimed_at = Instant::now();
-        let took = claimed_at - started;
-        if batch.repaired > 0 {
-            // Once per stray write: the script rewrote the fields, the next claim finds them valid.
-            self.t.metrics.control_repaired(batch.repaired);
-            tracing::warn!(trigger = %self.t.name(), key = %self.t.store.keys().control,
-                fields = batch.repaired, "repaired control fields out of range (a stray write to the control hash)");
-        }
-        self.t.note_paused(batch.paused);
-        if batch.paused || batch.rate_wait.is_some() {
-            // Held by an operator or the rate limit: nothing was looked at.
-            self.t.metrics.held(took, batch.rate_wait.is_some());
-            return match batch.rate_wait {
-                // Whatever the reply says, the worker claims again within its guard interval.
-                Some(wait) => Claimed::Wait(wait.max(RATE_TICK).min(self.t.config.guard_interval)),
-                None => Claimed::Nothing,
-            };
-        }
-        self.t.metrics.claimed(batch.items.len(), took);
-        if !batch.items.is_empty() {
-            self.t
-                .claimed
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.batch.adapt(batch.items.len(), took);
-        self.t.note_head(&batch, claimed_at);
-        if batch.skipped > 0 {
-            self.t
-                .held_back
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        if batch.items.is_empty() {
-            return Claimed::Nothing;
-        }
-        let more_due = batch.items.len() >= asked
-            || batch.next_head_ms.is_some_and(|h| h <= batch.now_ms as f64);
-        if more_due {
-            self.t.start_extra_workers();
-            self.t.backlog.notify_waiters();
-        }
-        Claimed::Batch(batch, claimed_at)
     }
 
     /// Delivers the batch in its own task, keeping at most [`MAX_IN_FLIGHT`] at once.

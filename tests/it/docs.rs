@@ -321,7 +321,7 @@ fn commands(cmd: &clap::Command, path: &str, out: &mut Vec<(String, Flags)>) {
 fn the_command_line_reference_names_every_command_and_flag() {
     let doc = read("docs/cli.md");
     let mut all = Vec::new();
-    commands(&delay_bridge::cli::Cli::command(), "", &mut all);
+    commands(&delay_bridge::Cli::command(), "", &mut all);
     assert!(all.len() > 15, "only {} commands found", all.len());
     let mut missing = Vec::new();
     for (path, flags) in all {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use delay_bridge::keys::QueueKeys;
-use delay_bridge::store::{Body, Settlement, Store};
+use delay_bridge::store::{Body, Store};
 
 const LEASE: Duration = Duration::from_secs(600);
 
@@ -61,7 +61,7 @@ async fn an_id_added_again_while_in_flight_keeps_its_new_body() {
     // Rescheduled with a new body while v1 is being published.
     produce(&s, "order-1", b"v2", now - 5).await;
     let settled = s
-        .settle(a.deadline_ms, 3, &Settlement::ack_unpublished(&a.items))
+        .settle(a.deadline_ms, 3, &ack_all(&a.items))
         .await
         .unwrap();
     assert_eq!(settled.acked, 1);
@@ -73,7 +73,7 @@ async fn an_id_added_again_while_in_flight_keeps_its_new_body() {
     let b = s.claim(10, LEASE).await.unwrap();
     assert_eq!(b.items.len(), 1);
     assert_eq!(b.items[0].body, Body::Stored(b"v2".to_vec()));
-    s.settle(b.deadline_ms, 3, &Settlement::ack_unpublished(&b.items))
+    s.settle(b.deadline_ms, 3, &ack_all(&b.items))
         .await
         .unwrap();
     assert_eq!(
@@ -97,7 +97,7 @@ async fn an_id_added_again_while_in_flight_keeps_its_new_body() {
         Some(&b"y2"[..]),
         "the copy in flight may still be delivered or retried: its body stays"
     );
-    s.settle(c.deadline_ms, 3, &Settlement::ack_unpublished(&c.items))
+    s.settle(c.deadline_ms, 3, &ack_all(&c.items))
         .await
         .unwrap();
     assert_eq!(body_of(&mut r, &k, "order-3").await, None);

@@ -53,7 +53,7 @@ async fn a_member_added_again_while_in_flight_keeps_its_second_schedule() {
 
     // A is confirmed: only A's lease ends; the second schedule is still there.
     let settled = s
-        .settle(a.deadline_ms, 3, &Settlement::ack_unpublished(&a.items))
+        .settle(a.deadline_ms, 3, &ack_all(&a.items))
         .await
         .unwrap();
     assert_eq!(settled.acked, 1);
@@ -63,7 +63,7 @@ async fn a_member_added_again_while_in_flight_keeps_its_second_schedule() {
     let c = s.claim(10, LEASE).await.unwrap();
     assert_eq!(c.items.len(), 1, "the second schedule is delivered too");
     assert_eq!(c.items[0].attempt, 1);
-    s.settle(c.deadline_ms, 3, &Settlement::ack_unpublished(&c.items))
+    s.settle(c.deadline_ms, 3, &ack_all(&c.items))
         .await
         .unwrap();
 
@@ -103,7 +103,7 @@ async fn a_stale_batch_cannot_ack_a_newer_claim() {
         "the expired lease counted as an attempt"
     );
     let settled = s
-        .settle(a.deadline_ms, 3, &Settlement::ack_unpublished(&a.items))
+        .settle(a.deadline_ms, 3, &ack_all(&a.items))
         .await
         .unwrap();
     assert_eq!(settled.acked, 0, "A no longer owns m");
@@ -215,7 +215,7 @@ async fn an_attempt_count_does_not_outlive_its_member() {
         b.items[0].attempt, 1,
         "a new schedule starts with attempt 1"
     );
-    s.settle(b.deadline_ms, 10, &Settlement::ack_unpublished(&b.items))
+    s.settle(b.deadline_ms, 10, &ack_all(&b.items))
         .await
         .unwrap();
 

@@ -5,6 +5,7 @@ mod common;
 
 mod admin;
 mod amqp;
+mod architecture;
 mod cluster;
 mod config;
 mod config_load;

@@ -5,16 +5,18 @@
 //! connection), the culprit's and its innocent neighbours' alike, and the reply code does not
 //! say whose fault it was (403 is a routing key outside the user's topic permissions as much
 //! as permissions revoked for all of them; 404 a deleted exchange). The effect says it: a
-//! message that makes the broker close the channel when published alone, while others of the
-//! batch go through, is refused for what it is (`BrokerRefused`: an attempt, then a dead
-//! letter); when nothing goes through, alone or together, the sink refuses every message
-//! (`SinkRefused`: put back without an attempt, and the worker backs off).
+//! message the broker refuses alone on both sides of another message's confirmation is
+//! refused for what it is (`BrokerRefused`: an attempt, then a dead letter; see
+//! [`refused`](super::refused)); while nothing goes through, alone or together, the sink
+//! refuses every message (`SinkRefused`: put back without an attempt, and the worker backs
+//! off).
 
 use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection};
 use tokio_util::sync::CancellationToken;
 
 use super::publisher::{confirmation, properties, AmqpPublisher, Target, MANDATORY};
+use super::refused::Verdict;
 use crate::sink::{record_outcome, Confirms, OutMessage, Outcome, PublishError};
 
 /// True when `r` is a member the close may have failed without its fault: to be tried again.
@@ -76,11 +78,10 @@ impl AmqpPublisher {
         }
     }
 
-    /// Publishes each of `suspects` alone: on a channel with nothing else unconfirmed, the
-    /// next one sent only once the last is answered, so that a close is this message's and
-    /// no frame follows it (frames on a channel the broker has closed make it close the whole
-    /// connection). On the shared connection while it stands (a channel costs no other
-    /// trigger anything), else on one of the publisher's own.
+    /// Publishes each of `suspects` alone (see [`Alone`]). A refusal is judged by
+    /// [`Refused`](super::refused::Refused): unproven ones are tried alone once more at the
+    /// end of the pass if another message went through since, and what is still unproven is
+    /// the sink's, for now (put back without an attempt).
     async fn one_by_one(
         &self,
         target: &Target<'_>,
@@ -89,70 +90,49 @@ impl AmqpPublisher {
         results: &mut [Outcome],
         confirms: Option<&Confirms>,
     ) {
-        // Only what goes through after a refusal tells it was the message's: a message
-        // confirmed before it says nothing of an exchange deleted or permissions revoked
-        // since (a revocation can take effect between two messages of this pass).
-        let mut last_confirmed: Option<usize> = None;
-        let mut refused_alone = Vec::new();
-        let mut private: Option<Connection> = None;
-        let mut channel: Option<Channel> = None;
-        for (order, i) in suspects.into_iter().enumerate() {
-            let open = match channel.take().filter(|c| c.status().connected()) {
-                Some(c) => Ok(c),
-                None => self.fresh_channel(&mut private).await,
-            };
-            let ch = match open {
-                Ok(ch) => ch,
-                Err(e) => {
-                    results[i] = Err(e);
-                    continue;
-                }
-            };
-            let m = &messages[i];
-            let sent = ch
-                .basic_publish(
-                    target.exchange,
-                    m.routing_key.unwrap_or(target.routing_key),
-                    MANDATORY,
-                    m.payload,
-                    properties(target.trigger, m),
-                )
-                .await;
-            let outcome = match sent {
-                Ok(confirm) => confirmation(confirm.await),
-                Err(e) => Err(closed_or_lost(e)),
-            };
-            match outcome {
+        let mut alone = Alone::default();
+        // Refused and not yet proven: index, reply, the clock when refused.
+        let mut unproven: Vec<(usize, u16, String, u64)> = Vec::new();
+        for i in suspects {
+            match alone.publish(self, target, &messages[i]).await {
                 Ok(c) => {
-                    last_confirmed = Some(order);
+                    self.taken.add(1);
                     record_outcome(results, i, Ok(c), confirms);
                 }
                 Err(PublishError::Closed { code, text }) => {
-                    refused_alone.push((order, i, code, text))
+                    let taken = self.taken.now();
+                    match self.refused.judge(messages[i].id, taken) {
+                        Verdict::Culprit => {
+                            results[i] = Err(PublishError::BrokerRefused { code, text })
+                        }
+                        Verdict::Unproven => unproven.push((i, code, text, taken)),
+                    }
                 }
                 Err(e) => results[i] = Err(e),
             }
-            channel = Some(ch);
         }
-        if let Some(ch) = channel.filter(|c| c.status().connected()) {
-            let _ = ch.close(200, "isolated").await;
-        }
-        if let Some(conn) = private {
-            let _ = conn.close(200, "isolated").await;
-        }
-        for (order, i, code, text) in refused_alone {
-            let id = messages[i].id;
-            // Refused alone while another went through after it, now or on an earlier try:
-            // its fault. Refused with nothing through after it: the sink's, for now.
-            let witnessed = last_confirmed.is_some_and(|last| last > order);
-            let culprit = witnessed || self.refused.was_refused(id);
-            results[i] = Err(if culprit {
-                self.refused.remember(id);
-                PublishError::BrokerRefused { code, text }
+        for (i, code, text, taken) in unproven {
+            let again = if self.taken.now() > taken {
+                alone.publish(self, target, &messages[i]).await
             } else {
-                PublishError::SinkRefused { code, text }
-            });
+                Err(PublishError::Closed { code, text })
+            };
+            let outcome = match again {
+                Ok(c) => {
+                    self.taken.add(1);
+                    Ok(c)
+                }
+                Err(PublishError::Closed { code, text }) => {
+                    match self.refused.judge(messages[i].id, self.taken.now()) {
+                        Verdict::Culprit => Err(PublishError::BrokerRefused { code, text }),
+                        Verdict::Unproven => Err(PublishError::SinkRefused { code, text }),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            record_outcome(results, i, outcome, confirms);
         }
+        alone.close().await;
     }
 
     /// A new confirm-mode channel on the shared connection while it stands, else on the
@@ -179,6 +159,55 @@ impl AmqpPublisher {
             .await
             .map_err(closed_or_lost)?;
         Ok(ch)
+    }
+}
+
+/// One message at a time: on a channel with nothing else unconfirmed, the next one sent
+/// only once the last is answered, so that a close is this message's and no frame follows it
+/// (frames on a channel the broker has closed make it close the whole connection). On the
+/// shared connection while it stands (a channel costs no other trigger anything), else on
+/// one of the publisher's own.
+#[derive(Default)]
+struct Alone {
+    private: Option<Connection>,
+    channel: Option<Channel>,
+}
+
+impl Alone {
+    async fn publish(
+        &mut self,
+        publisher: &AmqpPublisher,
+        target: &Target<'_>,
+        m: &OutMessage<'_>,
+    ) -> Outcome {
+        let ch = match self.channel.take().filter(|c| c.status().connected()) {
+            Some(c) => c,
+            None => publisher.fresh_channel(&mut self.private).await?,
+        };
+        let sent = ch
+            .basic_publish(
+                target.exchange,
+                m.routing_key.unwrap_or(target.routing_key),
+                MANDATORY,
+                m.payload,
+                properties(target.trigger, m),
+            )
+            .await;
+        let outcome = match sent {
+            Ok(confirm) => confirmation(confirm.await),
+            Err(e) => Err(closed_or_lost(e)),
+        };
+        self.channel = Some(ch);
+        outcome
+    }
+
+    async fn close(self) {
+        if let Some(ch) = self.channel.filter(|c| c.status().connected()) {
+            let _ = ch.close(200, "isolated").await;
+        }
+        if let Some(conn) = self.private {
+            let _ = conn.close(200, "isolated").await;
+        }
     }
 }
 

@@ -2,7 +2,6 @@
 //! what each confirmation proves.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
@@ -13,13 +12,12 @@ use lapin::{BasicProperties, Channel, Connection};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::envelope::HeaderValue;
-use tokio_util::sync::CancellationToken;
 
 use super::frame;
 use super::Connector;
 use crate::config::{AmqpRoute, AmqpRouting};
 use crate::sink::{
-    await_confirms, record_outcome, Confirmed, Confirms, OutMessage, Outcome, PublishError,
+    await_confirms, record_outcome, Batch, Confirmed, OutMessage, Outcome, PublishError,
 };
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_TRIGGER};
 
@@ -41,6 +39,8 @@ pub struct AmqpPublisher {
     pub(super) connector: Arc<Connector>,
     /// Messages the broker refused alone, shared by the sink's publishers.
     pub(super) refused: Arc<super::refused::Refused>,
+    /// Messages confirmed on the route's exchange, by every publisher of the sink.
+    pub(super) taken: super::refused::Taken,
     pub(super) route: AmqpRoute,
     /// The sink's window of unconfirmed messages (`max_unconfirmed`), shared by every
     /// publisher on its connection.
@@ -64,14 +64,14 @@ impl AmqpPublisher {
 
     /// Publishes the whole batch back to back, then collects the confirmations (each also to
     /// `confirms` as it arrives).
-    pub async fn publish_batch(
-        &mut self,
-        trigger: &str,
-        messages: &[OutMessage<'_>],
-        timeout: Duration,
-        abort: &CancellationToken,
-        confirms: Option<&Confirms>,
-    ) -> Vec<Outcome> {
+    pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
+        let Batch {
+            trigger,
+            messages,
+            timeout,
+            abort,
+            confirms,
+        } = batch;
         let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
         let exchange = self.route.exchange.as_str();
         let routing_key = match &self.route.routing {
@@ -150,6 +150,8 @@ impl AmqpPublisher {
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         await_confirms(&mut results, pending, left, abort, confirms).await;
+        self.taken
+            .add(results.iter().filter(|r| r.is_ok()).count() as u64);
         if !self.conn.status().blocked() {
             let target = Target {
                 exchange,
@@ -159,6 +161,14 @@ impl AmqpPublisher {
             self.isolate(&target, messages, &mut results, deadline, abort, confirms)
                 .await;
         }
+        self.unanswered(&mut results);
+        results
+    }
+
+    /// What a confirmation still owed says once publishing is over: under a resource alarm,
+    /// nothing of the messages (back without an attempt); on a closed channel, nothing either
+    /// (a refusal closes it for every message on it, and the answer can no longer come).
+    fn unanswered(&self, results: &mut [Outcome]) {
         let unanswered = if self.conn.status().blocked() {
             // A resource alarm, not the messages: back without an attempt.
             Some(PublishError::Blocked)
@@ -172,13 +182,12 @@ impl AmqpPublisher {
             None
         };
         if let Some(e) = unanswered {
-            for r in &mut results {
+            for r in results.iter_mut() {
                 if matches!(r, Err(PublishError::Timeout)) {
                     *r = Err(e.clone());
                 }
             }
         }
-        results
     }
 }
 

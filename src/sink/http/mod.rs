@@ -14,7 +14,7 @@ use prometheus::IntCounter;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::{await_confirms, Confirms, OutMessage, Outcome, PublishError};
+use super::{await_confirms, Batch, OutMessage, Outcome, PublishError};
 use crate::config::{HttpRoute, HttpSinkConfig};
 use crate::metrics::Metrics;
 pub use outcome::{retry_after, retryable, MAX_BODY, MAX_EXCERPT};
@@ -210,14 +210,14 @@ impl HttpPublisher {
     /// answer and every one to the route's own URL failed to connect, the endpoint is down:
     /// those messages go back without an attempt, and the route gets no publisher until the
     /// endpoint accepts connections again.
-    pub async fn publish_batch(
-        &mut self,
-        trigger: &str,
-        messages: &[OutMessage<'_>],
-        timeout: Duration,
-        abort: &CancellationToken,
-        confirms: Option<&Confirms>,
-    ) -> Vec<Outcome> {
+    pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
+        let Batch {
+            trigger,
+            messages,
+            timeout,
+            abort,
+            confirms,
+        } = batch;
         let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
         // Per message: sent (not refused before sending), and failed to connect.
         let mut sent = vec![false; messages.len()];
@@ -366,14 +366,15 @@ mod tests {
             url: None,
         };
         let batch = [message(None), message(Some(&bad)), message(None)];
+        let abort = CancellationToken::new();
         let outcomes = publisher
-            .publish_batch(
-                "t",
-                &batch,
-                Duration::from_secs(5),
-                &CancellationToken::new(),
-                None,
-            )
+            .publish_batch(Batch {
+                trigger: "t",
+                messages: &batch,
+                timeout: Duration::from_secs(5),
+                abort: &abort,
+                confirms: None,
+            })
             .await;
         let dispositions: Vec<Disposition> = outcomes
             .iter()

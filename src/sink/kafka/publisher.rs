@@ -8,14 +8,13 @@ use std::time::Duration;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer};
-use tokio_util::sync::CancellationToken;
 
 use super::delivery::Report;
 use super::errors::classify;
-use super::{down, Current, Shared};
+use super::{down, Instance, SinkState};
 use crate::config::{KafkaKey, KafkaRoute};
 use crate::sink::{
-    await_confirms, record_outcome, Confirms, Disposition, OutMessage, Outcome, PublishError,
+    await_confirms, record_outcome, Batch, Disposition, OutMessage, Outcome, PublishError,
 };
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_ID, HEADER_TRIGGER};
 
@@ -25,7 +24,7 @@ const QUEUE_FULL_RETRY: Duration = Duration::from_millis(5);
 /// A worker's handle on the sink's producer (whichever instance is current).
 #[derive(Clone)]
 pub struct KafkaPublisher {
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<SinkState>,
     pub(super) route: KafkaRoute,
 }
 
@@ -37,17 +36,17 @@ impl KafkaPublisher {
 
     /// Enqueues every record (waiting for room on `QueueFull`), then awaits the delivery
     /// reports (each also to `confirms` as it arrives).
-    pub async fn publish_batch(
-        &mut self,
-        trigger: &str,
-        messages: &[OutMessage<'_>],
-        timeout: Duration,
-        abort: &CancellationToken,
-        confirms: Option<&Confirms>,
-    ) -> Vec<Outcome> {
+    pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
+        let Batch {
+            trigger,
+            messages,
+            timeout,
+            abort,
+            confirms,
+        } = batch;
         let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
         let KafkaRoute { topic, key } = &self.route;
-        let Current { producer, health } = self.shared.current();
+        let Instance { producer, health } = self.shared.current();
         if !health.is_up() {
             // Claimed while the broker went away: hand the batch back untouched.
             results.fill(Err(down()));
@@ -58,58 +57,7 @@ impl KafkaPublisher {
         let deadline = tokio::time::Instant::now() + timeout;
         let (mut due, mut attempt) = (itoa::Buffer::new(), itoa::Buffer::new());
         'messages: for (i, m) in messages.iter().enumerate() {
-            let mut headers = OwnedHeaders::new_with_capacity(4);
-            let mut own_key = None;
-            if let Some(p) = m.properties {
-                // The envelope's headers first; the bridge's own names are the bridge's.
-                let properties = [
-                    ("content-type", &p.content_type),
-                    ("content-encoding", &p.content_encoding),
-                    ("correlation-id", &p.correlation_id),
-                ];
-                for (name, value) in &p.headers {
-                    // The bridge's own names are the bridge's, and a property the envelope
-                    // sets wins over a header of the same name: one header each.
-                    let taken = [HEADER_TRIGGER, HEADER_DUE_MS, HEADER_ATTEMPT, HEADER_ID]
-                        .contains(&name.as_str())
-                        || properties
-                            .iter()
-                            .any(|(n, v)| v.is_some() && n.eq_ignore_ascii_case(name));
-                    if taken {
-                        continue;
-                    }
-                    headers = headers.insert(Header {
-                        key: name,
-                        value: Some(&value.to_text()),
-                    });
-                }
-                for (name, value) in properties {
-                    if let Some(value) = value {
-                        headers = headers.insert(Header {
-                            key: name,
-                            value: Some(value),
-                        });
-                    }
-                }
-                own_key = p.kafka_key.as_deref();
-            }
-            let headers = headers
-                .insert(Header {
-                    key: HEADER_TRIGGER,
-                    value: Some(trigger),
-                })
-                .insert(Header {
-                    key: HEADER_DUE_MS,
-                    value: Some(due.format(m.due_ms)),
-                })
-                .insert(Header {
-                    key: HEADER_ATTEMPT,
-                    value: Some(attempt.format(m.attempt)),
-                })
-                .insert(Header {
-                    key: HEADER_ID,
-                    value: Some(m.id),
-                });
+            let (headers, own_key) = headers_of(trigger, m, &mut due, &mut attempt);
             let mut record = BaseRecord::<[u8], [u8], Box<Report>>::with_opaque_to(
                 topic,
                 Report::new(&reports, i),
@@ -177,21 +125,88 @@ impl KafkaPublisher {
             health.fatal.store(true, Ordering::Relaxed);
         }
         if !health.is_up() {
-            // The sink failed, not the messages: no attempt is counted, and the worker stops
-            // claiming until a broker is back.
-            for r in &mut results {
-                let transient = match r {
-                    Err(PublishError::Timeout) => true,
-                    Err(e @ PublishError::Kafka { .. }) => e.disposition() == Disposition::Retry,
-                    _ => false,
-                };
-                if transient {
-                    *r = Err(down());
-                }
-            }
+            sink_failed(&mut results);
         }
         results
     }
+}
+
+/// The broker went away: what failed for the sink's sake (a timeout, a retryable Kafka error)
+/// goes back without an attempt, and the worker stops claiming until a broker is back.
+fn sink_failed(results: &mut [Outcome]) {
+    for r in results.iter_mut() {
+        let transient = match r {
+            Err(PublishError::Timeout) => true,
+            Err(e @ PublishError::Kafka { .. }) => e.disposition() == Disposition::Retry,
+            _ => false,
+        };
+        if transient {
+            *r = Err(down());
+        }
+    }
+}
+
+/// A record's headers: the envelope's headers and properties first, then the bridge's own
+/// (which win over an envelope's of the same name); and the envelope's Kafka key, if any.
+fn headers_of<'m>(
+    trigger: &str,
+    m: &OutMessage<'m>,
+    due: &mut itoa::Buffer,
+    attempt: &mut itoa::Buffer,
+) -> (OwnedHeaders, Option<&'m [u8]>) {
+    let mut headers = OwnedHeaders::new_with_capacity(4);
+    let mut own_key = None;
+    if let Some(p) = m.properties {
+        // The envelope's headers first; the bridge's own names are the bridge's.
+        let properties = [
+            ("content-type", &p.content_type),
+            ("content-encoding", &p.content_encoding),
+            ("correlation-id", &p.correlation_id),
+        ];
+        for (name, value) in &p.headers {
+            // The bridge's own names are the bridge's, and a property the envelope
+            // sets wins over a header of the same name: one header each.
+            let taken = [HEADER_TRIGGER, HEADER_DUE_MS, HEADER_ATTEMPT, HEADER_ID]
+                .contains(&name.as_str())
+                || properties
+                    .iter()
+                    .any(|(n, v)| v.is_some() && n.eq_ignore_ascii_case(name));
+            if taken {
+                continue;
+            }
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(&value.to_text()),
+            });
+        }
+        for (name, value) in properties {
+            if let Some(value) = value {
+                headers = headers.insert(Header {
+                    key: name,
+                    value: Some(value),
+                });
+            }
+        }
+        own_key = p.kafka_key.as_deref();
+    }
+    let headers = headers
+        .insert(Header {
+            key: HEADER_TRIGGER,
+            value: Some(trigger),
+        })
+        .insert(Header {
+            key: HEADER_DUE_MS,
+            value: Some(due.format(m.due_ms)),
+        })
+        .insert(Header {
+            key: HEADER_ATTEMPT,
+            value: Some(attempt.format(m.attempt)),
+        })
+        .insert(Header {
+            key: HEADER_ID,
+            value: Some(m.id),
+        });
+    (headers, own_key)
 }
 
 #[cfg(test)]

@@ -267,3 +267,12 @@ pub async fn dead_letter(r: &mut Conn, key: &str, member: &str, at_ms: i64, reas
         .await
         .unwrap();
 }
+
+/// A settlement that acks every claimed member, as the settle script sees a batch the
+/// broker confirmed in full (the scripts' tests have no broker to confirm).
+pub fn ack_all(items: &[delay_bridge::store::Claimed]) -> delay_bridge::store::Settlement<'_> {
+    delay_bridge::store::Settlement {
+        ack: items.iter().map(|c| c.member.as_slice()).collect(),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,130 @@
+//! The `[redis]` section: the URL or the cluster's seed nodes, and the timeouts.
+
+use std::collections::HashSet;
+
+use super::super::{Config, RedisConfig, RedisMode};
+use super::Parsed;
+
+/// Problems of `[redis]` (none when the section did not parse: reported already).
+pub(super) fn redis_problems(parsed: &Parsed, push: &mut impl FnMut(String, String)) {
+    let config: &Config = &parsed.config;
+    let cluster = config.redis.mode == RedisMode::Cluster;
+    if cluster && !parsed.broken_redis {
+        cluster_problems(&config.redis, push);
+    } else if !config.redis.nodes.is_empty() && !parsed.broken_redis {
+        push(
+            "redis.nodes".into(),
+            "only for mode = \"cluster\"; a standalone server is given by redis.url".into(),
+        );
+    }
+    match url::Url::parse(&config.redis.url) {
+        _ if parsed.broken_redis => {}
+        Ok(u) if matches!(u.scheme(), "redis" | "rediss") => {
+            if let Some(why) = redis_client_refuses(&config.redis.url) {
+                push("redis.url".into(), why);
+            }
+        }
+        Ok(u) => push(
+            "redis.url".into(),
+            format!(
+                "scheme `{}` is not supported, use redis:// or rediss://",
+                u.scheme()
+            ),
+        ),
+        Err(e) => push("redis.url".into(), format!("not a valid URL: {e}")),
+    }
+    if config.redis.connect_timeout.is_zero() {
+        push(
+            "redis.connect_timeout".into(),
+            "must be greater than zero".into(),
+        );
+    }
+    if config.redis.response_timeout.is_zero() {
+        push(
+            "redis.response_timeout".into(),
+            "must be greater than zero".into(),
+        );
+    }
+}
+
+/// What the Redis client says of `url` (`rediss://` read as `redis://`: the bridge wraps TLS
+/// itself), if it will not connect to it: `redis:/host:port` is a URL, but names no host.
+fn redis_client_refuses(url: &str) -> Option<String> {
+    use redis::IntoConnectionInfo;
+    let plain = match url.strip_prefix("rediss://") {
+        Some(rest) => format!("redis://{rest}"),
+        None => url.to_string(),
+    };
+    let host_missing = url::Url::parse(&plain)
+        .is_ok_and(|u| u.scheme() == "redis" && u.host_str().is_none_or(str::is_empty));
+    if host_missing {
+        return Some("names no host: write redis://HOST:PORT".into());
+    }
+    plain
+        .as_str()
+        .into_connection_info()
+        .err()
+        .map(|e| format!("the Redis client refuses it: {e}"))
+}
+
+/// The seed nodes of cluster mode: at least one, each a `redis://` or `rediss://` URL of
+/// database 0, all with the same scheme; and `url` left alone.
+fn cluster_problems(redis: &RedisConfig, push: &mut impl FnMut(String, String)) {
+    if redis.nodes.is_empty() {
+        push(
+            "redis.nodes".into(),
+            "cluster mode needs at least one seed node, e.g. [\"redis://10.0.0.1:6379\"]".into(),
+        );
+    }
+    if redis.url != super::super::default_redis_url() {
+        push(
+            "redis.url".into(),
+            "standalone only; in cluster mode list seed nodes in redis.nodes".into(),
+        );
+    }
+    let mut schemes = HashSet::new();
+    for (i, node) in redis.nodes.iter().enumerate() {
+        let key = format!("redis.nodes[{i}]");
+        match url::Url::parse(node) {
+            Ok(u) if !matches!(u.scheme(), "redis" | "rediss") => push(
+                key,
+                format!(
+                    "scheme `{}` is not supported, use redis:// or rediss://",
+                    u.scheme()
+                ),
+            ),
+            Ok(u) if u.host_str().is_none_or(str::is_empty) => push(key, "names no host".into()),
+            Ok(_) if redis_client_refuses(node).is_some() => {
+                push(key, redis_client_refuses(node).unwrap_or_default())
+            }
+            Ok(u) if !matches!(u.path(), "" | "/" | "/0") => push(
+                key,
+                format!("`{}`: a cluster has database 0 only", u.path()),
+            ),
+            Ok(u) => {
+                schemes.insert(u.scheme().to_string());
+            }
+            Err(e) => push(key, format!("not a valid URL: {e}")),
+        }
+    }
+    if schemes.len() > 1 {
+        push(
+            "redis.nodes".into(),
+            "mixes redis:// and rediss://: a cluster is reached with TLS or without".into(),
+        );
+    }
+    if let Some(tls) = &redis.tls {
+        if tls.server_name.is_some() {
+            push(
+                "redis.tls.server_name".into(),
+                "not supported in cluster mode: each node's certificate must carry the address it announces".into(),
+            );
+        }
+        if tls.insecure {
+            push(
+                "redis.tls.insecure".into(),
+                "not supported in cluster mode".into(),
+            );
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The `[sinks.NAME]` sections: AMQP addresses and bounds, declared topology, Kafka
+//! brokers and the producer properties that would void a delivery report's proof.
+
+use std::collections::HashSet;
+
+use super::super::{AmqpSinkConfig, Config, SinkConfig};
+use super::{too_long, too_long_name, valid_name, HOUR, MAX_CHANNELS, MAX_UNCONFIRMED};
+
+/// Problems of every sink.
+pub(super) fn sink_problems(config: &Config, push: &mut impl FnMut(String, String)) {
+    for (name, sink) in &config.sinks {
+        if !valid_name(name) {
+            push(
+                format!("sinks.{name}"),
+                "sink names may only contain A-Z, a-z, 0-9, `_`, `-` and `.`".into(),
+            );
+        }
+        match sink {
+            SinkConfig::Amqp(amqp) => {
+                for (key, why) in amqp_addresses(name, amqp) {
+                    push(key, why);
+                }
+                if let Some(why) = too_long(amqp.reconnect_max, HOUR) {
+                    push(format!("sinks.{name}.reconnect_max"), why);
+                }
+                if amqp.channels == 0 || amqp.channels > MAX_CHANNELS {
+                    push(
+                        format!("sinks.{name}.channels"),
+                        format!(
+                            "must be between 1 and {MAX_CHANNELS}, got {}",
+                            amqp.channels
+                        ),
+                    );
+                }
+                if amqp.max_unconfirmed == 0 || amqp.max_unconfirmed > MAX_UNCONFIRMED {
+                    push(
+                        format!("sinks.{name}.max_unconfirmed"),
+                        format!(
+                            "must be between 1 and {MAX_UNCONFIRMED}, got {}",
+                            amqp.max_unconfirmed
+                        ),
+                    );
+                }
+                for (i, d) in amqp.declare.iter().enumerate() {
+                    for (field, value) in [
+                        ("exchange", Some(&d.exchange)),
+                        ("queue", d.queue.as_ref()),
+                        ("binding_key", d.binding_key.as_ref()),
+                    ] {
+                        if let Some(why) = value.and_then(|v| too_long_name(v)) {
+                            push(format!("sinks.{name}.declare[{i}].{field}"), why);
+                        }
+                    }
+                    if d.queue_type.is_some() && d.queue.is_none() {
+                        push(
+                            format!("sinks.{name}.declare[{i}].queue_type"),
+                            "needs a `queue` to declare".into(),
+                        );
+                    }
+                    if d.exchange.is_empty() {
+                        push(
+                            format!("sinks.{name}.declare[{i}].exchange"),
+                            "must not be empty".into(),
+                        );
+                    }
+                }
+            }
+            SinkConfig::Http(http) => {
+                for (key, why) in crate::config::http::problems(http) {
+                    push(format!("sinks.{name}.{key}"), why);
+                }
+            }
+            SinkConfig::Kafka(kafka) => {
+                if kafka.brokers.trim().is_empty() {
+                    push(format!("sinks.{name}.brokers"), "must not be empty".into());
+                }
+                if !kafka.accept_possible_loss {
+                    for (property, why) in unsafe_kafka_properties(&kafka.properties) {
+                        push(format!("sinks.{name}.properties.{property}"), why);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Problems with an AMQP sink's addresses: exactly one of `url` and `urls`, each a valid
+/// amqp(s) URL, and the nodes of one cluster: only host, port and query may differ, since the
+/// credentials, `password_file` and the vhost apply to whichever node the bridge is on.
+fn amqp_addresses(name: &str, amqp: &AmqpSinkConfig) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let keys: Vec<String> = match (&amqp.url, &amqp.urls) {
+        (Some(_), Some(_)) => {
+            out.push((
+                format!("sinks.{name}.urls"),
+                "give `url` (one node) or `urls` (the nodes of a cluster), not both".into(),
+            ));
+            return out;
+        }
+        (None, None) => {
+            out.push((
+                format!("sinks.{name}.url"),
+                "missing: give `url` (one node) or `urls` (the nodes of a cluster)".into(),
+            ));
+            return out;
+        }
+        (Some(_), None) => vec![format!("sinks.{name}.url")],
+        (None, Some(urls)) if urls.is_empty() => {
+            out.push((
+                format!("sinks.{name}.urls"),
+                "must list at least one address".into(),
+            ));
+            return out;
+        }
+        (None, Some(urls)) => (0..urls.len())
+            .map(|i| format!("sinks.{name}.urls[{i}]"))
+            .collect(),
+    };
+    let mut first: Option<url::Url> = None;
+    let mut seen = HashSet::new();
+    for (key, raw) in keys.into_iter().zip(amqp.addresses()) {
+        let u = match url::Url::parse(raw) {
+            Ok(u) if matches!(u.scheme(), "amqp" | "amqps") => {
+                // What the AMQP client will make of it (it reads the vhost and the query).
+                if let Err(e) = raw.parse::<lapin::uri::AMQPUri>() {
+                    out.push((key, format!("the AMQP client refuses it: {e}")));
+                    continue;
+                }
+                if u.host_str().is_none_or(str::is_empty) {
+                    out.push((
+                        key,
+                        "names no host: write amqp://USER@HOST:PORT/VHOST".into(),
+                    ));
+                    continue;
+                }
+                u
+            }
+            Ok(u) => {
+                let why = format!(
+                    "scheme `{}` is not supported, use amqp:// or amqps://",
+                    u.scheme()
+                );
+                out.push((key, why));
+                continue;
+            }
+            Err(e) => {
+                out.push((key, format!("not a valid URL: {e}")));
+                continue;
+            }
+        };
+        let node = (u.host_str().map(str::to_string), u.port());
+        if !seen.insert(node.clone()) {
+            let host = node.0.unwrap_or_default();
+            let port = node.1.map_or_else(String::new, |p| format!(":{p}"));
+            out.push((key, format!("`{host}{port}` is listed twice")));
+            continue;
+        }
+        match &first {
+            None => first = Some(u),
+            Some(f) => {
+                let differs: Vec<&str> = [
+                    ("the scheme", f.scheme() != u.scheme()),
+                    ("the user", f.username() != u.username()),
+                    ("the password", f.password() != u.password()),
+                    ("the vhost", f.path() != u.path()),
+                ]
+                .into_iter()
+                .filter_map(|(what, differs)| differs.then_some(what))
+                .collect();
+                if !differs.is_empty() {
+                    out.push((
+                        key,
+                        format!(
+                            "{} {} from urls[0]: the addresses are the nodes of one cluster and \
+                             share scheme, credentials and vhost (only host, port and query may differ)",
+                            differs.join(", "),
+                            if differs.len() == 1 { "differs" } else { "differ" }
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Properties under which a Kafka delivery report no longer proves the record is stored.
+fn unsafe_kafka_properties(
+    properties: &std::collections::BTreeMap<String, String>,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (k, v) in properties {
+        let value = v.trim().to_ascii_lowercase();
+        let unsafe_value = match k.as_str() {
+            "acks" | "request.required.acks" => !matches!(value.as_str(), "all" | "-1"),
+            "enable.idempotence" => value != "true",
+            _ => false,
+        };
+        if unsafe_value {
+            out.push((
+                k.clone(),
+                format!(
+                    "`{v}` lets the broker confirm records it may lose, and the bridge deletes a \
+                     member once its record is confirmed; remove it, or set accept_possible_loss = true \
+                     on this sink to accept that"
+                ),
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,161 @@
+//! What a claim gives: the claimed members, where each one's body is, and the parse of the
+//! claim script's reply.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::{score_ms, StoreError};
+
+/// Where a claimed member's message body is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// Inline payload mode: the member is the body.
+    Member,
+    /// Hash payload mode: the body read from the bodies hash with the claim.
+    Stored(Vec<u8>),
+    /// Hash payload mode: the id has no body (dead-lettered as `missing_body`).
+    Missing,
+    /// Hash payload mode: the body has this many bytes, more than the store's largest body
+    /// to read; it was not read (dead-lettered as `too_large`).
+    TooLarge(u64),
+}
+
+impl Body {
+    /// The message's bytes given its `member`, or `None` when there is no body to send.
+    pub fn bytes<'a>(&'a self, member: &'a [u8]) -> Option<&'a [u8]> {
+        match self {
+            Body::Member => Some(member),
+            Body::Stored(body) => Some(body),
+            Body::Missing | Body::TooLarge(_) => None,
+        }
+    }
+
+    /// Reads a claim reply's body field: in hash mode the next value (a body, 0 for none,
+    /// or the size of one too large to read); inline, the member itself.
+    pub(super) fn from_reply(
+        hash: bool,
+        it: &mut impl Iterator<Item = Value>,
+    ) -> Result<Self, StoreError> {
+        Ok(match hash.then(|| it.next()) {
+            None => Body::Member,
+            Some(Some(Value::BulkString(body))) => Body::Stored(body),
+            Some(Some(Value::Int(0))) => Body::Missing,
+            Some(Some(Value::Int(size))) if size > 0 => Body::TooLarge(size as u64),
+            Some(_) => return Err(StoreError::Reply("claimed body")),
+        })
+    }
+}
+
+/// One claimed member.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// The member bytes: the payload in inline mode, the id in hash mode.
+    pub member: Vec<u8>,
+    /// Its message body.
+    pub body: Body,
+    /// The score as Redis printed it, to put the member back exactly.
+    pub due_raw: Vec<u8>,
+    /// The due time in epoch milliseconds (saturated for infinities).
+    pub due_ms: i64,
+    /// 1 for the first delivery, then one more per failure or expired lease.
+    pub attempt: u32,
+}
+
+impl Claimed {
+    /// The bytes to publish, or `None` when the body is missing.
+    pub fn payload(&self) -> Option<&[u8]> {
+        self.body.bytes(&self.member)
+    }
+}
+
+/// The result of one claim.
+#[derive(Debug, Default)]
+pub struct ClaimBatch {
+    /// Redis server time of the claim, epoch ms.
+    pub now_ms: i64,
+    /// Lease deadline of every member of this batch; also the batch's ownership token.
+    pub deadline_ms: i64,
+    /// Score of the earliest member left in the source set that a claim could take.
+    pub next_head_ms: Option<f64>,
+    /// Due members left in place because an earlier copy of them is still in flight; they
+    /// become claimable when that copy is settled.
+    pub skipped: u64,
+    /// The queue is paused by an operator: nothing was claimed, and the head is unknown.
+    pub paused: bool,
+    /// The rate limit allows the next member this much later: nothing was claimed.
+    pub rate_wait: Option<Duration>,
+    /// Control fields this claim found out of range and repaired (see `claim.lua`).
+    pub repaired: u64,
+    /// The claimed members, earliest first.
+    pub items: Vec<Claimed>,
+}
+
+pub(super) fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
+    let Value::Array(items) = reply else {
+        return Err(StoreError::Reply("claim reply is not an array"));
+    };
+    let width = if hash { 4 } else { 3 };
+    if items.len() < 7 || (items.len() - 7) % width != 0 {
+        return Err(StoreError::Reply("claim reply length"));
+    }
+    let mut it = items.into_iter();
+    let (
+        Some(Value::Int(now_ms)),
+        Some(Value::Int(deadline_ms)),
+        Some(head),
+        Some(Value::Int(skipped)),
+        Some(Value::Int(paused)),
+        Some(Value::Int(wait)),
+        Some(Value::Int(repaired)),
+    ) = (
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+    )
+    else {
+        return Err(StoreError::Reply("claim reply header"));
+    };
+    let next_head_ms = match head {
+        Value::BulkString(b) if !b.is_empty() => {
+            let s = std::str::from_utf8(&b).map_err(|_| StoreError::Reply("head score"))?;
+            Some(match s {
+                "inf" | "+inf" => f64::INFINITY,
+                "-inf" => f64::NEG_INFINITY,
+                s => s.parse().map_err(|_| StoreError::Reply("head score"))?,
+            })
+        }
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(it.len() / width);
+    while let (Some(m), Some(score), Some(attempt)) = (it.next(), it.next(), it.next()) {
+        let (Value::BulkString(member), Value::BulkString(due_raw), Value::Int(attempt)) =
+            (m, score, attempt)
+        else {
+            return Err(StoreError::Reply("claimed member"));
+        };
+        let body = Body::from_reply(hash, &mut it)?;
+        let due_ms = score_ms(&due_raw).ok_or(StoreError::Reply("due score"))?;
+        out.push(Claimed {
+            member,
+            body,
+            due_raw,
+            due_ms,
+            attempt: attempt.clamp(1, u32::MAX as i64) as u32,
+        });
+    }
+    Ok(ClaimBatch {
+        now_ms,
+        deadline_ms,
+        next_head_ms,
+        skipped: u64::try_from(skipped).unwrap_or(0),
+        paused: paused == 1,
+        rate_wait: (wait > 0).then(|| Duration::from_millis(wait as u64)),
+        repaired: u64::try_from(repaired).unwrap_or(0),
+        items: out,
+    })
+}

@@ -1,0 +1,268 @@
+//! One shard of a trigger as its workers share it: its store, sink, metrics, wake-ups,
+//! the head it expects next, the pause and the refusals it has seen.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::settlement;
+use crate::config::{Destination, TriggerConfig};
+use crate::health::Health;
+use crate::metrics::{Metrics, TriggerMetrics};
+use crate::queue::Queue;
+use crate::repeat::Repeated;
+use crate::sink::{MessageId, PublishError, Sink};
+use crate::store::{ClaimBatch, Store, StoreError};
+
+/// Everything the workers of one trigger share.
+pub(crate) struct Shard {
+    pub(super) config: Arc<TriggerConfig>,
+    pub(super) destination: Destination,
+    /// This shard's queue (the whole queue of an unsharded trigger).
+    pub(super) store: Store,
+    /// The shard's position among the trigger's shards.
+    pub(super) shard: usize,
+    pub(super) sink: Arc<Sink>,
+    pub(super) metrics: TriggerMetrics,
+    pub(super) health: Health,
+    /// Woken when the head of the queue may have moved earlier (keyspace notification).
+    pub(super) head_changed: Notify,
+    /// Woken when a claim left due members behind: every idle worker should help.
+    pub(super) backlog: Notify,
+    /// Only one idle worker per trigger waits on the head; the rest queue here.
+    pub(super) gate: tokio::sync::Mutex<()>,
+    /// When the earliest known member becomes due, in local monotonic time.
+    pub(super) next_due: std::sync::Mutex<Option<Instant>>,
+    /// A claim left due members behind because earlier copies of them were in flight: the
+    /// next settled batch may have freed them, so it wakes the workers.
+    pub(super) held_back: std::sync::atomic::AtomicBool,
+    /// Woken when this bridge dead-lettered a message, or the backlog gauges saw dead
+    /// letters to forward: the dead-letter forwarder looks.
+    pub(super) dead_lettered: Notify,
+    /// Set when a worker claimed members: the housekeeping watches their leases.
+    pub(super) claimed: std::sync::atomic::AtomicBool,
+    /// Set when a keyspace notification said the queue was written to: the housekeeping
+    /// reads again the sizes of a queue it last saw empty.
+    pub(super) written: std::sync::atomic::AtomicBool,
+    /// The shard was paused when last seen.
+    pub(super) paused: std::sync::atomic::AtomicBool,
+    /// Starts this shard's other workers: they start when a claim first leaves more due than
+    /// one worker takes, so an idle trigger holds one worker task per shard, not `workers`.
+    pub(super) extra_workers: std::sync::Mutex<Option<StartWorkers>>,
+    /// Batches in which the broker refused members published alone, logged at growing gaps.
+    pub(super) refusals: std::sync::Mutex<Repeated>,
+}
+
+/// Starts a shard's deferred workers (given the shard).
+pub(crate) type StartWorkers = Box<dyn FnOnce(&Arc<Shard>) + Send>;
+
+impl Shard {
+    /// One `Shard` per shard of `queue` (one for an unsharded trigger), sharing the trigger's
+    /// metrics. Fails when the configuration was not loaded (no resolved destination) or its
+    /// destination is not of the sink's kind.
+    pub(crate) fn shards(
+        config: &Arc<TriggerConfig>,
+        queue: &Queue,
+        sink: Arc<Sink>,
+        metrics: &Metrics,
+        health: Health,
+    ) -> Result<Vec<Arc<Self>>, String> {
+        let destination = config
+            .destination
+            .clone()
+            .ok_or_else(|| format!("trigger {}: destination not resolved", config.name))?;
+        for d in std::iter::once(&destination).chain(&config.dead_letter) {
+            if !sink.serves(d) {
+                return Err(format!(
+                    "trigger {}: sink {} cannot publish to {d}",
+                    config.name,
+                    sink.name()
+                ));
+            }
+        }
+        let metrics = TriggerMetrics::new(
+            metrics,
+            &config.name,
+            sink.name(),
+            PublishError::reasons_of(&destination),
+            queue.shards().len(),
+        );
+        Ok(queue
+            .shards()
+            .iter()
+            .enumerate()
+            .map(|(shard, store)| {
+                Arc::new(Self {
+                    config: config.clone(),
+                    destination: destination.clone(),
+                    store: store.clone(),
+                    shard,
+                    sink: sink.clone(),
+                    metrics: metrics.clone(),
+                    health: health.clone(),
+                    head_changed: Notify::new(),
+                    backlog: Notify::new(),
+                    gate: tokio::sync::Mutex::new(()),
+                    next_due: std::sync::Mutex::new(None),
+                    held_back: std::sync::atomic::AtomicBool::new(false),
+                    dead_lettered: Notify::new(),
+                    claimed: std::sync::atomic::AtomicBool::new(false),
+                    written: std::sync::atomic::AtomicBool::new(true),
+                    paused: std::sync::atomic::AtomicBool::new(false),
+                    extra_workers: std::sync::Mutex::new(None),
+                    refusals: std::sync::Mutex::default(),
+                })
+            })
+            .collect())
+    }
+
+    /// The trigger's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// The sorted set producers write to.
+    pub(crate) fn source_key(&self) -> &str {
+        &self.store.keys().source
+    }
+
+    /// Defers this shard's other workers: `start` runs when a claim first finds a backlog.
+    pub(crate) fn defer_workers(&self, start: StartWorkers) {
+        *self.extra_workers.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
+    }
+
+    /// Starts the deferred workers, once.
+    pub(super) fn start_extra_workers(self: &Arc<Self>) {
+        let start = self
+            .extra_workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(start) = start {
+            tracing::debug!(trigger = %self.name(), shard = self.shard, "a backlog: starting the other workers");
+            start(self);
+        }
+    }
+
+    /// The head may have moved earlier (a producer wrote): the idle worker looks again.
+    pub(crate) fn wake(&self) {
+        self.head_changed.notify_one();
+    }
+
+    /// A keyspace notification said the queue was written to (any write, or one that may
+    /// have been missed while unsubscribed).
+    pub(crate) fn touched(&self) {
+        self.written
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Wakes every idle worker: there may be more due than one worker takes.
+    pub(super) fn wake_all(&self) {
+        self.backlog.notify_waiters();
+        self.head_changed.notify_one();
+    }
+
+    /// Remembers the head reported by a claim; wakes the idle waiter if it moved earlier.
+    pub(super) fn note_head(&self, batch: &ClaimBatch, claimed_at: Instant) {
+        let due = batch.next_head_ms.filter(|h| h.is_finite()).map(|head| {
+            let wait_ms = (head - batch.now_ms as f64).max(0.0);
+            claimed_at + Duration::from_micros((wait_ms * 1000.0).min(1e15) as u64)
+        });
+        let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
+        let earlier = match (*next, due) {
+            (Some(old), Some(new)) => new < old,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        *next = due;
+        drop(next);
+        if earlier {
+            self.head_changed.notify_one();
+        }
+    }
+
+    /// Longest idle sleep: `notified_guard_interval` while keyspace notifications reach the
+    /// bridge (they are the wake-up; the guard is a safety net), else `guard_interval`.
+    pub(super) fn guard(&self) -> Duration {
+        if self.health.notifications_live() {
+            self.config.notified_guard()
+        } else {
+            self.config.guard_interval
+        }
+    }
+
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        *self.next_due.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Mirrors an operator's pause, seen by a claim or a stats call, in the gauge and
+    /// `/readyz`; the first to see a change logs it, and a resume wakes the workers.
+    pub(super) fn note_paused(&self, paused: bool) {
+        self.metrics.paused(self.shard, paused);
+        if self.health.set_paused(self.name(), paused) {
+            if paused {
+                tracing::warn!(trigger = %self.name(), "paused by an operator: nothing is claimed until `delay-bridge resume`");
+            } else {
+                tracing::info!(trigger = %self.name(), "resumed: claiming again");
+            }
+        }
+        let was = self
+            .paused
+            .swap(paused, std::sync::atomic::Ordering::Relaxed);
+        if was && !paused {
+            // A resume is no keyspace event: an idle worker that last saw the pause
+            // must not sleep its whole guard before it looks.
+            self.wake_all();
+        }
+    }
+
+    /// Whether this shard was paused when last seen.
+    pub(super) fn is_paused(&self) -> bool {
+        self.paused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Takes note of what the broker refused in a batch: a refusal of every member (the
+    /// sink's fault) goes to `/readyz` and is logged when it starts and ends; members
+    /// refused alone are logged at growing gaps, with the broker's words and the first id.
+    pub(super) fn note_refusals(
+        &self,
+        plan: &settlement::Plan<'_>,
+        went_through: bool,
+        ids: &[MessageId],
+    ) {
+        if let Some(why) = &plan.sink_refusal {
+            self.health.sink_refuses(self.name(), self.sink.name(), why);
+        } else if went_through {
+            self.health.sink_accepts(self.name());
+        }
+        let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        match &plan.refused {
+            Some(r) => {
+                if let Some(unlogged) = refusals.failed() {
+                    let first = ids.get(r.first);
+                    tracing::warn!(sink = %self.sink.name(), refused = r.count, reply = %r.reply,
+                        first_id = first.map(MessageId::as_str), unlogged,
+                        "the broker refused messages published alone; each is retried with backoff, then dead-lettered as broker_refused");
+                }
+            }
+            None if went_through => {
+                refusals.recovered();
+            }
+            None => {}
+        }
+    }
+
+    /// Counts a failed Redis call. A lost or slow Redis is logged by [`Health`], once for
+    /// every caller; `true` when the error is this trigger's own and the caller logs it.
+    pub(super) fn redis_error(&self, e: &StoreError) -> bool {
+        let kind = e.kind();
+        self.metrics.redis_error(kind);
+        if matches!(kind, "connection" | "timeout") {
+            self.health.redis_unreachable(e);
+            return false;
+        }
+        true
+    }
+}
