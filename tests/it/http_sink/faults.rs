@@ -106,3 +106,33 @@ async fn an_endpoint_whose_name_does_not_resolve_is_the_sinks_failure() {
     assert_eq!(waiting + inflight, 3);
     cleanup_keys(&mut r, &key).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_waits_for_the_answers_and_leaves_nothing_in_flight() {
+    let mut r = redis().await;
+    let hook = Webhook::start(|_, _| Answer::status(200).after(Duration::from_millis(300))).await;
+    let key = new_key("term");
+    let n = 400;
+    schedule(&mut r, &key, n, 0).await;
+    let port = free_port();
+    // One worker: what it holds claimed is answered well within the shutdown timeout.
+    let lines = format!("url = {}\nbatch = 20\nworkers = 1", quoted(&hook.url("/")));
+    let settings = [("max_concurrency", "8")];
+    let mut bridge = Bridge::start(&http_config(port, &settings, &key, &lines), port);
+    assert!(
+        wait_until(Duration::from_secs(30), || hook.count() >= 40).await,
+        "{}",
+        bridge.log()
+    );
+    bridge.terminate(Duration::from_secs(15)).await;
+    let (left, inflight, dead) = queue_sizes(&mut r, &key).await;
+    assert_eq!((inflight, dead), (0, 0), "nothing in flight after SIGTERM");
+    let delivered = hook.tally().len();
+    assert!(delivered < n, "stopped mid-stream");
+    assert_eq!(
+        delivered + left as usize,
+        n,
+        "every message delivered or still queued"
+    );
+    cleanup_keys(&mut r, &key).await;
+}
