@@ -124,114 +124,103 @@ pub(super) fn resolve(
     sink: &SinkConfig,
 ) -> Result<Destination, Vec<(&'static str, String)>> {
     let mut problems = Vec::new();
-    let mut foreign = |field: &'static str, set: bool, own: &str, other: &str| {
-        if set {
+    let own = sink.kind();
+    for (field, set, kind) in sink_fields(t) {
+        if set && kind != own {
             problems.push((
                 field,
-                format!("only for {other} sinks; this trigger's sink is {own}"),
+                format!("only for {kind} sinks; this trigger's sink is {own}"),
             ));
-        }
-    };
-    let http_fields = [
-        ("url", t.url.is_some()),
-        ("url_pointer", t.url_pointer.is_some()),
-        ("method", t.method.is_some()),
-        ("allowed_urls", t.allowed_urls.is_some()),
-    ];
-    let own = sink.kind();
-    if !matches!(sink, SinkConfig::Http(_)) {
-        for (field, set) in http_fields {
-            foreign(field, set, own, "http");
         }
     }
     let destination = match sink {
-        SinkConfig::Http(_) => {
-            for (field, set) in [
-                ("exchange", t.exchange.is_some()),
-                ("routing_key", t.routing_key.is_some()),
-                ("routing_key_pointer", t.routing_key_pointer.is_some()),
-                ("allowed_routing_keys", t.allowed_routing_keys.is_some()),
-            ] {
-                foreign(field, set, own, "amqp");
-            }
-            foreign("topic", t.topic.is_some(), own, "kafka");
-            foreign("kafka_key", t.kafka_key.is_some(), own, "kafka");
-            let route = http_route(t, &mut problems);
-            if !problems.is_empty() {
-                return Err(problems);
-            }
-            route.map(Destination::Http)
-        }
-        SinkConfig::Amqp(_) => {
-            foreign("topic", t.topic.is_some(), "amqp", "kafka");
-            foreign("kafka_key", t.kafka_key.is_some(), "amqp", "kafka");
-            let routing = match (&t.routing_key_pointer, &t.routing_key) {
-                (Some(p), _) => AmqpRouting::Pointer(p.clone()),
-                (None, k) => AmqpRouting::Key(k.clone().unwrap_or_default()),
-            };
-            if let Some(patterns) = &t.allowed_routing_keys {
-                if patterns.is_empty() {
-                    problems.push((
-                        "allowed_routing_keys",
-                        "an empty list allows nothing: remove it to allow any routing key".into(),
-                    ));
-                }
-                if patterns.iter().any(|p| p.is_empty() || p.len() > 255) {
-                    problems.push((
-                        "allowed_routing_keys",
-                        "patterns must be 1 to 255 bytes".into(),
-                    ));
-                }
-            }
-            match &t.exchange {
-                Some(exchange) => Some(Destination::Amqp(AmqpRoute {
-                    exchange: exchange.clone(),
-                    routing,
-                    allowed_routing_keys: t.allowed_routing_keys.clone(),
-                })),
-                None => {
-                    problems.push((
-                        "exchange",
-                        "required for an amqp sink (use \"\" for the default exchange)".into(),
-                    ));
-                    None
-                }
-            }
-        }
-        SinkConfig::Kafka(_) => {
-            foreign("exchange", t.exchange.is_some(), "kafka", "amqp");
-            foreign("routing_key", t.routing_key.is_some(), "kafka", "amqp");
-            foreign(
-                "routing_key_pointer",
-                t.routing_key_pointer.is_some(),
-                "kafka",
-                "amqp",
-            );
-            foreign(
-                "allowed_routing_keys",
-                t.allowed_routing_keys.is_some(),
-                "kafka",
-                "amqp",
-            );
-            match &t.topic {
-                None => {
-                    problems.push(("topic", "required for a kafka sink".into()));
-                    None
-                }
-                Some(topic) if topic.is_empty() => {
-                    problems.push(("topic", "must not be empty".into()));
-                    None
-                }
-                Some(topic) => Some(Destination::Kafka(KafkaRoute {
-                    topic: topic.clone(),
-                    key: t.kafka_key.unwrap_or_default(),
-                })),
-            }
-        }
+        SinkConfig::Http(_) => http_route(t, &mut problems).map(Destination::Http),
+        SinkConfig::Amqp(_) => amqp_route(t, &mut problems).map(Destination::Amqp),
+        SinkConfig::Kafka(_) => kafka_route(t, &mut problems).map(Destination::Kafka),
     };
     match destination {
         Some(d) if problems.is_empty() => Ok(d),
         _ => Err(problems),
+    }
+}
+
+/// The trigger fields that belong to one type of sink: (field, set, sink type).
+fn sink_fields(t: &TriggerConfig) -> [(&'static str, bool, &'static str); 10] {
+    [
+        ("url", t.url.is_some(), "http"),
+        ("url_pointer", t.url_pointer.is_some(), "http"),
+        ("method", t.method.is_some(), "http"),
+        ("allowed_urls", t.allowed_urls.is_some(), "http"),
+        ("exchange", t.exchange.is_some(), "amqp"),
+        ("routing_key", t.routing_key.is_some(), "amqp"),
+        (
+            "routing_key_pointer",
+            t.routing_key_pointer.is_some(),
+            "amqp",
+        ),
+        (
+            "allowed_routing_keys",
+            t.allowed_routing_keys.is_some(),
+            "amqp",
+        ),
+        ("topic", t.topic.is_some(), "kafka"),
+        ("kafka_key", t.kafka_key.is_some(), "kafka"),
+    ]
+}
+
+/// The AMQP route of `t`: the exchange (required), the routing key or its pointer, the
+/// allowed routing keys; problems are pushed to `problems`.
+fn amqp_route(t: &TriggerConfig, problems: &mut Vec<(&'static str, String)>) -> Option<AmqpRoute> {
+    let routing = match (&t.routing_key_pointer, &t.routing_key) {
+        (Some(p), _) => AmqpRouting::Pointer(p.clone()),
+        (None, k) => AmqpRouting::Key(k.clone().unwrap_or_default()),
+    };
+    if let Some(patterns) = &t.allowed_routing_keys {
+        if patterns.is_empty() {
+            problems.push((
+                "allowed_routing_keys",
+                "an empty list allows nothing: remove it to allow any routing key".into(),
+            ));
+        }
+        if patterns.iter().any(|p| p.is_empty() || p.len() > 255) {
+            problems.push((
+                "allowed_routing_keys",
+                "patterns must be 1 to 255 bytes".into(),
+            ));
+        }
+    }
+    let Some(exchange) = &t.exchange else {
+        problems.push((
+            "exchange",
+            "required for an amqp sink (use \"\" for the default exchange)".into(),
+        ));
+        return None;
+    };
+    Some(AmqpRoute {
+        exchange: exchange.clone(),
+        routing,
+        allowed_routing_keys: t.allowed_routing_keys.clone(),
+    })
+}
+
+/// The Kafka route of `t`: the topic (required, not empty) and the key.
+fn kafka_route(
+    t: &TriggerConfig,
+    problems: &mut Vec<(&'static str, String)>,
+) -> Option<KafkaRoute> {
+    match &t.topic {
+        None => {
+            problems.push(("topic", "required for a kafka sink".into()));
+            None
+        }
+        Some(topic) if topic.is_empty() => {
+            problems.push(("topic", "must not be empty".into()));
+            None
+        }
+        Some(topic) => Some(KafkaRoute {
+            topic: topic.clone(),
+            key: t.kafka_key.unwrap_or_default(),
+        }),
     }
 }
 
