@@ -29,6 +29,9 @@ struct Inner {
     /// Triggers whose sink refuses every message (each published alone): trigger -> what
     /// the broker said. Not ready: an operator must fix the exchange or the permissions.
     refusing: Mutex<std::collections::BTreeMap<String, String>>,
+    /// Ingresses not consuming (starting, the broker away, Redis not taking their writes):
+    /// trigger -> why. Not ready: producers' messages wait at the broker.
+    ingress_stopped: Mutex<std::collections::BTreeMap<String, String>>,
     sinks: Vec<Arc<Sink>>,
     metrics: Metrics,
 }
@@ -48,6 +51,7 @@ impl Health {
                 outage: Mutex::default(),
                 paused: Mutex::default(),
                 refusing: Mutex::default(),
+                ingress_stopped: Mutex::default(),
                 sinks,
                 metrics: metrics.clone(),
             }),
@@ -143,6 +147,24 @@ impl Health {
         }
     }
 
+    /// `trigger`'s ingress does not consume (`why`: starting, the broker, Redis refused or
+    /// failed its write); `None`: it consumes.
+    pub fn set_ingress_stopped(&self, trigger: &str, why: Option<&str>) {
+        let mut stopped = self
+            .inner
+            .ingress_stopped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match why {
+            Some(why) => {
+                stopped.insert(trigger.to_string(), why.to_string());
+            }
+            None => {
+                stopped.remove(trigger);
+            }
+        }
+    }
+
     /// The paused triggers, one `trigger NAME: paused` line each (a paused trigger is
     /// still ready: the bridge works, an operator holds the queue).
     pub fn notes(&self) -> Vec<String> {
@@ -175,6 +197,17 @@ impl Health {
             .unwrap_or_else(|e| e.into_inner());
         for (trigger, line) in refusing.iter() {
             reasons.push(format!("trigger {trigger}: {line}"));
+        }
+        drop(refusing);
+        let stopped = self
+            .inner
+            .ingress_stopped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (trigger, why) in stopped.iter() {
+            reasons.push(format!(
+                "trigger {trigger}: ingress not consuming ({why})"
+            ));
         }
         if reasons.is_empty() {
             Ok(())

@@ -6,7 +6,7 @@
 //!
 //! Layout: `config` (schema, loading, validation, resolved routes), `keys` (derived key
 //! names), `scripts` (the Lua scripts by name), `store` (the calls on a queue), `sink` (brokers), `worker` (claim/publish/settle loop),
-//! `notify` (keyspace wake-ups), `redis_conn` and `redis_checks` (connections, settings
+//! `notify` (keyspace wake-ups), `ingress` (delayed messages taken in from brokers), `redis_conn` and `redis_checks` (connections, settings
 //! checked on every node), `bridge` (the daemon), `http`, `health`, `metrics` and
 //! `repeat` (observability), `cli` (commands). See ARCHITECTURE.md.
 //!
@@ -22,6 +22,7 @@ pub mod config;
 pub mod envelope;
 pub mod health;
 pub mod http;
+pub mod ingress;
 pub mod keys;
 pub mod metrics;
 pub mod notify;

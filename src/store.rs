@@ -9,9 +9,11 @@ use redis::{Script, Value};
 use crate::keys::QueueKeys;
 
 mod dead;
+mod ingest;
 mod operate;
 pub(crate) use dead::dead_at_ms;
 pub use dead::{DeadClaim, DeadItem, DeadLetter, DeadOutcome, DeadPage, DeadSettled};
+pub use ingest::{Ingest, Ingested};
 pub use operate::{
     Cursor, Forecast, Found, Page, Place, Purge, ScheduledEntry, LIST_BODY_MAX, MAX_BUCKETS,
     MAX_PAGE, PREVIEW, SHOW_BODY_MAX,

@@ -90,7 +90,7 @@ pub enum Command {
         /// Hash payload mode: the message's id.
         #[arg(long, conflicts_with = "payload", required_unless_present = "payload")]
         id: Option<String>,
-        /// Inline mode: the exact payload (the member).
+        /// Inline mode: the exact payload (the member); hash payload mode: the id, as `--id`.
         payload: Option<String>,
     },
     /// Stop claiming a trigger's messages on every bridge (they stay scheduled in Redis;
@@ -610,6 +610,23 @@ async fn check(arg: &ConfigArg) -> i32 {
             humantime::format_duration(t.backoff_max),
             t.max_message_bytes,
         );
+        if let Some(i) = &t.ingress {
+            say!(
+                "trigger {} ingress: amqp exchange={} ({}) queue={} ({}) binding_keys={:?} prefetch={} -> key={} \
+                 (x-delay ms or x-delay-until epoch ms; id = message_id, else a digest)",
+                t.name,
+                i.exchange,
+                serde_json::to_value(i.exchange_type)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                i.queue_name(),
+                i.queue_type.map_or("classic", |q| q.as_str()),
+                i.binding_keys,
+                i.prefetch,
+                t.key,
+            );
+        }
     }
     if config.redis.mode == crate::config::RedisMode::Cluster {
         shard_map(&config).await;

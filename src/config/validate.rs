@@ -389,6 +389,9 @@ pub(super) fn validate(parsed: &Parsed) -> Validated {
                         push(k(field), why);
                     }
                 }
+                for (field, why) in super::ingress::problems(t, sink) {
+                    push(k(&field), why);
+                }
                 match resolve(t, sink) {
                     Ok(d) => destination = Some(d),
                     Err(problems) => {

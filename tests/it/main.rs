@@ -20,6 +20,7 @@ mod faults_redis;
 mod hash_payload;
 mod health;
 mod hostile;
+mod ingress;
 mod kafka;
 mod kafka_mock;
 mod log_volume;

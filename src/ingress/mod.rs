@@ -1,0 +1,200 @@
+//! Ingress: delayed messages producers publish to the broker (with `x-delay`) taken in and stored in a trigger's queue, once each, acknowledged only after Redis has them.
+
+mod amqp;
+pub mod delay;
+pub mod message;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::TriggerConfig;
+use crate::health::Health;
+use crate::metrics::Metrics;
+use crate::queue::Queue;
+use crate::sink::Sink;
+use crate::store::{Ingest, StoreError};
+use crate::worker::Trigger;
+use delay::Due;
+use message::Incoming;
+
+/// What an ingress of one trigger works with.
+pub struct Ingress {
+    config: Arc<TriggerConfig>,
+    queue: Queue,
+    /// The trigger's shards, in the queue's order: the one written to is woken.
+    shards: Vec<Arc<Trigger>>,
+    metrics: Metrics,
+    health: Health,
+    /// Set while consuming is stopped for want of Redis (`/readyz` says so).
+    stopped: AtomicBool,
+}
+
+/// Why consuming ended.
+#[derive(Debug)]
+enum Ended {
+    /// The broker connection or channel failed: connect again.
+    Broker(String),
+    /// Redis did not take a write: stop consuming until it does.
+    Redis(StoreError),
+}
+
+impl From<lapin::Error> for Ended {
+    fn from(e: lapin::Error) -> Self {
+        Ended::Broker(e.to_string())
+    }
+}
+
+impl Ingress {
+    /// The ingress of `config`'s trigger, storing into `queue` and waking `shards`.
+    pub fn new(
+        config: Arc<TriggerConfig>,
+        queue: Queue,
+        shards: Vec<Arc<Trigger>>,
+        metrics: Metrics,
+        health: Health,
+    ) -> Self {
+        metrics.ingress.start(&config.name);
+        health.set_ingress_stopped(&config.name, Some("starting"));
+        Self {
+            config,
+            queue,
+            shards,
+            metrics,
+            health,
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    /// Consumes until `stop`; a store in progress then finishes and is acknowledged.
+    pub async fn run(self, sink: Arc<Sink>, stop: CancellationToken) {
+        let Some(ingress) = self.config.ingress.clone() else {
+            return;
+        };
+        match &*sink {
+            Sink::Amqp(amqp) => amqp::run(&self, amqp, &ingress, &stop).await,
+            Sink::Kafka(_) => {
+                tracing::error!(trigger = %self.config.name, "an ingress needs an AMQP sink");
+            }
+        }
+        self.consuming(false);
+        self.health.set_ingress_stopped(&self.config.name, None);
+    }
+
+    /// What the store is asked to do with `m`: schedule it, or dead-letter it with a reason.
+    fn disposition<'a>(&self, m: &'a Incoming) -> Ingest<'a> {
+        if m.envelope.len() > self.config.max_message_bytes {
+            return Ingest::Dead {
+                reason: "too_large",
+                detail: "the message (body and properties) is over max_message_bytes",
+            };
+        }
+        if let Some(why) = &m.refused {
+            return Ingest::Dead {
+                reason: "bad_envelope",
+                detail: why,
+            };
+        }
+        match &m.due {
+            Ok(Due::In(ms)) => Ingest::In(*ms),
+            Ok(Due::At(ms)) => Ingest::At(*ms),
+            Err(why) => Ingest::Dead {
+                reason: "bad_delay",
+                detail: why,
+            },
+        }
+    }
+
+    /// Stores one message, once: `Ok` when Redis has it (now or from an earlier delivery).
+    async fn store(&self, m: &Incoming) -> Result<(), StoreError> {
+        let how = self.disposition(m);
+        let name = self.config.name.as_str();
+        let started = Instant::now();
+        let result = self
+            .queue
+            .for_member(&m.id)
+            .ingest(&m.id, &m.envelope, how)
+            .await;
+        self.metrics
+            .ingress
+            .store_duration
+            .with_label_values(&[name])
+            .observe(started.elapsed().as_secs_f64());
+        let done = match result {
+            Ok(done) => done,
+            Err(e) => {
+                if matches!(e.kind(), "connection" | "timeout") {
+                    self.health.redis_unreachable(&e);
+                }
+                return Err(e);
+            }
+        };
+        self.health.redis_answered();
+        if self.stopped.swap(false, Ordering::Relaxed) {
+            tracing::info!(trigger = name, "ingress: Redis takes writes again");
+            self.health.set_ingress_stopped(name, None);
+        }
+        let m_ = &self.metrics.ingress;
+        match how {
+            _ if !done.stored => m_.duplicates.with_label_values(&[name]).inc(),
+            Ingest::Dead { reason, detail } => {
+                tracing::warn!(trigger = name, reason, detail, id = %String::from_utf8_lossy(&m.id),
+                    "ingress: message refused, dead-lettered");
+                m_.refused.with_label_values(&[name, reason]).inc();
+            }
+            _ => m_.stored.with_label_values(&[name]).inc(),
+        }
+        if done.stored {
+            let dead = matches!(how, Ingest::Dead { .. });
+            self.shards[self.queue.shard_index(&m.id)].ingested(dead);
+        }
+        Ok(())
+    }
+
+    /// Consuming stopped because Redis did not take a write: logged, shown by `/readyz`.
+    fn redis_stopped(&self, e: &StoreError) {
+        let name = self.config.name.as_str();
+        if !self.stopped.swap(true, Ordering::Relaxed) {
+            tracing::warn!(trigger = name, error = %e,
+                "ingress: Redis did not take a write; consuming stops (messages stay at the broker) until it does");
+        }
+        self.health
+            .set_ingress_stopped(name, Some(&format!("Redis: {}", e.kind())));
+    }
+
+    /// Waits until Redis answers (or `stop`), polling its clock; `false` on `stop`.
+    async fn wait_for_redis(&self, stop: &CancellationToken) -> bool {
+        let mut wait = Duration::from_millis(250);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return false,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            if self.queue.now_ms().await.is_ok() {
+                return true;
+            }
+            wait = (wait * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// Mirrors whether the ingress consumes in its gauge and, once it does (and Redis has
+    /// not refused a write since), in readiness.
+    fn consuming(&self, on: bool) {
+        self.metrics
+            .ingress
+            .consuming
+            .with_label_values(&[&self.config.name])
+            .set(i64::from(on));
+        if on && !self.stopped.load(Ordering::Relaxed) {
+            self.health.set_ingress_stopped(&self.config.name, None);
+        }
+    }
+
+    /// Consuming failed on the broker's side: not ready until it consumes again.
+    fn broker_failed(&self) {
+        self.health
+            .set_ingress_stopped(&self.config.name, Some("cannot consume from the broker"));
+    }
+}
