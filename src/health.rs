@@ -205,9 +205,7 @@ impl Health {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         for (trigger, why) in stopped.iter() {
-            reasons.push(format!(
-                "trigger {trigger}: ingress not consuming ({why})"
-            ));
+            reasons.push(format!("trigger {trigger}: ingress not consuming ({why})"));
         }
         if reasons.is_empty() {
             Ok(())

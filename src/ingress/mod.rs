@@ -4,7 +4,7 @@ mod amqp;
 pub mod delay;
 pub mod message;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,9 @@ pub struct Ingress {
     health: Health,
     /// Set while consuming is stopped for want of Redis (`/readyz` says so).
     stopped: AtomicBool,
+    /// Times in a row Redis refused a write: the wait before consuming again grows with it
+    /// (Redis over `maxmemory` answers reads, so answering is not enough to go on).
+    refusals: AtomicU32,
 }
 
 /// Why consuming ended.
@@ -65,6 +68,7 @@ impl Ingress {
             metrics,
             health,
             stopped: AtomicBool::new(false),
+            refusals: AtomicU32::new(0),
         }
     }
 
@@ -132,6 +136,7 @@ impl Ingress {
             }
         };
         self.health.redis_answered();
+        self.refusals.store(0, Ordering::Relaxed);
         if self.stopped.swap(false, Ordering::Relaxed) {
             tracing::info!(trigger = name, "ingress: Redis takes writes again");
             self.health.set_ingress_stopped(name, None);
@@ -156,6 +161,7 @@ impl Ingress {
     /// Consuming stopped because Redis did not take a write: logged, shown by `/readyz`.
     fn redis_stopped(&self, e: &StoreError) {
         let name = self.config.name.as_str();
+        self.refusals.fetch_add(1, Ordering::Relaxed);
         if !self.stopped.swap(true, Ordering::Relaxed) {
             tracing::warn!(trigger = name, error = %e,
                 "ingress: Redis did not take a write; consuming stops (messages stay at the broker) until it does");
@@ -164,9 +170,12 @@ impl Ingress {
             .set_ingress_stopped(name, Some(&format!("Redis: {}", e.kind())));
     }
 
-    /// Waits until Redis answers (or `stop`), polling its clock; `false` on `stop`.
+    /// Waits until Redis answers (or `stop`), polling its clock, and longer the more times
+    /// in a row it refused a write; `false` on `stop`.
     async fn wait_for_redis(&self, stop: &CancellationToken) -> bool {
-        let mut wait = Duration::from_millis(250);
+        let refusals = self.refusals.load(Ordering::Relaxed).min(5);
+        let mut wait =
+            (Duration::from_millis(250) * 2u32.pow(refusals)).min(Duration::from_secs(5));
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return false,

@@ -21,6 +21,7 @@ mod hash_payload;
 mod health;
 mod hostile;
 mod ingress;
+mod ingress_faults;
 mod kafka;
 mod kafka_mock;
 mod log_volume;
