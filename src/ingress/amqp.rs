@@ -20,7 +20,7 @@ use crate::sink::amqp::AmqpSink;
 
 /// Deliveries being stored at once (each one Redis call); the rest wait in the prefetch.
 const STORES_AT_ONCE: usize = 64;
-/// How often the queue's depth is read for the lag gauge.
+/// How often the queue's depth is read for the lag gauge, and the exchange looked for.
 const LAG_EVERY: Duration = Duration::from_secs(5);
 
 /// Consumes `ingress`'s queue on `sink`'s broker until `stop`, reconnecting after a broker
@@ -112,7 +112,11 @@ async fn session(
                 Some(Err(e)) => break Err(e.into()),
                 None => break Err(Ended::Broker("the broker cancelled the consumer".into())),
             },
-            _ = lag.tick() => read_lag(ctx, &lag_channel, &queue).await,
+            _ = lag.tick() => {
+                if let Err(e) = look(ctx, &lag_channel, ingress, &queue).await {
+                    break Err(e);
+                }
+            }
         }
     };
     // No more deliveries; those taken finish storing and are acked (a Redis failure among
@@ -215,20 +219,39 @@ async fn declare(
     Ok(channel)
 }
 
-/// Reads the queue's ready messages (a passive declare) into the lag gauge.
-async fn read_lag(ctx: &Ingress, channel: &Channel, queue: &str) {
+/// Reads the queue's ready messages into the lag gauge, and checks that the exchange is
+/// still there (passive declares): one deleted, or the queue, ends the session, and the
+/// next declares them again (the plugin's exchange deleted in a migration becomes the
+/// bridge's).
+async fn look(
+    ctx: &Ingress,
+    channel: &Channel,
+    ingress: &IngressConfig,
+    queue: &str,
+) -> Result<(), Ended> {
     let passive = QueueDeclareOptions {
         passive: true,
         ..Default::default()
     };
-    if let Ok(q) = channel
+    let q = channel
         .queue_declare(queue, passive, FieldTable::default())
+        .await?;
+    ctx.metrics
+        .ingress
+        .lag
+        .with_label_values(&[&ctx.config.name])
+        .set(i64::from(q.message_count()));
+    let passive = ExchangeDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    channel
+        .exchange_declare(
+            &ingress.exchange,
+            ExchangeKind::Fanout,
+            passive,
+            FieldTable::default(),
+        )
         .await
-    {
-        ctx.metrics
-            .ingress
-            .lag
-            .with_label_values(&[&ctx.config.name])
-            .set(i64::from(q.message_count()));
-    }
+        .map_err(|e| Ended::Broker(format!("exchange `{}`: {e}", ingress.exchange)))
 }
