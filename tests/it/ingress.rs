@@ -396,6 +396,71 @@ async fn two_replicas_on_one_ingress_queue_store_each_message_once() {
     cleanup_keys(&mut redis().await, &key).await;
 }
 
+/// The migration's path: an exchange that exists with another type (the plugin's, here a
+/// direct one) is bound to as it is, with the configured keys; deleted, the bridge declares
+/// it again as its own within seconds, and producers publish to it as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exchange_of_another_type_is_used_as_it_is_and_declared_again_once_deleted() {
+    let capture = AmqpCapture::start("k1").await;
+    let broker = IngressBroker::new().await;
+    broker.declare_exchange(lapin::ExchangeKind::Direct).await;
+    let key = unique("ingress-adopt");
+    let port = free_port();
+    let cfg = config(
+        port,
+        "adopt",
+        &key,
+        &capture,
+        &broker,
+        "",
+        "binding_keys = [\"k1\"]",
+    );
+    let bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(30))
+        .await;
+    let now = || delayed(AMQPValue::LongInt(-60_000), &[]);
+    broker
+        .publish("k1", b"through the old exchange", now())
+        .await;
+    bridge
+        .expect_arrivals(1, Duration::from_secs(10), || capture.count())
+        .await;
+    assert!(
+        bridge.log().contains("exists with other settings"),
+        "{}",
+        bridge.log()
+    );
+    broker.delete_exchange().await;
+    let (back, _) = poll(
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        async || broker.exchange_exists().await,
+        |b| *b,
+    )
+    .await;
+    assert!(
+        back,
+        "the bridge declares its exchange again\n{}",
+        bridge.log()
+    );
+    broker
+        .publish("k1", b"through the bridge's own", now())
+        .await;
+    bridge
+        .expect_arrivals(2, Duration::from_secs(10), || capture.count())
+        .await;
+    let bodies: Vec<Vec<u8>> = capture.snapshot().into_iter().map(|m| m.body).collect();
+    assert_eq!(
+        bodies,
+        [
+            b"through the old exchange".to_vec(),
+            b"through the bridge's own".to_vec()
+        ]
+    );
+    broker.delete().await;
+    cleanup_keys(&mut redis().await, &key).await;
+}
+
 #[test]
 fn check_prints_the_ingress_and_the_rules_name_their_keys() {
     let sink = "[sinks.r]\ntype = \"amqp\"\nurl = \"amqp://guest:guest@127.0.0.1:5672/%2f\"\n";

@@ -97,6 +97,43 @@ impl IngressBroker {
         Some(q.message_count())
     }
 
+    /// Declares the exchange, durable, of `kind`, before the bridge does.
+    pub async fn declare_exchange(&self, kind: lapin::ExchangeKind) {
+        let ch = self.conn.create_channel().await.unwrap();
+        let durable = lapin::options::ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.exchange_declare(&self.exchange, kind, durable, FieldTable::default())
+            .await
+            .unwrap();
+    }
+
+    /// Whether the exchange exists (a passive declare).
+    pub async fn exchange_exists(&self) -> bool {
+        let ch = self.conn.create_channel().await.unwrap();
+        let passive = lapin::options::ExchangeDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        ch.exchange_declare(
+            &self.exchange,
+            lapin::ExchangeKind::Fanout,
+            passive,
+            FieldTable::default(),
+        )
+        .await
+        .is_ok()
+    }
+
+    /// Deletes the exchange alone.
+    pub async fn delete_exchange(&self) {
+        let ch = self.conn.create_channel().await.unwrap();
+        ch.exchange_delete(&self.exchange, ExchangeDeleteOptions::default())
+            .await
+            .unwrap();
+    }
+
     /// Deletes the exchange and queue.
     pub async fn delete(&self) {
         let ch = self.conn.create_channel().await.unwrap();
