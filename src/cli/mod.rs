@@ -610,12 +610,21 @@ async fn check(arg: &ConfigArg) -> i32 {
             humantime::format_duration(t.backoff_max),
             t.max_message_bytes,
         );
-        if let Some(i) = &t.ingress {
+        if let Some(i) = t.ingress.as_ref().filter(|i| i.topic.is_some()) {
+            say!(
+                "trigger {} ingress: kafka topic={} group={} -> key={} (x-delay ms or x-delay-until epoch ms; \
+                 id = topic/partition/offset)",
+                t.name,
+                i.topic.as_deref().unwrap_or_default(),
+                i.group_name(&t.name),
+                t.key,
+            );
+        } else if let Some(i) = &t.ingress {
             say!(
                 "trigger {} ingress: amqp exchange={} ({}) queue={} ({}) binding_keys={:?} prefetch={} -> key={} \
                  (x-delay ms or x-delay-until epoch ms; id = message_id, else a digest)",
                 t.name,
-                i.exchange,
+                i.exchange_name(),
                 serde_json::to_value(i.exchange_type)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))

@@ -95,7 +95,7 @@ async fn session(
         )
         .await?;
     ctx.consuming(true);
-    tracing::info!(trigger = name, queue = %queue, exchange = %ingress.exchange, "ingress: consuming");
+    tracing::info!(trigger = name, queue = %queue, exchange = %ingress.exchange_name(), "ingress: consuming");
     let lag_channel = conn.create_channel().await?;
     let mut lag = tokio::time::interval(LAG_EVERY);
     let mut storing = FuturesUnordered::new();
@@ -163,7 +163,7 @@ async fn declare(
     };
     let declared = channel
         .exchange_declare(
-            &ingress.exchange,
+            ingress.exchange_name(),
             kind.clone(),
             durable,
             FieldTable::default(),
@@ -172,7 +172,7 @@ async fn declare(
     match declared {
         Ok(()) => {}
         Err(lapin::Error::ProtocolError(e)) if e.get_id() == 406 => {
-            tracing::warn!(trigger, exchange = %ingress.exchange, reply = %e.get_message(),
+            tracing::warn!(trigger, exchange = %ingress.exchange_name(), reply = %e.get_message(),
                 "ingress: the exchange exists with other settings (the delayed-message plugin's?): binding to it as it is");
             channel = conn.create_channel().await?;
             let passive = ExchangeDeclareOptions {
@@ -180,7 +180,12 @@ async fn declare(
                 ..Default::default()
             };
             channel
-                .exchange_declare(&ingress.exchange, kind, passive, FieldTable::default())
+                .exchange_declare(
+                    ingress.exchange_name(),
+                    kind,
+                    passive,
+                    FieldTable::default(),
+                )
                 .await?;
         }
         Err(e) => return Err(e.into()),
@@ -209,7 +214,7 @@ async fn declare(
         channel
             .queue_bind(
                 queue,
-                &ingress.exchange,
+                ingress.exchange_name(),
                 key,
                 QueueBindOptions::default(),
                 FieldTable::default(),
@@ -247,11 +252,11 @@ async fn look(
     };
     channel
         .exchange_declare(
-            &ingress.exchange,
+            ingress.exchange_name(),
             ExchangeKind::Fanout,
             passive,
             FieldTable::default(),
         )
         .await
-        .map_err(|e| Ended::Broker(format!("exchange `{}`: {e}", ingress.exchange)))
+        .map_err(|e| Ended::Broker(format!("exchange `{}`: {e}", ingress.exchange_name())))
 }

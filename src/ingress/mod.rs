@@ -1,8 +1,10 @@
-//! Ingress: delayed messages producers publish to the broker (with `x-delay`) taken in and stored in a trigger's queue, once each, acknowledged only after Redis has them.
+//! Ingress: delayed messages producers publish to the broker (with `x-delay`) taken in and stored in a trigger's queue, once each, acknowledged (AMQP) or committed (Kafka) only after Redis has them.
 
 mod amqp;
 pub mod delay;
+mod kafka;
 pub mod message;
+pub mod record;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -79,9 +81,7 @@ impl Ingress {
         };
         match &*sink {
             Sink::Amqp(amqp) => amqp::run(&self, amqp, &ingress, &stop).await,
-            Sink::Kafka(_) => {
-                tracing::error!(trigger = %self.config.name, "an ingress needs an AMQP sink");
-            }
+            Sink::Kafka(k) => kafka::run(&self, k, &ingress, &stop).await,
         }
         self.consuming(false);
         self.health.set_ingress_stopped(&self.config.name, None);

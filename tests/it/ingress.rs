@@ -474,7 +474,53 @@ fn check_prints_the_ingress_and_the_rules_name_their_keys() {
     assert!(out.contains("payload=hash"), "{out}");
     assert!(out.contains("format=envelope"), "{out}");
     assert!(out.contains("trigger t ingress: amqp exchange=orders.delayed (fanout) queue=orders.delayed.ingress (quorum)"), "{out}");
+    let kafka = "[sinks.k]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:9092\"\n[[triggers]]\nname = \"kt\"\nkey = \"kk\"\nsink = \"k\"\ntopic = \"out\"\n";
+    let (code, out) = check(&format!("{kafka}[triggers.ingress]\ntopic = \"in\""));
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("trigger kt ingress: kafka topic=in group=delay-bridge.kt"),
+        "{out}"
+    );
     for (lines, key, why) in [
+        (
+            "[triggers.ingress]\nexchange = \"d\"",
+            "triggers[0].ingress.topic",
+            "required",
+        ),
+        (
+            "[triggers.ingress]\ntopic = \"out\"",
+            "triggers[0].ingress.topic",
+            "come back",
+        ),
+        (
+            "[triggers.ingress]\ntopic = \"in\"\nexchange = \"d\"",
+            "triggers[0].ingress.exchange",
+            "not for a Kafka sink",
+        ),
+        (
+            "[triggers.ingress]\ntopic = \"a b\"",
+            "triggers[0].ingress.topic",
+            "249",
+        ),
+    ] {
+        let (code, out) = check(&format!("{kafka}{lines}"));
+        assert_eq!(code, 78, "{lines}: {out}");
+        assert!(
+            out.contains(key) && out.contains(why),
+            "{lines}: wanted {key} ({why}) in\n{out}"
+        );
+    }
+    for (lines, key, why) in [
+        (
+            "[triggers.ingress]\nqueue = \"q\"",
+            "triggers[0].ingress.exchange",
+            "required",
+        ),
+        (
+            "[triggers.ingress]\nexchange = \"d\"\ntopic = \"t\"",
+            "triggers[0].ingress.topic",
+            "not for an AMQP sink",
+        ),
         (
             "payload = \"inline\"\n[triggers.ingress]\nexchange = \"d\"",
             "triggers[0].payload",

@@ -22,6 +22,7 @@ mod health;
 mod hostile;
 mod ingress;
 mod ingress_faults;
+mod ingress_kafka;
 mod ingress_producers;
 mod kafka;
 mod kafka_mock;
