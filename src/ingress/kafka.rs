@@ -16,6 +16,10 @@ use crate::sink::kafka::KafkaSink;
 
 /// How often the consumer lag is read.
 const LAG_EVERY: Duration = Duration::from_secs(5);
+/// How often the offsets of stored records are committed unless the sink's properties say
+/// (`auto.commit.interval.ms`): what a crash makes the group read again is at most this much
+/// of the topic, and a record read again that was already delivered is delivered twice.
+const COMMIT_EVERY_MS: &str = "500";
 
 /// Reads `ingress.topic` on `sink`'s brokers until `stop`; waits out a Redis failure with the
 /// records left uncommitted (the group reads them again).
@@ -32,6 +36,9 @@ pub(super) async fn run(
     let mut failures = Repeated::default();
     while !stop.is_cancelled() {
         let mut cc = sink.consumer_config();
+        if cc.get("auto.commit.interval.ms").is_none() {
+            cc.set("auto.commit.interval.ms", COMMIT_EVERY_MS);
+        }
         cc.set("group.id", ingress.group_name(name))
             .set(
                 "client.id",
