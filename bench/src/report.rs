@@ -29,6 +29,8 @@ pub struct Report {
     pub crash: Option<Crash>,
     /// A large schedule held in Redis.
     pub rss: Option<Rss>,
+    /// AMQP: messages taken in through an ingress exchange.
+    pub ingress: Option<crate::ingress::IngressRun>,
     /// Phases that failed, with why.
     pub errors: Vec<PhaseError>,
 }
@@ -518,6 +520,9 @@ impl Report {
                     c.duplicates_per_kill <= DUPLICATES_PER_KILL && c.kills_mid_drain == c.kills,
                 ),
             });
+        }
+        if let Some(i) = &self.ingress {
+            rows.extend(i.rows());
         }
         if let Some(r) = &self.rss {
             rows.push(Row {
