@@ -1,4 +1,4 @@
-//! The RabbitMQ ingress against the real broker: delayed messages arrive once each, none early, with their properties and headers; no-delay ones at once; cancel by message id; bad input dead-lettered; two replicas store each message once; `check` and the configuration's rules.
+//! The RabbitMQ ingress against the real broker: delayed messages arrive once each, none early, with their properties and headers; no-delay ones at once; cancel by message id (command line and admin API); bad input dead-lettered; two replicas store each message once; `check` and the configuration's rules.
 
 use crate::common;
 
@@ -209,15 +209,18 @@ async fn a_message_is_cancelled_by_its_message_id_and_stored_once_per_id() {
     let capture = AmqpCapture::start("c").await;
     let broker = IngressBroker::new().await;
     let key = unique("ingress-cancel");
-    let port = free_port();
-    let cfg = config(port, "cancel", &key, &capture, &broker, "", "");
-    let bridge = Bridge::start(&cfg, port)
+    let (port, admin_port) = (free_port(), free_port());
+    let token = "ingress-test-token-0123456789";
+    let admin = format!("[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n");
+    let cfg = admin + &config(port, "cancel", &key, &capture, &broker, "", "");
+    let bridge = Bridge::start_with_env(&cfg, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", token)])
         .ready(Duration::from_secs(30))
         .await;
     let with_id =
         |id: &str| delayed(AMQPValue::LongInt(3_000), &[]).with_message_id(ShortString::from(id));
     broker.publish("c", b"keep", with_id("order-keep")).await;
     broker.publish("c", b"drop", with_id("order-drop")).await;
+    broker.publish("c", b"api", with_id("order-api")).await;
     // The same id again (a producer's retry): stored once.
     broker
         .publish("c", b"keep again", with_id("order-keep"))
@@ -227,12 +230,26 @@ async fn a_message_is_cancelled_by_its_message_id_and_stored_once_per_id() {
         Duration::from_secs(10),
         Duration::from_millis(50),
         async || zcard(&mut r, &key).await,
-        |n| *n == 2,
+        |n| *n == 3,
     )
     .await;
-    assert!(stored, "both ids stored\n{}", bridge.log());
-    let out = cli(&["cancel", "-t", "cancel", "order-drop"], &cfg, &[]);
+    assert!(stored, "three ids stored\n{}", bridge.log());
+    let out = cli(
+        &["cancel", "-t", "cancel", "order-drop"],
+        &cfg,
+        &[("DELAY_BRIDGE_ADMIN_TOKEN", token)],
+    );
     assert_eq!(out.code, 0, "{}", out.text());
+    let bearer = format!("Bearer {token}");
+    let answer = common::http::request(
+        admin_port,
+        "POST",
+        "/api/v1/triggers/cancel/cancel",
+        &[("Authorization", &bearer)],
+        Some(r#"{"members": ["order-api"]}"#),
+    )
+    .await;
+    assert_eq!(answer.json()["cancelled"], 1, "{answer:?}");
     bridge
         .expect_arrivals(1, Duration::from_secs(10), || capture.count())
         .await;
