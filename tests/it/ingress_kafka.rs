@@ -1,4 +1,4 @@
-//! The Kafka ingress against a real Kafka-protocol broker: delayed records arrive once each, none early, with their key and headers; no-delay ones at once; a bad `x-delay` is dead-lettered; a consumer-group rebalance mid-stream loses nothing and delivers nothing twice; a bridge SIGKILLed mid-ingest loses nothing.
+//! The Kafka ingress against a real Kafka-protocol broker: delayed records arrive once each, none early, with their key and headers; no-delay ones at once; a bad `x-delay` is dead-lettered; a consumer-group rebalance mid-stream loses nothing and delivers nothing twice; a bridge SIGKILLed mid-ingest loses nothing; with Redis stopped it stops reading and resumes after.
 
 use crate::common;
 
@@ -286,6 +286,51 @@ async fn a_bridge_sigkilled_mid_ingest_loses_nothing() {
     );
     let mut r = redis().await;
     cleanup_keys(&mut r, &key).await;
+    delete_topic(&kafka_brokers(), &ingress).await;
+    delete_topic(&kafka_brokers(), &capture.topic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_stopped_the_ingress_stops_reading_and_resumes_after() {
+    let mut redis_server = common::servers::RedisServer::append_only().await;
+    let key = unique("ingress-kafka-redis");
+    let (ingress, capture, trigger) = setup("kredis", &key).await;
+    let port = free_port();
+    let cfg = config(port, &trigger).replace(&redis_url(), &redis_server.url());
+    let bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(30))
+        .await;
+    let batch = |from: usize| -> Vec<Out> {
+        (from..from + 100)
+            .map(|i| (format!("k-{i}"), body(i, 0), vec![]))
+            .collect()
+    };
+    produce(&ingress, batch(0)).await;
+    bridge
+        .expect_arrivals(100, Duration::from_secs(30), || capture.count())
+        .await;
+    redis_server.shutdown().await;
+    produce(&ingress, batch(100)).await;
+    let (said, answer) = bridge
+        .wait_http("/readyz", Duration::from_secs(20), |s, b| {
+            s == 503 && b.contains("ingress not consuming (Redis")
+        })
+        .await;
+    assert!(said, "{answer:?}\n{}", bridge.log());
+    let label = [("trigger", "kredis")];
+    assert_eq!(
+        bridge
+            .metric("delay_bridge_ingress_consuming", &label)
+            .await,
+        0.0
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(capture.tally().len(), 100, "nothing taken in meanwhile");
+    redis_server.restart().await;
+    bridge
+        .expect_arrivals(200, Duration::from_secs(60), || capture.tally().len())
+        .await;
+    bridge.expect_readyz(200, Duration::from_secs(20)).await;
     delete_topic(&kafka_brokers(), &ingress).await;
     delete_topic(&kafka_brokers(), &capture.topic).await;
 }
