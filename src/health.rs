@@ -30,8 +30,9 @@ struct Inner {
     /// the broker said. Not ready: an operator must fix the exchange or the permissions.
     refusing: Mutex<std::collections::BTreeMap<String, String>>,
     /// Ingresses not consuming (starting, the broker away, Redis not taking their writes):
-    /// trigger -> why. Not ready: producers' messages wait at the broker.
-    ingress_stopped: Mutex<std::collections::BTreeMap<String, String>>,
+    /// trigger -> (the ingress instance that said so, why). Not ready: producers' messages
+    /// wait at the broker.
+    ingress_stopped: Mutex<std::collections::BTreeMap<String, (u64, String)>>,
     sinks: Vec<Arc<Sink>>,
     metrics: Metrics,
 }
@@ -147,9 +148,10 @@ impl Health {
         }
     }
 
-    /// `trigger`'s ingress does not consume (`why`: starting, the broker, Redis refused or
-    /// failed its write); `None`: it consumes.
-    pub fn set_ingress_stopped(&self, trigger: &str, why: Option<&str>) {
+    /// `trigger`'s ingress `instance` does not consume (`why`: starting, the broker, Redis
+    /// refused or failed its write); `None`: it consumes, or it ended. An instance clears
+    /// only what it said itself: the one that replaced it on a reload keeps its word.
+    pub fn set_ingress_stopped(&self, trigger: &str, instance: u64, why: Option<&str>) {
         let mut stopped = self
             .inner
             .ingress_stopped
@@ -157,10 +159,12 @@ impl Health {
             .unwrap_or_else(|e| e.into_inner());
         match why {
             Some(why) => {
-                stopped.insert(trigger.to_string(), why.to_string());
+                stopped.insert(trigger.to_string(), (instance, why.to_string()));
             }
             None => {
-                stopped.remove(trigger);
+                if stopped.get(trigger).is_some_and(|(i, _)| *i == instance) {
+                    stopped.remove(trigger);
+                }
             }
         }
     }
@@ -204,7 +208,7 @@ impl Health {
             .ingress_stopped
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        for (trigger, why) in stopped.iter() {
+        for (trigger, (_, why)) in stopped.iter() {
             reasons.push(format!("trigger {trigger}: ingress not consuming ({why})"));
         }
         if reasons.is_empty() {

@@ -6,7 +6,7 @@ mod kafka;
 pub mod message;
 pub mod record;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,8 @@ pub struct Ingress {
     health: Health,
     /// Set while consuming is stopped for want of Redis (`/readyz` says so).
     stopped: AtomicBool,
+    /// This ingress among those of its trigger (a reload starts another).
+    instance: u64,
     /// Times in a row Redis refused a write: the wait before consuming again grows with it
     /// (Redis over `maxmemory` answers reads, so answering is not enough to go on).
     refusals: AtomicU32,
@@ -61,8 +63,10 @@ impl Ingress {
         metrics: Metrics,
         health: Health,
     ) -> Self {
+        static INSTANCES: AtomicU64 = AtomicU64::new(0);
+        let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
         metrics.ingress.start(&config.name);
-        health.set_ingress_stopped(&config.name, Some("starting"));
+        health.set_ingress_stopped(&config.name, instance, Some("starting"));
         Self {
             config,
             queue,
@@ -70,6 +74,7 @@ impl Ingress {
             metrics,
             health,
             stopped: AtomicBool::new(false),
+            instance,
             refusals: AtomicU32::new(0),
         }
     }
@@ -84,7 +89,8 @@ impl Ingress {
             Sink::Kafka(k) => kafka::run(&self, k, &ingress, &stop).await,
         }
         self.consuming(false);
-        self.health.set_ingress_stopped(&self.config.name, None);
+        self.health
+            .set_ingress_stopped(&self.config.name, self.instance, None);
     }
 
     /// What the store is asked to do with `m`: schedule it, or dead-letter it with a reason.
@@ -139,7 +145,7 @@ impl Ingress {
         self.refusals.store(0, Ordering::Relaxed);
         if self.stopped.swap(false, Ordering::Relaxed) {
             tracing::info!(trigger = name, "ingress: Redis takes writes again");
-            self.health.set_ingress_stopped(name, None);
+            self.health.set_ingress_stopped(name, self.instance, None);
         }
         let m_ = &self.metrics.ingress;
         match how {
@@ -167,7 +173,7 @@ impl Ingress {
                 "ingress: Redis did not take a write; consuming stops (messages stay at the broker) until it does");
         }
         self.health
-            .set_ingress_stopped(name, Some(&format!("Redis: {}", e.kind())));
+            .set_ingress_stopped(name, self.instance, Some(&format!("Redis: {}", e.kind())));
     }
 
     /// Waits until Redis answers (or `stop`), polling its clock, and longer the more times
@@ -197,13 +203,17 @@ impl Ingress {
             .with_label_values(&[&self.config.name])
             .set(i64::from(on));
         if on && !self.stopped.load(Ordering::Relaxed) {
-            self.health.set_ingress_stopped(&self.config.name, None);
+            self.health
+                .set_ingress_stopped(&self.config.name, self.instance, None);
         }
     }
 
     /// Consuming failed on the broker's side: not ready until it consumes again.
     fn broker_failed(&self) {
-        self.health
-            .set_ingress_stopped(&self.config.name, Some("cannot consume from the broker"));
+        self.health.set_ingress_stopped(
+            &self.config.name,
+            self.instance,
+            Some("cannot consume from the broker"),
+        );
     }
 }

@@ -21,6 +21,7 @@ mod hash_payload;
 mod health;
 mod hostile;
 mod ingress;
+mod ingress_config;
 mod ingress_faults;
 mod ingress_kafka;
 mod ingress_producers;
