@@ -1,4 +1,4 @@
-//! The ingress's producer snippets (`producers/delayed_pika.py`, `producers/delayed_amqplib.js`), run as users run them: a message published with `x-delay` arrives no earlier than its delay with its message id, one without a delay at once, and one is cancelled by its id.
+//! The ingress's producer snippets (`producers/delayed_pika.py`, `producers/delayed_amqplib.js`, `producers/delayed_kafkajs.js`), run as users run them: a message published with `x-delay` arrives no earlier than its delay with its message id (Kafka: its key), one without a delay at once, and one is cancelled by its id.
 
 use crate::common;
 
@@ -22,6 +22,12 @@ const PIKA: Snippet = Snippet {
     needs: "python3 and pika (pip install pika)",
 };
 
+const KAFKAJS: Snippet = Snippet {
+    file: "delayed_kafkajs.js",
+    runtime: "node",
+    needs: "node and producers/node_modules (npm install --prefix producers)",
+};
+
 const AMQPLIB: Snippet = Snippet {
     file: "delayed_amqplib.js",
     runtime: "node",
@@ -29,8 +35,9 @@ const AMQPLIB: Snippet = Snippet {
 };
 
 impl Snippet {
-    /// Runs the snippet with `args` on the shared RabbitMQ, asserting that it succeeds.
-    async fn run(&self, args: &[&str]) {
+    /// Runs the snippet with `args` on the shared RabbitMQ and Kafka, asserting that it
+    /// succeeds; returns what it printed.
+    async fn run(&self, args: &[&str]) -> String {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("producers")
             .join(self.file);
@@ -38,6 +45,7 @@ impl Snippet {
         cmd.arg(path)
             .args(args)
             .env("AMQP_URL", amqp_url())
+            .env("KAFKA_BROKERS", kafka_brokers())
             .stdin(Stdio::null());
         let out = tokio::task::spawn_blocking(move || cmd.output())
             .await
@@ -51,6 +59,7 @@ impl Snippet {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 }
 
@@ -105,4 +114,58 @@ async fn the_pika_snippet_delivers_through_the_ingress() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_amqplib_snippet_delivers_through_the_ingress() {
     delivers_through_the_ingress(&AMQPLIB).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kafkajs_snippet_delivers_through_the_ingress() {
+    use common::kafka::{create_topic, delete_topic, KafkaCapture};
+    let key = unique("ingress-kjs");
+    let (ingress, dest) = (unique("ingress-kjs-in"), unique("ingress-kjs-out"));
+    create_topic(&kafka_brokers(), &ingress, 1).await;
+    create_topic(&kafka_brokers(), &dest, 1).await;
+    let capture = KafkaCapture::start(&kafka_brokers(), &dest, 1);
+    let port = free_port();
+    let table = format!("[triggers.ingress]\ntopic = \"{ingress}\"\n");
+    let config = ConfigToml::base(port)
+        .kafka_sink("kafka", &kafka_brokers(), &[])
+        .to_string()
+        + &kafka_trigger("kjs", &key, "kafka", &dest, &table);
+    let bridge = Bridge::start(&config, port)
+        .ready(Duration::from_secs(30))
+        .await;
+    let sent = now_ms();
+    KAFKAJS
+        .run(&[&ingress, "customer-9", "later", "1500"])
+        .await;
+    KAFKAJS.run(&[&ingress, "customer-7", "now", "0"]).await;
+    let never = KAFKAJS
+        .run(&[&ingress, "customer-5", "never", "30000"])
+        .await;
+    assert_eq!(never, format!("{ingress}/0/2"));
+    // Cancelled by its place, once the bridge has read it.
+    let (cancelled, out) = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        async || cli(&["cancel", "-t", "kjs", &never], &config, &[]),
+        |out| out.code == 0,
+    )
+    .await;
+    assert!(cancelled, "{}", out.text());
+    bridge
+        .expect_arrivals(2, Duration::from_secs(20), || capture.count())
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = capture.snapshot();
+    assert_eq!(got.len(), 2, "{got:?}");
+    let later = got
+        .iter()
+        .find(|r| r.body == b"later")
+        .expect("the delayed one");
+    assert_eq!(later.key.as_deref(), Some(&b"customer-9"[..]));
+    let due: i64 = later.header("x-delay-due-ms").unwrap().parse().unwrap();
+    assert!(due >= sent + 1_500, "due {due}, sent {sent}");
+    assert!(got.iter().any(|r| r.body == b"now"));
+    cleanup_keys(&mut redis().await, &key).await;
+    delete_topic(&kafka_brokers(), &ingress).await;
+    delete_topic(&kafka_brokers(), &dest).await;
 }
