@@ -24,6 +24,10 @@ pub struct Properties {
     pub priority: Option<u8>,
     /// AMQP per-message TTL (`expiration`), milliseconds.
     pub expiration_ms: Option<u64>,
+    /// AMQP `timestamp`, epoch seconds.
+    pub timestamp: Option<u64>,
+    /// AMQP `app_id`.
+    pub app_id: Option<String>,
     /// The message id (AMQP `message_id`, Kafka header `x-delay-id`) instead of the
     /// bridge's hash of key and member.
     pub id: Option<String>,
@@ -88,6 +92,8 @@ struct Raw {
     kind: Option<Value>,
     priority: Option<Value>,
     expiration_ms: Option<Value>,
+    timestamp: Option<Value>,
+    app_id: Option<Value>,
     routing_key: Option<Value>,
     kafka_key: Option<Value>,
     kafka_key_b64: Option<Value>,
@@ -97,7 +103,8 @@ struct Raw {
 /// The broker an envelope is published to: only its fields are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Broker {
-    /// RabbitMQ: `reply_to`, `type`, `priority`, `expiration_ms`, `routing_key`.
+    /// RabbitMQ: `reply_to`, `type`, `priority`, `expiration_ms`, `timestamp`, `app_id`,
+    /// `routing_key`.
     Amqp,
     /// Kafka: `kafka_key`, `kafka_key_b64`.
     Kafka,
@@ -151,6 +158,8 @@ pub(crate) fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
     let kind: Option<String> = field(amqp, "type", r.kind)?;
     let priority: Option<u8> = field(amqp, "priority", r.priority)?;
     let expiration_ms: Option<u64> = field(amqp, "expiration_ms", r.expiration_ms)?;
+    let timestamp: Option<u64> = field(amqp, "timestamp", r.timestamp)?;
+    let app_id: Option<String> = field(amqp, "app_id", r.app_id)?;
     let routing_key: Option<String> = field(amqp, "routing_key", r.routing_key)?;
     let kafka_key: Option<String> = field(kafka, "kafka_key", r.kafka_key)?;
     let kafka_key_b64: Option<String> = field(kafka, "kafka_key_b64", r.kafka_key_b64)?;
@@ -176,6 +185,7 @@ pub(crate) fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
         ("correlation_id", &r.correlation_id),
         ("reply_to", &reply_to),
         ("type", &kind),
+        ("app_id", &app_id),
         ("id", &r.id),
         ("routing_key", &routing_key),
     ] {
@@ -194,6 +204,8 @@ pub(crate) fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
             kind,
             priority,
             expiration_ms,
+            timestamp,
+            app_id,
             id: r.id,
             routing_key,
             kafka_key,
@@ -338,7 +350,7 @@ mod tests {
     #[test]
     fn the_other_brokers_fields_are_skipped_without_being_decoded() {
         let amqp_only = br#"{"body":"a","reply_to":1,"type":[],"priority":300,
-            "expiration_ms":"soon","routing_key":{},"headers":{"CC":"q"}}"#;
+            "expiration_ms":"soon","routing_key":{},"headers":{"CC":"q"},"timestamp":-1,"app_id":2}"#;
         let kafka_only = br#"{"body":"a","kafka_key":7,"kafka_key_b64":"%%%"}"#;
         let e = parse(amqp_only, Broker::Kafka).unwrap();
         assert_eq!(
@@ -371,7 +383,7 @@ mod tests {
         let schema: serde_json::Value =
             serde_json::from_str(include_str!("../schema/envelope.schema.json")).unwrap();
         let properties = schema["properties"].as_object().unwrap();
-        assert_eq!(properties.len(), 16);
+        assert_eq!(properties.len(), 18);
         for (name, spec) in properties {
             let sample = match spec["type"].as_str() {
                 Some("integer") => serde_json::json!(1),

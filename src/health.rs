@@ -29,6 +29,10 @@ struct Inner {
     /// Triggers whose sink refuses every message (each published alone): trigger -> what
     /// the broker said. Not ready: an operator must fix the exchange or the permissions.
     refusing: Mutex<std::collections::BTreeMap<String, String>>,
+    /// Ingresses not consuming (starting, the broker away, Redis not taking their writes):
+    /// trigger -> (the ingress instance that said so, why). Not ready: producers' messages
+    /// wait at the broker.
+    ingress_stopped: Mutex<std::collections::BTreeMap<String, (u64, String)>>,
     sinks: Vec<Arc<Sink>>,
     metrics: Metrics,
 }
@@ -48,6 +52,7 @@ impl Health {
                 outage: Mutex::default(),
                 paused: Mutex::default(),
                 refusing: Mutex::default(),
+                ingress_stopped: Mutex::default(),
                 sinks,
                 metrics: metrics.clone(),
             }),
@@ -143,6 +148,27 @@ impl Health {
         }
     }
 
+    /// `trigger`'s ingress `instance` does not consume (`why`: starting, the broker, Redis
+    /// refused or failed its write); `None`: it consumes, or it ended. An instance clears
+    /// only what it said itself: the one that replaced it on a reload keeps its word.
+    pub(crate) fn set_ingress_stopped(&self, trigger: &str, instance: u64, why: Option<&str>) {
+        let mut stopped = self
+            .inner
+            .ingress_stopped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match why {
+            Some(why) => {
+                stopped.insert(trigger.to_string(), (instance, why.to_string()));
+            }
+            None => {
+                if stopped.get(trigger).is_some_and(|(i, _)| *i == instance) {
+                    stopped.remove(trigger);
+                }
+            }
+        }
+    }
+
     /// The paused triggers, one `trigger NAME: paused` line each (a paused trigger is
     /// still ready: the bridge works, an operator holds the queue).
     pub(crate) fn notes(&self) -> Vec<String> {
@@ -175,6 +201,15 @@ impl Health {
             .unwrap_or_else(|e| e.into_inner());
         for (trigger, line) in refusing.iter() {
             reasons.push(format!("trigger {trigger}: {line}"));
+        }
+        drop(refusing);
+        let stopped = self
+            .inner
+            .ingress_stopped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (trigger, (_, why)) in stopped.iter() {
+            reasons.push(format!("trigger {trigger}: ingress not consuming ({why})"));
         }
         if reasons.is_empty() {
             Ok(())

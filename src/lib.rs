@@ -6,7 +6,8 @@
 //!
 //! Layout: `config` (schema, loading, validation, resolved routes), `keys` (derived key
 //! names), `scripts` (the Lua scripts by name), `store` (the calls on a queue), `sink`
-//! (brokers), `worker` (claim/publish/settle loop), `notify` (keyspace wake-ups), `redis_conn` and `redis_checks` (connections, settings
+//! (brokers), `worker` (claim/publish/settle loop), `notify` (keyspace wake-ups), `ingress`
+//! (delayed messages taken in from brokers), `redis_conn` and `redis_checks` (connections, settings
 //! checked on every node), `bridge` (the daemon), `http`, `health`, `metrics` and
 //! `repeat` (observability), `cli` (commands). See ARCHITECTURE.md.
 //!
@@ -24,6 +25,7 @@ pub mod config;
 pub(crate) mod envelope;
 pub(crate) mod health;
 pub(crate) mod http;
+pub(crate) mod ingress;
 pub mod keys;
 pub mod metrics;
 pub(crate) mod notify;

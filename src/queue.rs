@@ -96,7 +96,12 @@ impl Queue {
 
     /// The shard producers put `member` (the id in hash payload mode) on.
     pub(crate) fn for_member(&self, member: &[u8]) -> &Store {
-        &self.shards[shard_of(member, self.producing) as usize]
+        &self.shards[self.shard_index(member)]
+    }
+
+    /// The position in [`Self::shards`] of the shard producers put `member` on.
+    pub(crate) fn shard_index(&self, member: &[u8]) -> usize {
+        shard_of(member, self.producing) as usize
     }
 
     /// The shards in the order to look for `member`: its own first, then the rest (a member

@@ -35,6 +35,9 @@ pub enum Phase {
     Idle,
     /// The bridge SIGKILLed `--kills` times while draining `--crash-messages` due at once.
     Crash,
+    /// AMQP: `--ingress-messages` published to an ingress exchange with a delay, taken in by
+    /// the bridge and delivered (intake rate, end-to-end lateness).
+    Ingress,
 }
 
 /// Measure delay-bridge's forwarding rate, lateness and idle cost against the local Redis and a
@@ -110,6 +113,9 @@ pub struct BenchArgs {
     /// messages arrived since the last restart, so all of them land mid-drain.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub kills: u32,
+    /// Messages published to the ingress exchange in the ingress phase (AMQP).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub ingress_messages: u64,
     /// Phases to leave out (repeat or comma-separate).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub skip: Vec<Phase>,

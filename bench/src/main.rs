@@ -13,6 +13,7 @@ mod args;
 mod ceiling;
 mod cluster;
 mod http;
+mod ingress;
 mod kafka;
 mod phases;
 mod process;

@@ -134,6 +134,12 @@ impl Bench {
                 Err(e) => fail("crash", e),
             }
         }
+        if run(Phase::Ingress) {
+            match self.ingress().await {
+                Ok(r) => report.ingress = r,
+                Err(e) => fail("ingress", e),
+            }
+        }
         if self.args.big {
             match self.big_rss().await {
                 Ok(r) => report.rss = Some(r),

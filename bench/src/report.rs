@@ -31,6 +31,8 @@ pub struct Report {
     pub crash: Option<Crash>,
     /// A large schedule held in Redis.
     pub rss: Option<Rss>,
+    /// AMQP: messages taken in through an ingress exchange.
+    pub ingress: Option<crate::ingress::IngressRun>,
     /// Phases that failed, with why.
     pub errors: Vec<PhaseError>,
 }

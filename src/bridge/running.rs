@@ -108,6 +108,17 @@ impl Running {
                 s.workers.spawn(workers.track_future(forward));
             }
         }
+        if tc.ingress.is_some() {
+            let ingress = crate::ingress::Ingress::new(
+                tc.clone(),
+                queue.clone(),
+                shards.clone(),
+                s.metrics.clone(),
+                s.health.clone(),
+            );
+            let run = ingress.run(sink.clone(), stop.clone());
+            s.workers.spawn(workers.track_future(run));
+        }
         workers.close();
         self.entries.insert(
             tc.name.clone(),

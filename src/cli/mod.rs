@@ -90,7 +90,7 @@ pub enum Command {
         /// Hash payload mode: the message's id.
         #[arg(long, conflicts_with = "payload", required_unless_present = "payload")]
         id: Option<String>,
-        /// Inline mode: the exact payload (the member).
+        /// Inline mode: the exact payload (the member); hash payload mode: the id, as `--id`.
         payload: Option<String>,
     },
     /// Stop claiming a trigger's messages on every bridge (they stay scheduled in Redis;

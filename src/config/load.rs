@@ -147,8 +147,10 @@ impl Loader {
             match value {
                 Value::Array(_, items) => {
                     for (i, item) in items.iter().enumerate() {
+                        let mut item = item.clone();
+                        super::ingress::imply_storage(&mut item);
                         if let Some(t) =
-                            self.value::<TriggerConfig>(&format!("triggers[{i}]"), item)
+                            self.value::<TriggerConfig>(&format!("triggers[{i}]"), &item)
                         {
                             c.triggers.push(t);
                             parsed.trigger_index.push(i);

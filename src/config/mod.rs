@@ -1,6 +1,7 @@
 //! Configuration: the TOML schema, its defaults, and loading through figment.
 
 mod http;
+mod ingress;
 mod load;
 mod problem;
 mod route;
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::tls::TlsConfig;
 pub use http::HttpSinkConfig;
+pub use ingress::{IngressConfig, MAX_PREFETCH};
 pub use load::{env_overrides, load, load_from};
 pub use problem::{ConfigError, Problem};
 pub use route::{AmqpRoute, AmqpRouting, Destination, HttpRoute, HttpTarget, KafkaRoute};
@@ -311,6 +313,11 @@ pub struct TriggerConfig {
     /// Redis only once the broker confirmed it. Unset: dead letters stay in Redis.
     #[serde(default)]
     pub dead_letter_topic: Option<String>,
+    /// `[triggers.ingress]`: producers publish delayed messages to the broker (an `x-delay`
+    /// header) and the bridge stores them in this trigger's queue. Implies `payload = "hash"`
+    /// and `format = "envelope"`.
+    #[serde(default)]
+    pub ingress: Option<IngressConfig>,
     /// Where the messages go: resolved from the fields above and the sink's type when the
     /// configuration is loaded (`None` only in a configuration that was not loaded).
     #[serde(skip)]

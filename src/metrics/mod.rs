@@ -1,9 +1,11 @@
 //! Every Prometheus metric of the bridge, registered in one registry that is passed in.
 
 mod dead_log;
+mod ingress;
 mod series;
 mod trigger;
 
+pub use ingress::{IngressMetrics, REFUSALS as INGRESS_REFUSALS};
 pub use series::{Cells, TriggerSeries};
 pub use trigger::TriggerMetrics;
 
@@ -47,6 +49,8 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
     /// 1 while keyspace notifications are in use.
     pub notifications_enabled: Gauge,
+    /// Messages taken from brokers by ingresses.
+    pub ingress: IngressMetrics,
 }
 
 const PREFIX: &str = "delay_bridge";
@@ -148,6 +152,7 @@ impl Metrics {
                 &["version", "revision"],
             ),
             notifications_enabled,
+            ingress: IngressMetrics::new(&registry),
             registry,
             process: process_registry(),
         };

@@ -158,6 +158,17 @@ impl Shard {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// An ingress wrote to this shard: a scheduled member (the idle worker looks again) or,
+    /// with `dead`, a dead letter (the dead-letter forwarder looks).
+    pub(crate) fn ingested(&self, dead: bool) {
+        self.touched();
+        if dead {
+            self.dead_lettered.notify_one();
+        } else {
+            self.wake();
+        }
+    }
+
     /// Wakes every idle worker: there may be more due than one worker takes.
     pub(super) fn wake_all(&self) {
         self.backlog.notify_waiters();

@@ -98,6 +98,11 @@ fn sections() -> Vec<Section> {
             key: "triggers[0]",
             heading: "`[[triggers]]`",
         },
+        Section {
+            toml: "[[triggers]]\nname = \"t\"\nkey = \"delay:{t}\"\nsink = \"rabbit\"\nexchange = \"\"\n[triggers.ingress]\nexchange = \"d\"\n{P}\n",
+            key: "triggers[0].ingress",
+            heading: "`[triggers.ingress]`",
+        },
     ]
 }
 

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use delay_bridge::keys::QueueKeys;
 use delay_bridge::redis_conn::Conn;
 use delay_bridge::store::{
-    Body, Claimed, DeadItem, DeadOutcome, DeadSettled, FailOutcome, Failure, Purge, Settlement,
-    Store,
+    Body, Claimed, DeadItem, DeadOutcome, DeadSettled, FailOutcome, Failure, Ingest, Purge,
+    Settlement, Store,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -110,7 +110,26 @@ enum Script {
     Purge,
     DeadClaim,
     DeadSettle,
+    /// Hash mode only: an ingress's store.
+    Ingest,
 }
+
+/// Hash mode: how an ingress stores a message (`ingest.lua`).
+#[derive(Debug, Clone, Copy)]
+enum HowIngest {
+    /// Due in this many ms from now on the Redis clock (negative: now).
+    In(i64),
+    /// Due at the score `when` stands for (finite ones only).
+    At(When),
+    /// Refused: a dead letter with the reason [`INGEST_REASONS`]`[i]`.
+    Dead(usize),
+}
+
+/// The reasons an ingress dead-letters with, and their details.
+const INGEST_REASONS: [(&str, &str); 2] = [
+    ("bad_delay", "x-delay: `soon` is not a number"),
+    ("too_large", ""),
+];
 
 /// Hash mode: the body a producer writes.
 #[derive(Debug, Clone, Copy)]
@@ -220,6 +239,12 @@ enum Op {
         which: usize,
         disp: Vec<FDisp>,
     },
+    /// Hash mode: an ingress stores a message taken from a broker, once per id.
+    Ingest {
+        member: usize,
+        how: HowIngest,
+        body: Payload,
+    },
     /// Runs a script while `key` holds a string: it must fail and change nothing.
     WrongType {
         key: Derived,
@@ -305,6 +330,23 @@ fn hash_derived() -> impl Strategy<Value = Derived> {
     prop_oneof![derived(), Just(Derived::Bodies)]
 }
 
+/// Hash mode: the scripts a wrong-typed key is tried with, the ingress's store included.
+fn hash_script() -> impl Strategy<Value = Script> {
+    prop_oneof![8 => script(), 1 => Just(Script::Ingest)]
+}
+
+fn how_ingest() -> impl Strategy<Value = HowIngest> {
+    let finite = prop_oneof![
+        (0u8..4).prop_map(When::Past),
+        (0u8..4).prop_map(When::Future)
+    ];
+    prop_oneof![
+        2 => prop_oneof![Just(-5_000i64), Just(0), Just(3_600_000)].prop_map(HowIngest::In),
+        2 => finite.prop_map(HowIngest::At),
+        1 => (0..INGEST_REASONS.len()).prop_map(HowIngest::Dead),
+    ]
+}
+
 fn payload() -> impl Strategy<Value = Payload> {
     prop_oneof![
         6 => (0u8..12).prop_map(Payload::Versioned),
@@ -329,10 +371,12 @@ fn hash_op() -> impl Strategy<Value = Op> {
         1 => (0..POOL.len(), when()).prop_map(|(member, when)| Op::Reschedule { member, when }),
         1 => (0..POOL.len(), when()).prop_map(|(member, when)| Op::Schedule { member, when }),
         1 => (0..POOL.len()).prop_map(|member| Op::Cancel { member }),
+        3 => (0..POOL.len(), how_ingest(), payload())
+            .prop_map(|(member, how, body)| Op::Ingest { member, how, body }),
         4 => (1usize..6, any::<bool>(), budget())
             .prop_map(|(batch, short, budget)| Op::ClaimBytes { batch, short, budget }),
         28 => worker_and_operator_op(),
-        1 => (hash_derived(), script()).prop_map(|(key, script)| Op::WrongType { key, script }),
+        1 => (hash_derived(), hash_script()).prop_map(|(key, script)| Op::WrongType { key, script }),
     ]
 }
 
@@ -745,6 +789,10 @@ struct Tally {
     forward_dropped_body: AtomicU64,
     forward_kept_body: AtomicU64,
     forward_missing_body: AtomicU64,
+    /// Messages an ingress stored, found already held, dead-lettered.
+    ingest_stored: AtomicU64,
+    ingest_duplicates: AtomicU64,
+    ingest_dead: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -879,6 +927,7 @@ impl Case {
             Op::Requeue { members, limit } => self.requeue(members, *limit).await,
             Op::ForwardClaim { limit, short } => self.forward_claim(*limit, *short).await,
             Op::ForwardSettle { which, disp } => self.forward_settle(*which, disp).await,
+            Op::Ingest { member, how, body } => self.ingest(POOL[*member], *how, *body).await,
             Op::WrongType { key, script } => self.wrong_type(*key, *script).await,
         }
     }
@@ -950,8 +999,8 @@ impl Case {
         Ok(())
     }
 
-    async fn produce(&mut self, member: &[u8], when: When, payload: Payload) -> Step {
-        let (score, arg) = self.due(when);
+    /// The next body a producer (or an ingress) writes for `member`.
+    fn next_body(&mut self, member: &[u8], payload: Payload) -> Vec<u8> {
         let b = self.m.bodies.as_mut().expect("hash mode");
         let body = match payload {
             Payload::Versioned(pad) => {
@@ -963,6 +1012,13 @@ impl Case {
             Payload::Empty => Vec::new(),
         };
         b.next_version += 1;
+        body
+    }
+
+    async fn produce(&mut self, member: &[u8], when: When, payload: Payload) -> Step {
+        let (score, arg) = self.due(when);
+        let body = self.next_body(member, payload);
+        let b = self.m.bodies.as_mut().expect("hash mode");
         let () = redis::pipe()
             .atomic()
             .cmd("HSET")
@@ -982,6 +1038,97 @@ impl Case {
         b.written.insert(member.to_vec(), body);
         b.bare.remove(member);
         self.scheduled(member, score);
+        Ok(())
+    }
+
+    /// An ingress's store (`ingest.lua`), once per id: an id scheduled, in flight or dead
+    /// changes nothing; otherwise its body is written, a stale attempt entry dropped, and the
+    /// id scheduled (at a time, or a delay on the Redis clock) or dead-lettered.
+    async fn ingest(&mut self, member: &[u8], how: HowIngest, payload: Payload) -> Step {
+        let body = self.next_body(member, payload);
+        let (reason, detail) = match how {
+            HowIngest::Dead(i) => INGEST_REASONS[i],
+            _ => ("", ""),
+        };
+        let at = match how {
+            HowIngest::At(when) => self.due(when).0 as i64,
+            _ => 0,
+        };
+        let call = match how {
+            HowIngest::In(ms) => Ingest::In(ms),
+            HowIngest::At(_) => Ingest::At(at),
+            HowIngest::Dead(_) => Ingest::Dead { reason, detail },
+        };
+        let before = self.now().await;
+        let done = self
+            .store
+            .ingest(member, &body, call)
+            .await
+            .map_err(|e| TestCaseError::fail(format!("ingest: {e}")))?;
+        let after = self.now().await;
+        let held = self
+            .m
+            .source
+            .get(member)
+            .map(|s| s.score)
+            .or_else(|| self.m.inflight.get(member).map(|l| l.deadline as f64))
+            .or_else(|| self.m.dead.get(member).map(DeadEntry::score));
+        check_eq!(done.stored, held.is_none(), "ingest of {member:?}: stored");
+        if let Some(score) = held {
+            bump(&self.tally.ingest_duplicates, 1);
+            if score.is_finite() {
+                check_eq!(
+                    done.at_ms,
+                    score as i64,
+                    "ingest of {member:?}: the time found"
+                );
+            }
+            return Ok(());
+        }
+        self.m.left.remove(member);
+        let b = self.m.bodies.as_mut().expect("hash mode");
+        b.held.insert(member.to_vec(), body.clone());
+        b.written.insert(member.to_vec(), body);
+        b.bare.remove(member);
+        match how {
+            HowIngest::Dead(_) => {
+                let dead = self.keys.dead.clone();
+                let at = self.adopt_score(&dead, member, before, after).await?;
+                check_eq!(
+                    done.at_ms,
+                    at as i64,
+                    "ingest of {member:?}: dead-lettered at"
+                );
+                let id = self.m.next_schedule;
+                self.m.next_schedule += 1;
+                self.m.started.push(id);
+                let entry = DeadEntry {
+                    at,
+                    reason: reason.to_string(),
+                    detail: (!detail.is_empty()).then(|| detail.to_string()),
+                    attempts: 0,
+                    schedules: vec![id],
+                    forward: None,
+                };
+                self.m.dead.insert(member.to_vec(), entry);
+                bump(&self.tally.ingest_dead, 1);
+            }
+            HowIngest::In(ms) => {
+                let d = ms.max(0);
+                let source = self.keys.source.clone();
+                let score = self
+                    .adopt_score(&source, member, before + d, after + d)
+                    .await?;
+                check_eq!(done.at_ms, score as i64, "ingest of {member:?}: due");
+                self.scheduled(member, score);
+                bump(&self.tally.ingest_stored, 1);
+            }
+            HowIngest::At(_) => {
+                check_eq!(done.at_ms, at, "ingest of {member:?}: due");
+                self.scheduled(member, at as f64);
+                bump(&self.tally.ingest_stored, 1);
+            }
+        }
         Ok(())
     }
 
@@ -2151,6 +2298,11 @@ impl Case {
                 .await
                 .map(|_| ()),
             Script::DeadClaim => self.store.claim_dead(4, LONG_LEASE).await.map(|_| ()),
+            Script::Ingest => self
+                .store
+                .ingest(POOL[0], b"x", Ingest::In(0))
+                .await
+                .map(|_| ()),
             Script::DeadSettle => {
                 let c = &self.m.open_dead[0];
                 // Every outcome at once: confirmed, kept, refused, released.
@@ -2581,7 +2733,8 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
         eprintln!(
             "bodies: claimed {}, missing {}, claims cut by the budget {}, dropped by an ack {}, \
              kept by an ack {}, dropped by a cancel {}, kept by a cancel {}, dropped by a \
-             forward {}, kept by a forward {}, forwarded without one {}",
+             forward {}, kept by a forward {}, forwarded without one {}; ingests: stored {}, \
+             already held {}, dead-lettered {}",
             get(&t.bodies_claimed),
             get(&t.missing_claimed),
             get(&t.cut_by_budget),
@@ -2592,6 +2745,9 @@ fn run_model(hash: bool, ops: impl Strategy<Value = Vec<Op>>) {
             get(&t.forward_dropped_body),
             get(&t.forward_kept_body),
             get(&t.forward_missing_body),
+            get(&t.ingest_stored),
+            get(&t.ingest_duplicates),
+            get(&t.ingest_dead),
         );
     }
     if let Err(e) = result {
@@ -2644,6 +2800,9 @@ fn missing_paths(t: &Tally, hash: bool) -> Vec<&'static str> {
             ("bodies kept by an ack", &t.ack_kept_body),
             ("bodies dropped by a cancel", &t.cancel_dropped_body),
             ("bodies dropped by a forward", &t.forward_dropped_body),
+            ("ingests stored", &t.ingest_stored),
+            ("ingests of an id already held", &t.ingest_duplicates),
+            ("ingests dead-lettered", &t.ingest_dead),
         ]);
     }
     paths

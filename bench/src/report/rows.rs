@@ -109,6 +109,9 @@ impl Report {
                 ),
             });
         }
+        if let Some(i) = &self.ingress {
+            rows.extend(i.rows());
+        }
         if let Some(r) = &self.rss {
             rows.push(Row {
                 measurement: format!("bridge RSS with {} scheduled", r.scheduled),

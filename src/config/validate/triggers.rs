@@ -120,6 +120,9 @@ fn routes(
                     push(k(field), why);
                 }
             }
+            for (field, why) in super::super::ingress::problems(t, sink) {
+                push(k(&field), why);
+            }
             match resolve(t, sink) {
                 Ok(d) => destination = Some(d),
                 Err(problems) => {

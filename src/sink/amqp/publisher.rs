@@ -232,6 +232,12 @@ pub(super) fn properties(trigger: &AMQPValue, m: &OutMessage<'_>) -> BasicProper
         if let Some(v) = p.expiration_ms {
             props = props.with_expiration(v.to_string().into());
         }
+        if let Some(v) = p.timestamp {
+            props = props.with_timestamp(v);
+        }
+        if let Some(v) = short(&p.app_id) {
+            props = props.with_app_id(v);
+        }
     }
     headers.insert(ShortString::from(HEADER_TRIGGER), trigger.clone());
     headers.insert(

@@ -113,6 +113,18 @@ impl KafkaSink {
         &self.shared.name
     }
 
+    /// The sink's librdkafka settings (brokers, security, the user's properties) without the
+    /// bridge's producer defaults, for a consumer on the same brokers (an ingress).
+    pub fn consumer_config(&self) -> ClientConfig {
+        let mut cc = self.shared.config.clone();
+        for (k, _) in DEFAULT_PROPERTIES {
+            if !matches!(*k, "reconnect.backoff.max.ms") {
+                cc.remove(k);
+            }
+        }
+        cc
+    }
+
     /// True while at least one broker connection is up and the producer is usable.
     pub fn is_up(&self) -> bool {
         self.shared.current().health.is_up()

@@ -18,6 +18,7 @@
 //! | [`proxy`] | a fault-injecting TCP proxy (`use common::proxy::...`) |
 //! | [`tally`] | fault-test bookkeeping on a durable queue (`use common::tally::*`) |
 //! | [`kafka`] | Kafka topics and a capturing consumer (`use common::kafka::*`) |
+//! | [`ingress`] | an ingress's exchange, a confirming publisher on it, its queue's depth (`use common::ingress::*`) |
 //! | [`tls`] | a private PKI made with `openssl` (`use common::tls::*`) |
 //! | [`webhook`] | an HTTP endpoint that records requests and answers as scripted (`use common::webhook::*`) |
 #![allow(dead_code)]
@@ -28,6 +29,7 @@ pub mod browser;
 pub mod cli;
 pub mod config;
 pub mod http;
+pub mod ingress;
 pub mod kafka;
 pub mod metrics;
 pub mod proxy;
