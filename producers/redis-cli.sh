@@ -21,6 +21,8 @@ CANCEL_LUA=$(cat <<'LUA'
 -- changes nothing.
 -- KEYS: source, inflight, dead, bodies   ARGV: id
 -- Reply: 1 if the id was scheduled, else 0
+-- Its own four keys (producers pass them; it has no prelude), named once here.
+local SOURCE, INFLIGHT, DEAD, BODIES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local want = {'zset', 'zset', 'zset', 'hash'}
 for i = 1, 4 do
   local got = redis.call('TYPE', KEYS[i])['ok']
@@ -29,10 +31,10 @@ for i = 1, 4 do
       ' where delay-bridge needs a ' .. want[i] .. '; rename or delete it')
   end
 end
-local held = redis.call('ZSCORE', KEYS[2], ARGV[1]) or redis.call('ZSCORE', KEYS[3], ARGV[1])
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+local held = redis.call('ZSCORE', INFLIGHT, ARGV[1]) or redis.call('ZSCORE', DEAD, ARGV[1])
+local removed = redis.call('ZREM', SOURCE, ARGV[1])
 if removed == 1 and not held then
-  redis.call('HDEL', KEYS[4], ARGV[1])
+  redis.call('HDEL', BODIES, ARGV[1])
 end
 return removed
 LUA

@@ -44,9 +44,11 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNAL
 }
 python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml
 python3 -c 'import redis' 2>/dev/null || pip_install redis
+# The ingress's Python snippet (producers/delayed_pika.py, tests/it/ingress_producers.rs).
+python3 -c 'import pika' 2>/dev/null || pip_install pika
 # The documentation book (mkdocs.yml): strict, so broken links and anchors fail the build.
 python3 -c 'import mkdocs' 2>/dev/null || pip_install mkdocs==1.6.1
-# node-redis as pinned in producers/package-lock.json (offline and instant once installed).
+# node-redis, amqplib and KafkaJS as pinned in producers/package-lock.json (offline and instant once installed).
 npm install --prefix producers --no-audit --no-fund --silent
 command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked --quiet
 

@@ -6,7 +6,7 @@ use rand::Rng;
 
 /// Doubling backoff between `initial` and `max`.
 #[derive(Debug, Clone, Copy)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     /// Delay after the first failure.
     pub initial: Duration,
     /// Upper bound of every delay.
@@ -15,7 +15,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// The un-jittered delay before attempt `failures + 1`: `initial * 2^(failures-1)`, capped.
-    pub fn base(&self, failures: u32) -> Duration {
+    pub(crate) fn base(&self, failures: u32) -> Duration {
         let exp = failures.saturating_sub(1).min(32);
         self.initial
             .saturating_mul(1u32 << exp.min(31))
@@ -24,7 +24,7 @@ impl Backoff {
 
     /// [`Self::base`] with "equal jitter": uniformly in `[base/2, base]`, so retries of one
     /// batch spread out but never wait less than half the nominal delay.
-    pub fn delay(&self, failures: u32) -> Duration {
+    pub(crate) fn delay(&self, failures: u32) -> Duration {
         let base = self.base(failures);
         let half = base / 2;
         let extra = rand::thread_rng().gen_range(0..=half.as_millis() as u64);
@@ -33,7 +33,7 @@ impl Backoff {
 }
 
 /// Jitters an interval to `[3/4, 1]` of itself so replicas do not wake in lock-step.
-pub fn jitter_down(interval: Duration) -> Duration {
+pub(crate) fn jitter_down(interval: Duration) -> Duration {
     let quarter = interval / 4;
     let extra = rand::thread_rng().gen_range(0..=quarter.as_micros() as u64);
     interval - quarter + Duration::from_micros(extra)

@@ -24,6 +24,10 @@ pub struct Properties {
     pub priority: Option<u8>,
     /// AMQP per-message TTL (`expiration`), milliseconds.
     pub expiration_ms: Option<u64>,
+    /// AMQP `timestamp`, epoch seconds.
+    pub timestamp: Option<u64>,
+    /// AMQP `app_id`.
+    pub app_id: Option<String>,
     /// The message id (AMQP `message_id`, Kafka header `x-delay-id`) instead of the
     /// bridge's hash of key and member.
     pub id: Option<String>,
@@ -33,6 +37,8 @@ pub struct Properties {
     pub kafka_key: Option<Vec<u8>>,
     /// Not delivered after this time (epoch ms): dead-lettered or dropped as expired.
     pub expires_at_ms: Option<i64>,
+    /// HTTP: the URL instead of the trigger's (subject to `allowed_urls`).
+    pub url: Option<String>,
 }
 
 /// A header value: AMQP keeps the type, Kafka gets the text.
@@ -59,7 +65,7 @@ impl HeaderValue {
 
 /// A parsed envelope: the body to publish and the rest.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     /// The body, byte for byte (`body` as UTF-8, or `body_b64` decoded).
     pub body: Vec<u8>,
     /// Everything else the envelope says.
@@ -86,18 +92,24 @@ struct Raw {
     kind: Option<Value>,
     priority: Option<Value>,
     expiration_ms: Option<Value>,
+    timestamp: Option<Value>,
+    app_id: Option<Value>,
     routing_key: Option<Value>,
     kafka_key: Option<Value>,
     kafka_key_b64: Option<Value>,
+    url: Option<Value>,
 }
 
 /// The broker an envelope is published to: only its fields are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Broker {
-    /// RabbitMQ: `reply_to`, `type`, `priority`, `expiration_ms`, `routing_key`.
+pub(crate) enum Broker {
+    /// RabbitMQ: `reply_to`, `type`, `priority`, `expiration_ms`, `timestamp`, `app_id`,
+    /// `routing_key`.
     Amqp,
     /// Kafka: `kafka_key`, `kafka_key_b64`.
     Kafka,
+    /// An HTTP endpoint: `url`.
+    Http,
 }
 
 /// Decodes one broker field, named in the error, if `read` (its broker's); else skips it.
@@ -116,11 +128,13 @@ const SHORT: usize = 255;
 /// Most bytes of headers (names and values) one envelope may carry: an AMQP content header
 /// travels in one frame, and RabbitMQ closes the whole connection over a frame larger than
 /// its `frame_max` (128 KiB by default).
-pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Longest URL a message may choose (an envelope's `url`, a `url_pointer`'s string).
+pub(crate) const MAX_URL: usize = 8 * 1024;
 
 /// Parses an envelope for `broker`; the error is the reason it is dead-lettered with
 /// (`bad_envelope`). The other broker's fields are skipped without being decoded.
-pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
+pub(crate) fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
     use base64::Engine;
     let r: Raw = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
     let b64 = |field: &str, v: &str| {
@@ -135,11 +149,17 @@ pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
         (None, None) => return Err("missing `body` (or `body_b64`)".into()),
     };
     let amqp = broker == Broker::Amqp;
-    let kafka = !amqp;
+    let kafka = broker == Broker::Kafka;
+    let url: Option<String> = field(broker == Broker::Http, "url", r.url)?;
+    if url.as_ref().is_some_and(|u| u.len() > MAX_URL) {
+        return Err(format!("url: longer than {MAX_URL} bytes"));
+    }
     let reply_to: Option<String> = field(amqp, "reply_to", r.reply_to)?;
     let kind: Option<String> = field(amqp, "type", r.kind)?;
     let priority: Option<u8> = field(amqp, "priority", r.priority)?;
     let expiration_ms: Option<u64> = field(amqp, "expiration_ms", r.expiration_ms)?;
+    let timestamp: Option<u64> = field(amqp, "timestamp", r.timestamp)?;
+    let app_id: Option<String> = field(amqp, "app_id", r.app_id)?;
     let routing_key: Option<String> = field(amqp, "routing_key", r.routing_key)?;
     let kafka_key: Option<String> = field(kafka, "kafka_key", r.kafka_key)?;
     let kafka_key_b64: Option<String> = field(kafka, "kafka_key_b64", r.kafka_key_b64)?;
@@ -165,6 +185,7 @@ pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
         ("correlation_id", &r.correlation_id),
         ("reply_to", &reply_to),
         ("type", &kind),
+        ("app_id", &app_id),
         ("id", &r.id),
         ("routing_key", &routing_key),
     ] {
@@ -183,10 +204,13 @@ pub fn parse(raw: &[u8], broker: Broker) -> Result<Envelope, String> {
             kind,
             priority,
             expiration_ms,
+            timestamp,
+            app_id,
             id: r.id,
             routing_key,
             kafka_key,
             expires_at_ms: r.expires_at_ms,
+            url,
         },
     })
 }
@@ -239,7 +263,7 @@ fn parse_headers(
 
 /// Whether `key` matches an AMQP topic pattern: words split on `.`, `*` is exactly one
 /// word, `#` zero or more.
-pub fn topic_match(pattern: &str, key: &str) -> bool {
+pub(crate) fn topic_match(pattern: &str, key: &str) -> bool {
     fn go(p: &[&str], k: &[&str]) -> bool {
         match (p.first(), k.first()) {
             (None, None) => true,
@@ -326,7 +350,7 @@ mod tests {
     #[test]
     fn the_other_brokers_fields_are_skipped_without_being_decoded() {
         let amqp_only = br#"{"body":"a","reply_to":1,"type":[],"priority":300,
-            "expiration_ms":"soon","routing_key":{},"headers":{"CC":"q"}}"#;
+            "expiration_ms":"soon","routing_key":{},"headers":{"CC":"q"},"timestamp":-1,"app_id":2}"#;
         let kafka_only = br#"{"body":"a","kafka_key":7,"kafka_key_b64":"%%%"}"#;
         let e = parse(amqp_only, Broker::Kafka).unwrap();
         assert_eq!(
@@ -359,7 +383,7 @@ mod tests {
         let schema: serde_json::Value =
             serde_json::from_str(include_str!("../schema/envelope.schema.json")).unwrap();
         let properties = schema["properties"].as_object().unwrap();
-        assert_eq!(properties.len(), 15);
+        assert_eq!(properties.len(), 18);
         for (name, spec) in properties {
             let sample = match spec["type"].as_str() {
                 Some("integer") => serde_json::json!(1),
@@ -379,6 +403,36 @@ mod tests {
                 parse(raw.as_bytes(), Broker::Amqp)
             );
         }
+    }
+
+    #[test]
+    fn an_http_envelope_reads_its_url_and_skips_the_brokers_fields() {
+        let raw =
+            br#"{"body":"a","url":"https://hooks.internal/x","routing_key":{},"kafka_key":7}"#;
+        let e = parse(raw, Broker::Http).unwrap();
+        assert_eq!(
+            e.properties.url.as_deref(),
+            Some("https://hooks.internal/x")
+        );
+        assert_eq!(e.properties.routing_key, None);
+        assert_eq!(
+            parse(raw, Broker::Amqp).err(),
+            Some("routing_key: invalid type: map, expected a string".into())
+        );
+        assert_eq!(
+            parse(br#"{"body":"a","url":"x"}"#, Broker::Kafka)
+                .unwrap()
+                .properties
+                .url,
+            None
+        );
+        assert!(parse(br#"{"body":"a","url":7}"#, Broker::Http)
+            .unwrap_err()
+            .contains("url"));
+        let long = serde_json::json!({"body": "a", "url": "x".repeat(MAX_URL + 1)}).to_string();
+        assert!(parse(long.as_bytes(), Broker::Http)
+            .unwrap_err()
+            .contains("url"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::sink::Sink;
 
 /// Shared readiness state (cheap to clone).
 #[derive(Clone)]
-pub struct Health {
+pub(crate) struct Health {
     inner: Arc<Inner>,
 }
 
@@ -29,13 +29,17 @@ struct Inner {
     /// Triggers whose sink refuses every message (each published alone): trigger -> what
     /// the broker said. Not ready: an operator must fix the exchange or the permissions.
     refusing: Mutex<std::collections::BTreeMap<String, String>>,
+    /// Ingresses not consuming (starting, the broker away, Redis not taking their writes):
+    /// trigger -> (the ingress instance that said so, why). Not ready: producers' messages
+    /// wait at the broker.
+    ingress_stopped: Mutex<std::collections::BTreeMap<String, (u64, String)>>,
     sinks: Vec<Arc<Sink>>,
     metrics: Metrics,
 }
 
 impl Health {
     /// Not ready until Redis has answered; `sinks` report their own connection state.
-    pub fn new(metrics: &Metrics, sinks: Vec<Arc<Sink>>) -> Self {
+    pub(crate) fn new(metrics: &Metrics, sinks: Vec<Arc<Sink>>) -> Self {
         metrics.redis_up.set(0);
         for sink in &sinks {
             metrics.sink_up.with_label_values(&[sink.name()]).set(0);
@@ -48,6 +52,7 @@ impl Health {
                 outage: Mutex::default(),
                 paused: Mutex::default(),
                 refusing: Mutex::default(),
+                ingress_stopped: Mutex::default(),
                 sinks,
                 metrics: metrics.clone(),
             }),
@@ -55,7 +60,7 @@ impl Health {
     }
 
     /// Whether keyspace notifications reach the bridge now; the gauge mirrors it.
-    pub fn set_notifications(&self, live: bool) {
+    pub(crate) fn set_notifications(&self, live: bool) {
         self.inner.notifications.store(live, Ordering::Relaxed);
         self.inner
             .metrics
@@ -64,17 +69,17 @@ impl Health {
     }
 
     /// A Redis Cluster topology change was seen and is being followed.
-    pub fn topology_changed(&self) {
+    pub(crate) fn topology_changed(&self) {
         self.inner.metrics.redis_topology_changes.inc();
     }
 
     /// True while keyspace notifications are subscribed to: idle workers may sleep longer.
-    pub fn notifications_live(&self) -> bool {
+    pub(crate) fn notifications_live(&self) -> bool {
         self.inner.notifications.load(Ordering::Relaxed)
     }
 
     /// Redis answered a call. The first answer after an outage logs its end.
-    pub fn redis_answered(&self) {
+    pub(crate) fn redis_answered(&self) {
         if !self.inner.redis.swap(true, Ordering::Relaxed) {
             self.inner.metrics.redis_up.set(1);
             if let Some(failures) = self.lock_outage().recovered() {
@@ -85,7 +90,7 @@ impl Health {
 
     /// A call failed for want of Redis (connection lost, timed out): logged here for all
     /// callers, the first failure at once, then at growing gaps with a count.
-    pub fn redis_unreachable(&self, error: &dyn Display) {
+    pub(crate) fn redis_unreachable(&self, error: &dyn Display) {
         self.inner.redis.store(false, Ordering::Relaxed);
         self.inner.metrics.redis_up.set(0);
         let mut outage = self.lock_outage();
@@ -101,12 +106,12 @@ impl Health {
     }
 
     /// True while Redis answers.
-    pub fn redis_up(&self) -> bool {
+    pub(crate) fn redis_up(&self) -> bool {
         self.inner.redis.load(Ordering::Relaxed)
     }
 
     /// Notes whether `trigger` is paused; `true` when that changed.
-    pub fn set_paused(&self, trigger: &str, paused: bool) -> bool {
+    pub(crate) fn set_paused(&self, trigger: &str, paused: bool) -> bool {
         let mut set = self.inner.paused.lock().unwrap_or_else(|e| e.into_inner());
         if paused {
             set.insert(trigger.to_string())
@@ -117,7 +122,7 @@ impl Health {
 
     /// The broker refused every message of `trigger`'s last batch, each alone: its messages
     /// went back to Redis without an attempt. Logged when it starts (`/readyz` shows the broker's latest words), not per batch.
-    pub fn sink_refuses(&self, trigger: &str, sink: &str, why: &str) {
+    pub(crate) fn sink_refuses(&self, trigger: &str, sink: &str, why: &str) {
         let line = format!("sink {sink} refuses every message ({why})");
         let mut refusing = self
             .inner
@@ -132,7 +137,7 @@ impl Health {
     }
 
     /// Messages of `trigger` went through again: the end of a refusal, if there was one.
-    pub fn sink_accepts(&self, trigger: &str) {
+    pub(crate) fn sink_accepts(&self, trigger: &str) {
         let mut refusing = self
             .inner
             .refusing
@@ -143,20 +148,41 @@ impl Health {
         }
     }
 
+    /// `trigger`'s ingress `instance` does not consume (`why`: starting, the broker, Redis
+    /// refused or failed its write); `None`: it consumes, or it ended. An instance clears
+    /// only what it said itself: the one that replaced it on a reload keeps its word.
+    pub(crate) fn set_ingress_stopped(&self, trigger: &str, instance: u64, why: Option<&str>) {
+        let mut stopped = self
+            .inner
+            .ingress_stopped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match why {
+            Some(why) => {
+                stopped.insert(trigger.to_string(), (instance, why.to_string()));
+            }
+            None => {
+                if stopped.get(trigger).is_some_and(|(i, _)| *i == instance) {
+                    stopped.remove(trigger);
+                }
+            }
+        }
+    }
+
     /// The paused triggers, one `trigger NAME: paused` line each (a paused trigger is
     /// still ready: the bridge works, an operator holds the queue).
-    pub fn notes(&self) -> Vec<String> {
+    pub(crate) fn notes(&self) -> Vec<String> {
         let set = self.inner.paused.lock().unwrap_or_else(|e| e.into_inner());
         set.iter().map(|t| format!("trigger {t}: paused")).collect()
     }
 
     /// Every configured trigger has started: from now on, readiness is the connections'.
-    pub fn triggers_started(&self) {
+    pub(crate) fn triggers_started(&self) {
         self.inner.started.store(true, Ordering::Relaxed);
     }
 
     /// `Ok` when ready, else what is not, one reason per line.
-    pub fn readiness(&self) -> Result<(), Vec<String>> {
+    pub(crate) fn readiness(&self) -> Result<(), Vec<String>> {
         let mut reasons = Vec::new();
         if !self.redis_up() {
             reasons.push("redis: not connected".to_string());
@@ -165,7 +191,7 @@ impl Health {
         }
         for sink in &self.inner.sinks {
             if !sink.is_up() {
-                reasons.push(format!("sink {}: not connected", sink.name()));
+                reasons.push(format!("sink {}: {}", sink.name(), sink.why_down()));
             }
         }
         let refusing = self
@@ -176,6 +202,15 @@ impl Health {
         for (trigger, line) in refusing.iter() {
             reasons.push(format!("trigger {trigger}: {line}"));
         }
+        drop(refusing);
+        let stopped = self
+            .inner
+            .ingress_stopped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (trigger, (_, why)) in stopped.iter() {
+            reasons.push(format!("trigger {trigger}: ingress not consuming ({why})"));
+        }
         if reasons.is_empty() {
             Ok(())
         } else {
@@ -184,7 +219,7 @@ impl Health {
     }
 
     /// Makes the sink gauges agree with the sinks' state (read live at scrape time).
-    pub fn mirror_sinks(&self) {
+    pub(crate) fn mirror_sinks(&self) {
         for sink in &self.inner.sinks {
             self.inner
                 .metrics

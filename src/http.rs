@@ -24,7 +24,7 @@ struct AppState {
 
 /// Binds `addr` (fails at start if it is taken) and serves until `stop`. `admin` is the
 /// admin API's address, if it is enabled: the page at `/` says where it is.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     admin: Option<SocketAddr>,
     metrics: Metrics,

@@ -4,7 +4,7 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() {
-    let cli = delay_bridge::cli::Cli::parse();
-    let code = delay_bridge::cli::dispatch(cli).await;
+    let cli = delay_bridge::Cli::parse();
+    let code = delay_bridge::dispatch(cli).await;
     std::process::exit(code);
 }

@@ -10,13 +10,13 @@ use tokio_util::sync::CancellationToken;
 use crate::health::Health;
 use crate::redis_conn::{Conn, Endpoint};
 use crate::repeat::Repeated;
-use crate::worker::Trigger;
+use crate::worker::Shard;
 
 mod cluster;
 
 /// A keyspace event of `list`'s key: any write changes the sizes; only an addition can move
 /// the head earlier.
-fn written(list: &[Arc<Trigger>], event: &[u8]) {
+fn written(list: &[Arc<Shard>], event: &[u8]) {
     let added = matches!(
         event,
         b"zadd"
@@ -37,7 +37,7 @@ fn written(list: &[Arc<Trigger>], event: &[u8]) {
 }
 
 /// Wakes every trigger and has its sizes read again: writes may have gone unnoticed.
-fn look_again(by_channel: &HashMap<Vec<u8>, Vec<Arc<Trigger>>>) {
+fn look_again(by_channel: &HashMap<Vec<u8>, Vec<Arc<Shard>>>) {
     for t in by_channel.values().flatten() {
         t.touched();
         t.wake();
@@ -49,7 +49,7 @@ fn look_again(by_channel: &HashMap<Vec<u8>, Vec<Arc<Trigger>>>) {
 /// again; and waits before the next attempt, longer after each failure. False once `stop`.
 async fn between_subscriptions(
     outcome: Result<(), String>,
-    by_channel: &HashMap<Vec<u8>, Vec<Arc<Trigger>>>,
+    by_channel: &HashMap<Vec<u8>, Vec<Arc<Shard>>>,
     health: &Health,
     failures: &mut Repeated,
     stop: &CancellationToken,
@@ -78,15 +78,15 @@ const SUBSCRIBE_CHUNK: usize = 1000;
 /// On a cluster, each key's channel is subscribed on the master that owns the key's slot (only
 /// it publishes the key's events), and the subscriptions follow failovers; after any of them
 /// every trigger looks again, and with `enable` every node gets `Kz` again.
-pub async fn listen(
+pub(crate) async fn listen(
     conn: Conn,
     enable: bool,
-    triggers: Vec<Arc<Trigger>>,
+    triggers: Vec<Arc<Shard>>,
     health: Health,
     stop: CancellationToken,
 ) {
     let endpoint = conn.endpoint().clone();
-    let mut by_channel: HashMap<Vec<u8>, Vec<Arc<Trigger>>> = HashMap::new();
+    let mut by_channel: HashMap<Vec<u8>, Vec<Arc<Shard>>> = HashMap::new();
     for t in triggers {
         let channel = format!("__keyspace@{}__:{}", endpoint.db(), t.source_key()).into_bytes();
         by_channel.entry(channel).or_default().push(t);
@@ -106,7 +106,7 @@ pub async fn listen(
 
     async fn subscribe(
         endpoint: &Endpoint,
-        by_channel: &HashMap<Vec<u8>, Vec<Arc<Trigger>>>,
+        by_channel: &HashMap<Vec<u8>, Vec<Arc<Shard>>>,
         health: &Health,
         stop: &CancellationToken,
         failures: &mut Repeated,

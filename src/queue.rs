@@ -11,12 +11,12 @@ use crate::store::{
 
 mod layout;
 
-pub use layout::{take_layouts, take_layouts_dry, LayoutError, LayoutRefused, Stranded};
+pub(crate) use layout::{take_layouts, take_layouts_dry, LayoutError, LayoutRefused};
 
 /// One logical trigger's shard stores: those of `shards` first (where producers write), then
 /// those still drained after a change of the shard count.
 #[derive(Clone)]
-pub struct Queue {
+pub(crate) struct Queue {
     /// The trigger's `key`.
     key: String,
     shards: Vec<Store>,
@@ -32,7 +32,7 @@ pub struct Queue {
 impl Queue {
     /// The queue of trigger `tc` on `conn`. A rate limit is split evenly over the shards (each
     /// has its own token bucket), so that together they keep to it when load is spread evenly.
-    pub fn new(tc: &TriggerConfig, conn: Conn) -> anyhow::Result<Self> {
+    pub(crate) fn new(tc: &TriggerConfig, conn: Conn) -> anyhow::Result<Self> {
         let keys = tc.shard_keys();
         anyhow::ensure!(
             !keys.is_empty(),
@@ -67,7 +67,7 @@ impl Queue {
     }
 
     /// Where the queue is, for messages: its key, with the shard count when sharded.
-    pub fn place(&self) -> String {
+    pub(crate) fn place(&self) -> String {
         match self.shards.len() {
             1 => self.first().keys().source.clone(),
             n => format!("{} ({n} shards)", self.key),
@@ -75,12 +75,12 @@ impl Queue {
     }
 
     /// Redis's clock, epoch ms.
-    pub async fn now_ms(&self) -> Result<i64, StoreError> {
+    pub(crate) async fn now_ms(&self) -> Result<i64, StoreError> {
         self.first().now_ms().await
     }
 
     /// Every shard's store, producing shards first.
-    pub fn shards(&self) -> &[Store] {
+    pub(crate) fn shards(&self) -> &[Store] {
         &self.shards
     }
 
@@ -90,13 +90,18 @@ impl Queue {
     }
 
     /// Whether the member is an id with its body in the bodies hash.
-    pub fn hash_bodies(&self) -> bool {
+    pub(crate) fn hash_bodies(&self) -> bool {
         self.first().hash_bodies()
     }
 
     /// The shard producers put `member` (the id in hash payload mode) on.
-    pub fn for_member(&self, member: &[u8]) -> &Store {
-        &self.shards[shard_of(member, self.producing) as usize]
+    pub(crate) fn for_member(&self, member: &[u8]) -> &Store {
+        &self.shards[self.shard_index(member)]
+    }
+
+    /// The position in [`Self::shards`] of the shard producers put `member` on.
+    pub(crate) fn shard_index(&self, member: &[u8]) -> usize {
+        shard_of(member, self.producing) as usize
     }
 
     /// The shards in the order to look for `member`: its own first, then the rest (a member
@@ -113,17 +118,17 @@ impl Queue {
     }
 
     /// Each shard's sizes, in shard order, read at once.
-    pub async fn shard_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
+    pub(crate) async fn shard_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
         futures_util::future::try_join_all(self.shards.iter().map(Store::stats)).await
     }
 
     /// The sizes of the whole queue: sums, the oldest due age the largest, paused if any shard is.
-    pub async fn stats(&self) -> Result<QueueStats, StoreError> {
+    pub(crate) async fn stats(&self) -> Result<QueueStats, StoreError> {
         Ok(QueueStats::sum(&self.shard_stats().await?))
     }
 
     /// Schedules `body` under `id` on the id's shard (hash payload mode).
-    pub async fn schedule_by_id(
+    pub(crate) async fn schedule_by_id(
         &self,
         id: &[u8],
         body: &[u8],
@@ -135,7 +140,7 @@ impl Queue {
     }
 
     /// Cancels a scheduled member: on its own shard, else on any other.
-    pub async fn cancel(&self, member: &[u8]) -> Result<bool, StoreError> {
+    pub(crate) async fn cancel(&self, member: &[u8]) -> Result<bool, StoreError> {
         for s in self.looking_for(member) {
             if s.cancel(member).await? {
                 return Ok(true);
@@ -145,7 +150,7 @@ impl Queue {
     }
 
     /// Where `member` is, on whichever shard holds it (its own first).
-    pub async fn find(&self, member: &[u8]) -> Result<Found, StoreError> {
+    pub(crate) async fn find(&self, member: &[u8]) -> Result<Found, StoreError> {
         let mut first = None;
         for s in self.looking_for(member) {
             let found = s.find(member).await?;
@@ -158,7 +163,7 @@ impl Queue {
     }
 
     /// Moves the scheduled `members` to `due_ms` (now when `None`) on every shard that has them.
-    pub async fn reschedule(
+    pub(crate) async fn reschedule(
         &self,
         members: &[Vec<u8>],
         due_ms: Option<i64>,
@@ -172,7 +177,7 @@ impl Queue {
     }
 
     /// Deletes what `what` names on every shard.
-    pub async fn purge(&self, what: Purge) -> Result<u64, StoreError> {
+    pub(crate) async fn purge(&self, what: Purge) -> Result<u64, StoreError> {
         let mut n = 0;
         for s in &self.shards {
             n += s.purge(what).await?;
@@ -181,7 +186,7 @@ impl Queue {
     }
 
     /// Scheduled members due within `[from, to]`, over every shard.
-    pub async fn count_scheduled(
+    pub(crate) async fn count_scheduled(
         &self,
         from: Option<i64>,
         to: Option<i64>,
@@ -194,7 +199,11 @@ impl Queue {
     }
 
     /// Requeues the dead `members` (every dead letter, up to `limit`, when empty) on every shard.
-    pub async fn requeue_dead(&self, members: &[Vec<u8>], limit: usize) -> Result<u64, StoreError> {
+    pub(crate) async fn requeue_dead(
+        &self,
+        members: &[Vec<u8>],
+        limit: usize,
+    ) -> Result<u64, StoreError> {
         let mut n = 0;
         for s in &self.shards {
             let left = if members.is_empty() {
@@ -211,7 +220,7 @@ impl Queue {
     }
 
     /// The `limit` oldest dead letters over every shard, oldest first.
-    pub async fn list_dead(&self, limit: usize) -> Result<Vec<DeadLetter>, StoreError> {
+    pub(crate) async fn list_dead(&self, limit: usize) -> Result<Vec<DeadLetter>, StoreError> {
         let mut all = Vec::new();
         for s in &self.shards {
             all.extend(s.list_dead(limit).await?);
@@ -223,7 +232,7 @@ impl Queue {
 
     /// A page of dead letters over every shard after `after`, oldest first: each shard's page
     /// from the same cursor, merged, as [`Queue::browse`] does.
-    pub async fn list_dead_after(
+    pub(crate) async fn list_dead_after(
         &self,
         after: Option<&Cursor>,
         limit: usize,
@@ -255,7 +264,11 @@ impl Queue {
 
     /// Deletes (or, with `dry_run`, counts) the dead letters whose reason is `reason`, on
     /// every shard.
-    pub async fn purge_dead_reason(&self, reason: &str, dry_run: bool) -> Result<u64, StoreError> {
+    pub(crate) async fn purge_dead_reason(
+        &self,
+        reason: &str,
+        dry_run: bool,
+    ) -> Result<u64, StoreError> {
         let mut n = 0;
         for s in &self.shards {
             n += s.purge_dead_reason(reason, dry_run).await?;
@@ -264,7 +277,10 @@ impl Queue {
     }
 
     /// Up to `limit` members in flight over every shard, earliest lease deadline first.
-    pub async fn list_inflight(&self, limit: usize) -> Result<Vec<(Vec<u8>, i64)>, StoreError> {
+    pub(crate) async fn list_inflight(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, i64)>, StoreError> {
         let mut all = Vec::new();
         for s in &self.shards {
             all.extend(s.list_inflight(limit).await?);
@@ -275,7 +291,11 @@ impl Queue {
     }
 
     /// What falls due in each bucket, summed over the shards.
-    pub async fn forecast(&self, bucket: Duration, buckets: usize) -> Result<Forecast, StoreError> {
+    pub(crate) async fn forecast(
+        &self,
+        bucket: Duration,
+        buckets: usize,
+    ) -> Result<Forecast, StoreError> {
         let mut sum: Option<Forecast> = None;
         for s in &self.shards {
             let f = s.forecast(bucket, buckets).await?;
@@ -295,7 +315,7 @@ impl Queue {
 
     /// A page of scheduled members over every shard, earliest first: each shard's page from
     /// the same cursor, merged, so the keyset paging of one shard holds for all of them.
-    pub async fn browse(
+    pub(crate) async fn browse(
         &self,
         from: Option<i64>,
         to: Option<i64>,

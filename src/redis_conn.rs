@@ -30,7 +30,7 @@ pub struct Conn {
 #[derive(Clone)]
 enum Link {
     /// One server, through a connection replaced after a break.
-    Single(Arc<Shared>),
+    Single(Arc<OneServer>),
     /// A cluster, through the cluster client, which follows the topology itself.
     Cluster {
         endpoint: Arc<Endpoint>,
@@ -38,16 +38,16 @@ enum Link {
     },
 }
 
-struct Current {
+struct Connected {
     generation: u64,
     conn: MultiplexedConnection,
     driver: AbortHandle,
 }
 
-struct Shared {
+struct OneServer {
     endpoint: Arc<Endpoint>,
     /// The connection in use; `None` after a break.
-    current: Mutex<Option<Current>>,
+    current: Mutex<Option<Connected>>,
     /// Held while connecting, so that a break makes one new connection, not one per caller.
     connecting: tokio::sync::Mutex<()>,
     /// The last generation handed out.
@@ -73,9 +73,9 @@ impl Endpoint {
         }
         let (first, driver) = self.multiplexed().await?;
         Ok(Conn {
-            link: Link::Single(Arc::new(Shared {
+            link: Link::Single(Arc::new(OneServer {
                 endpoint: self.clone(),
-                current: Mutex::new(Some(Current {
+                current: Mutex::new(Some(Connected {
                     generation: 0,
                     conn: first,
                     driver,
@@ -209,7 +209,7 @@ async fn within_named<T>(
     }
 }
 
-impl Shared {
+impl OneServer {
     fn current(&self) -> Option<(u64, MultiplexedConnection)> {
         self.current
             .lock()
@@ -241,7 +241,7 @@ impl Shared {
         match self.endpoint.multiplexed().await {
             Ok((conn, driver)) => {
                 let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
-                *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(Current {
+                *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(Connected {
                     generation,
                     conn: conn.clone(),
                     driver,

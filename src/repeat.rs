@@ -3,7 +3,7 @@
 
 /// Counts one run of consecutive failures of the same thing (a sink, Redis, a subscription).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Repeated {
+pub(crate) struct Repeated {
     failures: u64,
     logged: u64,
 }
@@ -11,7 +11,7 @@ pub struct Repeated {
 impl Repeated {
     /// Counts a failure. `Some(unlogged)` when this one should be logged, with the number
     /// of failures since the last line that were not.
-    pub fn failed(&mut self) -> Option<u64> {
+    pub(crate) fn failed(&mut self) -> Option<u64> {
         self.failures += 1;
         self.failures.is_power_of_two().then(|| {
             let unlogged = self.failures - self.logged - 1;
@@ -21,14 +21,14 @@ impl Repeated {
     }
 
     /// Ends the run: `Some(failures)` if there was one, so the recovery can be logged once.
-    pub fn recovered(&mut self) -> Option<u64> {
+    pub(crate) fn recovered(&mut self) -> Option<u64> {
         let failures = std::mem::take(&mut self.failures);
         self.logged = 0;
         (failures > 0).then_some(failures)
     }
 
     /// Failures in the current run, for backoff.
-    pub fn count(&self) -> u32 {
+    pub(crate) fn count(&self) -> u32 {
         u32::try_from(self.failures).unwrap_or(u32::MAX)
     }
 }

@@ -17,6 +17,7 @@ pub(crate) struct Scripts {
     pub purge: Script,
     pub dead_claim: Script,
     pub dead_settle: Script,
+    pub ingest: Script,
 }
 
 /// Helpers every script starts with.
@@ -32,9 +33,10 @@ const RESCHEDULE: &str = include_str!("scripts/reschedule.lua");
 const PURGE: &str = include_str!("scripts/purge.lua");
 const DEAD_CLAIM: &str = include_str!("scripts/dead_claim.lua");
 const DEAD_SETTLE: &str = include_str!("scripts/dead_settle.lua");
+const INGEST: &str = include_str!("scripts/ingest.lua");
 
 /// The bodies of the scripts that start with [`PRELUDE`].
-const WITH_PRELUDE: [&str; 10] = [
+const WITH_PRELUDE: [&str; 11] = [
     CLAIM,
     SETTLE,
     RECOVER,
@@ -45,6 +47,7 @@ const WITH_PRELUDE: [&str; 10] = [
     PURGE,
     DEAD_CLAIM,
     DEAD_SETTLE,
+    INGEST,
 ];
 
 /// The cancel script of hash payload mode, as producers run it (KEYS: source, inflight,
@@ -72,13 +75,14 @@ pub(crate) static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::n
     purge: script(PURGE),
     dead_claim: script(DEAD_CLAIM),
     dead_settle: script(DEAD_SETTLE),
+    ingest: script(INGEST),
     // The producers' own script: standalone, so that it reads the same wherever it is used.
     cancel: Script::new(CANCEL),
 });
 
 /// The text of one of the bridge's scripts by its SHA1, for sending it in full to a server
 /// that does not have it cached.
-pub fn script_text(sha: &str) -> Option<&'static str> {
+pub(crate) fn script_text(sha: &str) -> Option<&'static str> {
     static TEXTS: std::sync::LazyLock<std::collections::HashMap<String, String>> =
         std::sync::LazyLock::new(|| {
             let mut texts: Vec<String> =

@@ -12,6 +12,7 @@ mod claim;
 mod cursor;
 mod dead;
 mod dead_forward;
+mod ingest;
 mod operate;
 mod settle;
 use claim::parse_claim;
@@ -20,6 +21,7 @@ pub use cursor::Cursor;
 pub(crate) use dead::dead_at_ms;
 pub use dead::{DeadLetter, DeadPage};
 pub use dead_forward::{DeadClaim, DeadItem, DeadOutcome, DeadSettled};
+pub use ingest::{Ingest, Ingested};
 pub use operate::{
     Forecast, Found, Page, Place, Purge, ScheduledEntry, LIST_BODY_MAX, MAX_BUCKETS, MAX_PAGE,
     PREVIEW, SHOW_BODY_MAX,

@@ -208,7 +208,7 @@ fn problem(field: &'static str, message: String) -> TlsProblem {
 
 /// What an operator should hear about `settings` before it is used: verification turned off,
 /// a private key others can read.
-pub fn warnings(settings: &TlsConfig) -> Vec<String> {
+pub(crate) fn warnings(settings: &TlsConfig) -> Vec<String> {
     let mut out = Vec::new();
     if settings.insecure {
         out.push(
@@ -229,7 +229,7 @@ pub fn warnings(settings: &TlsConfig) -> Vec<String> {
 }
 
 /// The file's permission bits if group or others may read it.
-pub fn shared_mode(path: &Path) -> Option<u32> {
+pub(crate) fn shared_mode(path: &Path) -> Option<u32> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

@@ -9,9 +9,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use delay_bridge::config::{Destination, SinkConfig};
 use delay_bridge::metrics::Metrics;
-use delay_bridge::sink::{OutMessage, Publisher, Sink};
+use delay_bridge::sink::{Batch, OutMessage, Publisher, Sink};
 use delay_bridge::wire::MessageId;
-use delay_bridge::worker::MAX_IN_FLIGHT;
+use delay_bridge::MAX_IN_FLIGHT;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -132,10 +132,17 @@ impl Ceiling {
                                 id: id.as_str(),
                                 routing_key: None,
                                 properties: None,
+                                url: None,
                             })
                             .collect();
                         let outcomes = publisher
-                            .publish_batch(TRIGGER, &messages, timeout, &abort, None)
+                            .publish_batch(Batch {
+                                trigger: TRIGGER,
+                                messages: &messages,
+                                timeout,
+                                abort: &abort,
+                                confirms: None,
+                            })
                             .await;
                         // Only a confirmation counts.
                         confirmed += outcomes.iter().filter(|o| o.is_ok()).count() as u64;

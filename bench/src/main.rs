@@ -9,8 +9,11 @@
 //! load generator's and consumer's.
 
 mod amqp;
+mod args;
 mod ceiling;
 mod cluster;
+mod http;
+mod ingress;
 mod kafka;
 mod phases;
 mod process;
@@ -25,150 +28,23 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use delay_bridge::config::{Config, Destination, SinkConfig, TriggerConfig};
 use delay_bridge::secret::redact_url;
 use redis::aio::MultiplexedConnection;
 
 use self::amqp::AmqpBench;
+pub use self::args::{BenchArgs, Phase, SinkKind};
+use self::http::HttpBench;
 use self::kafka::KafkaBench;
 use self::report::Report;
 use self::tally::Tally;
-
-/// Which broker the bridge forwards to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SinkKind {
-    /// RabbitMQ.
-    Amqp,
-    /// Kafka.
-    Kafka,
-}
-
-/// Phases that `--skip` can leave out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Phase {
-    /// The bridge's sink publishing on its own (broker ceiling).
-    Broker,
-    /// The claim and settle scripts alone (Redis ceiling).
-    Redis,
-    /// The bridge draining `--messages` due now.
-    Forward,
-    /// AMQP: the same into a queue nobody consumes, next to a plain publisher doing so.
-    Backlog,
-    /// The steady load and its lateness.
-    Lateness,
-    /// Redis commands and CPU with nothing due.
-    Idle,
-    /// The bridge SIGKILLed `--kills` times while draining `--crash-messages` due at once.
-    Crash,
-}
-
-/// Measure delay-bridge's forwarding rate, lateness and idle cost against the local Redis and a
-/// broker, next to what Redis and the broker do on their own.
-#[derive(Debug, Parser)]
-#[command(name = "delay-bridge-bench", version, about)]
-pub struct BenchArgs {
-    /// The `delay-bridge` binary under test (default: the one next to this executable).
-    #[arg(long, value_name = "PATH")]
-    pub bridge: Option<PathBuf>,
-    /// Broker to forward to.
-    #[arg(long, value_enum, default_value = "amqp")]
-    pub sink: SinkKind,
-    /// RabbitMQ URL (a durable exchange and queue named after the run are created and deleted).
-    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
-    pub amqp_url: String,
-    /// Kafka bootstrap servers (a topic named after the run is created and deleted).
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    pub kafka_brokers: String,
-    /// Partitions of the bench topic.
-    #[arg(long, default_value_t = 1)]
-    pub kafka_partitions: i32,
-    /// Redis URL (keys named after the run are created and deleted).
-    #[arg(long, default_value = "redis://127.0.0.1:6379/0")]
-    pub redis_url: String,
-    /// Messages in the ceiling and forwarding phases.
-    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub messages: u64,
-    /// Bytes per payload (at least 16: the payload starts with its sequence number).
-    #[arg(long, default_value_t = 100)]
-    pub payload_bytes: usize,
-    /// Where message bodies live: `inline` (the member) or `hash` (ids, bodies in `K:bodies`).
-    #[arg(long, value_enum, default_value = "inline")]
-    pub payload: shape::PayloadArg,
-    /// What the stored payload is: `raw` (the body) or `envelope` (a JSON envelope around it).
-    #[arg(long, value_enum, default_value = "raw")]
-    pub format: shape::FormatArg,
-    /// Steady load: messages scheduled per second.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub rate: u64,
-    /// Steady load: how long to schedule for.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
-    pub duration: Duration,
-    /// Also run the steady load with keyspace notifications off (changes
-    /// notify-keyspace-events for every client of the Redis for that long).
-    #[arg(long)]
-    pub no_notify: bool,
-    /// Triggers of the idle bridge.
-    #[arg(long, default_value_t = 10_000)]
-    pub idle_triggers: usize,
-    /// How long idle Redis commands and CPU are counted.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
-    pub idle_window: Duration,
-    /// Also measure bridge RSS while `--big-messages` are scheduled in the future (slow to load).
-    #[arg(long)]
-    pub big: bool,
-    /// Members scheduled for `--big`.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub big_messages: u64,
-    /// Also measure on a Redis Cluster through these seed nodes (comma-separated
-    /// `redis://host:port`): the claim and settle ceiling on one shard and on `--shards`
-    /// shards, and a cluster-mode bridge forwarding from a trigger of `--shards` shards.
-    #[arg(long, value_delimiter = ',', value_name = "NODES")]
-    pub redis_cluster: Vec<String>,
-    /// Shards of the trigger the cluster phase measures (16 per master of a 3-master cluster
-    /// spread evenly enough; slots are fixed by the keys' names).
-    #[arg(long, default_value_t = 48)]
-    pub shards: u32,
-    /// Messages due at once in the crash phase.
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub crash_messages: u64,
-    /// SIGKILLs in the crash phase: each lands once `--crash-messages / (2 * kills)` more
-    /// messages arrived since the last restart, so all of them land mid-drain.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub kills: u32,
-    /// Phases to leave out (repeat or comma-separate).
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub skip: Vec<Phase>,
-    /// Extra `key = value` TOML lines for every bench trigger, e.g. `--trigger-set 'batch = 512'`.
-    #[arg(long = "trigger-set")]
-    pub trigger_set: Vec<String>,
-    /// Extra `key = value` TOML lines for the bench sink (the broker ceiling uses them too),
-    /// e.g. `--sink-set 'properties = { "linger.ms" = "1" }'`.
-    #[arg(long = "sink-set")]
-    pub sink_set: Vec<String>,
-    /// Log filter of the bridge under test.
-    #[arg(long, default_value = "warn")]
-    pub bridge_log_level: String,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-impl BenchArgs {
-    /// The shape of the bench's messages.
-    pub fn shape(&self) -> shape::Shape {
-        shape::Shape {
-            payload: self.payload,
-            format: self.format,
-            payload_bytes: self.payload_bytes,
-        }
-    }
-}
 
 /// The broker side of the bench.
 enum Broker {
     Amqp(AmqpBench),
     Kafka(KafkaBench),
+    Http(HttpBench),
 }
 
 impl Broker {
@@ -176,6 +52,7 @@ impl Broker {
         match self {
             Broker::Amqp(b) => b.sink_toml(),
             Broker::Kafka(b) => b.sink_toml(),
+            Broker::Http(b) => b.sink_toml(),
         }
     }
 
@@ -184,6 +61,7 @@ impl Broker {
         match self {
             Broker::Amqp(b) => b.route_toml(backlog),
             Broker::Kafka(b) => b.route_toml(),
+            Broker::Http(b) => b.route_toml(),
         }
     }
 
@@ -191,6 +69,7 @@ impl Broker {
         match self {
             Broker::Amqp(b) => b.cleanup().await,
             Broker::Kafka(b) => b.cleanup().await,
+            Broker::Http(b) => b.cleanup().await,
         }
     }
 }
@@ -336,6 +215,7 @@ impl Bench {
                 )
                 .await?,
             ),
+            SinkKind::Http => Broker::Http(HttpBench::setup(tally.clone()).await?),
         };
         let dir = std::env::temp_dir().join(&name);
         std::fs::create_dir_all(&dir)?;
@@ -358,7 +238,7 @@ impl Bench {
             let destination = trigger.destination.clone().context("the bench route")?;
             let backlog = match &broker {
                 Broker::Amqp(_) => probe(true)?.1.triggers.swap_remove(0).destination,
-                Broker::Kafka(_) => None,
+                Broker::Kafka(_) | Broker::Http(_) => None,
             };
             Ok((trigger, sink, destination, backlog))
         });

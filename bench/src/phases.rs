@@ -17,6 +17,8 @@ use super::report::{
 use super::tally::quantile;
 use super::{Bench, BridgeToml, Phase};
 
+mod load;
+
 /// How long the bridge may take to connect to Redis and the broker.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the idle bridge runs before its cost is counted: its start (first claims,
@@ -62,33 +64,8 @@ fn budget(n: u64) -> Duration {
 impl Bench {
     /// Runs every phase not skipped, recording results and failures in `report`.
     pub(super) async fn run_phases(&self, report: &mut Report) {
-        let mut conn = self.conn.clone();
-        report.machine = Machine {
-            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            cpu_model: std::fs::read_to_string("/proc/cpuinfo")
-                .ok()
-                .and_then(|c| {
-                    c.lines()
-                        .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
-                        .map(|(_, m)| m.trim().to_string())
-                })
-                .unwrap_or_default(),
-            redis_version: redis_ops::info_field(&mut conn, "server", "redis_version")
-                .await
-                .ok()
-                .flatten()
-                .unwrap_or_default(),
-        };
-        report.settings = Settings {
-            sink: format!("{:?}", self.args.sink).to_lowercase(),
-            messages: self.args.messages,
-            payload_bytes: self.args.payload_bytes,
-            shape: self.args.shape().label(),
-            workers: self.trigger.workers,
-            batch: self.trigger.batch,
-            rate: self.args.rate,
-            duration_s: self.args.duration.as_secs_f64(),
-        };
+        report.machine = self.machine().await;
+        report.settings = self.settings();
         let run = |p: Phase| !self.args.skip.contains(&p);
         let mut errors = Vec::new();
         let mut fail = |phase: &str, e: anyhow::Error| {
@@ -157,6 +134,12 @@ impl Bench {
                 Err(e) => fail("crash", e),
             }
         }
+        if run(Phase::Ingress) {
+            match self.ingress().await {
+                Ok(r) => report.ingress = r,
+                Err(e) => fail("ingress", e),
+            }
+        }
         if self.args.big {
             match self.big_rss().await {
                 Ok(r) => report.rss = Some(r),
@@ -164,6 +147,41 @@ impl Bench {
             }
         }
         report.errors = errors;
+    }
+
+    /// The machine the run is on: cores, CPU model, Redis version.
+    async fn machine(&self) -> Machine {
+        let mut conn = self.conn.clone();
+        Machine {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model: std::fs::read_to_string("/proc/cpuinfo")
+                .ok()
+                .and_then(|c| {
+                    c.lines()
+                        .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
+                        .map(|(_, m)| m.trim().to_string())
+                })
+                .unwrap_or_default(),
+            redis_version: redis_ops::info_field(&mut conn, "server", "redis_version")
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        }
+    }
+
+    /// What the run was asked to do.
+    fn settings(&self) -> Settings {
+        Settings {
+            sink: format!("{:?}", self.args.sink).to_lowercase(),
+            messages: self.args.messages,
+            payload_bytes: self.args.payload_bytes,
+            shape: self.args.shape().label(),
+            workers: self.trigger.workers,
+            batch: self.trigger.batch,
+            rate: self.args.rate,
+            duration_s: self.args.duration.as_secs_f64(),
+        }
     }
 
     /// Starts a bridge with one trigger per key and waits until it is ready.
@@ -267,6 +285,9 @@ impl Bench {
     }
 
     async fn broker_ceiling(&self) -> anyhow::Result<Rate> {
+        if let super::Broker::Http(endpoint) = &self.broker {
+            return self.http_ceiling(endpoint).await;
+        }
         let n = self.args.messages;
         eprintln!("bench: broker ceiling, {n} messages");
         let window = |base, count| Window {
@@ -302,6 +323,24 @@ impl Bench {
         .await;
         ceiling.close().await;
         timed
+    }
+
+    /// The HTTP client alone calling the bench endpoint, as many requests at once as the
+    /// bench sink allows: the endpoint's and the client's limit, without the bridge.
+    async fn http_ceiling(&self, endpoint: &super::http::HttpBench) -> anyhow::Result<Rate> {
+        let n = self.args.messages;
+        eprintln!("bench: http ceiling, {n} requests");
+        let bytes = self.args.payload_bytes;
+        let warm = n.min(1000);
+        let base = self.next_base();
+        self.tally.reset(base, warm);
+        endpoint.ceiling(base, warm, bytes, now_ms()).await?;
+        self.wait_received(warm, budget(warm)).await?;
+        let base = self.next_base();
+        self.tally.reset(base, n);
+        let start = endpoint.ceiling(base, n, bytes, now_ms()).await?;
+        self.wait_received(n, budget(n)).await?;
+        Ok(Rate::new(n, start.elapsed().as_secs_f64()))
     }
 
     async fn redis_ceiling(&self) -> anyhow::Result<Rate> {
@@ -363,7 +402,7 @@ impl Bench {
     async fn purge_backlog(&self) -> anyhow::Result<u64> {
         match &self.broker {
             super::Broker::Amqp(b) => Ok(b.purge_backlog().await?.into()),
-            super::Broker::Kafka(_) => Ok(0),
+            super::Broker::Kafka(_) | super::Broker::Http(_) => Ok(0),
         }
     }
 
@@ -470,228 +509,5 @@ impl Bench {
         );
         last.query_async::<()>(&mut conn).await?;
         Ok(())
-    }
-
-    /// Drains `--crash-messages` due at once with the bench trigger's settings, SIGKILLing the
-    /// bridge `--kills` times mid-drain and starting it again at once; the members a killed
-    /// bridge held come back when their lease expires. Counts what arrived twice.
-    async fn crash(&self) -> anyhow::Result<Crash> {
-        let n = self.args.crash_messages;
-        let kills = self.args.kills;
-        eprintln!("bench: crash, {n} messages, {kills} SIGKILLs");
-        let staged = self.stage("crash", n).await?;
-        let (key, mut conn) = (staged.key.clone(), self.conn.clone());
-        let (mut bridge, _) = self
-            .start_bridge("crash", std::slice::from_ref(&key), true)
-            .await?;
-        self.tally.reset(staged.base, n);
-        let start = Instant::now();
-        self.release(&staged).await?;
-        let step = (n / (2 * u64::from(kills))).max(1);
-        let mut mid_drain = 0;
-        for k in 1..=kills {
-            let target = (self.tally.distinct() + step).min(n);
-            self.wait_received(target, budget(n)).await?;
-            bridge.kill()?;
-            if self.tally.distinct() < n {
-                mid_drain += 1;
-            }
-            let log = self.dir.join(format!("crash-{k}.log"));
-            bridge = bridge.respawn(&log)?;
-            bridge.wait_ready(READY_TIMEOUT).await?;
-        }
-        // The killed bridges' claims come back after their lease.
-        let end = Instant::now() + self.trigger.lease + budget(n);
-        self.wait_drained(&conn, std::slice::from_ref(&key), n, &bridge, end)
-            .await?;
-        let seconds = start.elapsed().as_secs_f64();
-        // Copies still on their way from the broker.
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        bridge.stop(STOP_TIMEOUT).await?;
-        redis_ops::unlink_queue(&mut conn, &key).await?;
-        let duplicates = self.tally.summary(|_| false).duplicates;
-        Ok(Crash {
-            messages: n,
-            kills,
-            kills_mid_drain: mid_drain,
-            duplicates,
-            duplicates_per_kill: duplicates as f64 / f64::from(kills),
-            claimed_at_most: (self.trigger.workers
-                * delay_bridge::worker::MAX_IN_FLIGHT
-                * self.trigger.batch) as u64,
-            seconds,
-        })
-    }
-
-    async fn lateness(&self, notifications: bool) -> anyhow::Result<Lateness> {
-        let mut conn = self.conn.clone();
-        let flags = if notifications {
-            delay_bridge::redis_checks::with_needed_flags(&self.original_flags)
-        } else {
-            // Without the keyspace channel the bridge has no notifications, whatever else is set.
-            self.original_flags.replace('K', "")
-        };
-        if flags != self.original_flags {
-            redis_ops::set_notify_flags(&mut conn, &flags).await?;
-        }
-        let result = self.steady_load(notifications).await;
-        if flags != self.original_flags {
-            redis_ops::set_notify_flags(&mut conn, &self.original_flags).await?;
-        }
-        result
-    }
-
-    async fn steady_load(&self, notifications: bool) -> anyhow::Result<Lateness> {
-        let (rate, duration) = (self.args.rate, self.args.duration);
-        eprintln!(
-            "bench: steady load, {rate} msg/s for {duration:?}, notifications {}",
-            if notifications { "on" } else { "off" }
-        );
-        let key = self.new_key(if notifications {
-            "steady"
-        } else {
-            "steady-off"
-        });
-        let (bridge, config) = self
-            .start_bridge("steady", std::slice::from_ref(&key), notifications)
-            .await?;
-        let guard = config.triggers[0].guard_interval;
-        let capacity = (rate as f64 * duration.as_secs_f64()).ceil() as u64 + rate;
-        let base = self.next_base();
-        self.tally.reset(base, capacity);
-        let cpu_before = bridge.cpu_seconds()?;
-        let mut conn = self.conn.clone();
-        let mut rng = rand::rngs::StdRng::from_entropy();
-        let mut tick = tokio::time::interval(Duration::from_millis(2));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let start = Instant::now();
-        let mut sent = 0u64;
-        let mut early = vec![false; capacity as usize];
-        let shape = self.args.shape();
-        let queue = QueueKeys::derive(&key)?;
-        while start.elapsed() < duration {
-            tick.tick().await;
-            let target = ((rate as f64 * start.elapsed().as_secs_f64()) as u64).min(capacity);
-            if target == sent {
-                continue;
-            }
-            // One ZADD per message, as producers do: each is its own keyspace event.
-            let mut pipe = redis::pipe();
-            let now = now_ms();
-            for seq in sent..target {
-                let ahead = if rng.gen_bool(EARLY_SHARE) {
-                    early[seq as usize] = true;
-                    rng.gen_range(10..1000)
-                } else {
-                    rng.gen_range(1000..=5000)
-                };
-                shape.schedule(&mut pipe, &queue, &key, base + seq, now + ahead);
-            }
-            pipe.query_async::<()>(&mut conn).await?;
-            sent = target;
-        }
-        self.wait_received(sent, Duration::from_secs(35))
-            .await
-            .with_context(|| bridge.log_tail())?;
-        let cpu = bridge.cpu_seconds()? - cpu_before;
-        let confirm_p99 = bridge.metrics().await.and_then(|m| {
-            histogram_bound(&m, "delay_bridge_lateness_seconds", 0.99).map(|s| s * 1000.0)
-        });
-        bridge.stop(STOP_TIMEOUT).await?;
-        redis_ops::unlink_queue(&mut conn, &key).await?;
-        let s = self.tally.summary(|_| true);
-        let ms = |q: f64| quantile(&s.late_us, q).unwrap_or(0) as f64 / 1000.0;
-        let e = self.tally.summary(|i| early[i as usize]);
-        Ok(Lateness {
-            notifications,
-            messages: sent,
-            duplicates: s.duplicates,
-            p50_ms: ms(0.5),
-            p99_ms: ms(0.99),
-            max_ms: ms(1.0),
-            confirm_p99_le_ms: confirm_p99,
-            early_messages: e.late_us.len() as u64,
-            early_p99_ms: quantile(&e.late_us, 0.99).unwrap_or(0) as f64 / 1000.0,
-            guard_interval_ms: guard.as_secs_f64() * 1000.0,
-            cpu_seconds: cpu,
-        })
-    }
-
-    async fn idle(&self) -> anyhow::Result<Idle> {
-        let triggers = self.args.idle_triggers;
-        let window = self.args.idle_window;
-        eprintln!("bench: idle, {triggers} triggers for {window:?}");
-        let keys: Vec<String> = (0..triggers)
-            .map(|i| self.new_key(&format!("idle-{i}")))
-            .collect();
-        let (bridge, _, startup) = self.start_bridge_timed("idle", &keys, true, false).await?;
-        // Start-up (script loads, first claims, subscribing) is not the idle cost.
-        tokio::time::sleep(IDLE_SETTLE).await;
-        let mut conn = self.conn.clone();
-        let counter = CommandCounter::start(&self.client).await;
-        let total = |v: Option<String>| v.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        let total_before =
-            total(redis_ops::info_field(&mut conn, "stats", "total_commands_processed").await?);
-        let cpu_before = bridge.cpu_seconds()?;
-        tokio::time::sleep(window).await;
-        let cpu = bridge.cpu_seconds()? - cpu_before;
-        let memory = bridge.memory()?;
-        let total_after =
-            total(redis_ops::info_field(&mut conn, "stats", "total_commands_processed").await?);
-        let counts = match counter {
-            Ok(c) => Some(c.finish().await),
-            Err(e) => {
-                eprintln!("bench: MONITOR unavailable ({e}); counting every client's commands");
-                None
-            }
-        };
-        let ports = bridge.ports_to(self.redis_port);
-        bridge.stop(STOP_TIMEOUT).await?;
-        let (commands, attribution) = match counts {
-            Some(counts) if !ports.is_empty() => {
-                (ports.iter().filter_map(|p| counts.get(p)).sum(), "monitor")
-            }
-            // Without MONITOR or /proc: every client's commands, less the first INFO.
-            _ => (total_after.saturating_sub(total_before + 1), "global"),
-        };
-        let secs = window.as_secs_f64();
-        Ok(Idle {
-            triggers,
-            window_s: secs,
-            commands,
-            commands_per_s: commands as f64 / secs,
-            commands_per_s_per_trigger: commands as f64 / secs / triggers as f64,
-            attribution: attribution.into(),
-            cpu_seconds: cpu,
-            cpu_share: cpu / secs,
-            startup_s: startup.as_secs_f64(),
-            rss_bytes: memory.rss_bytes,
-        })
-    }
-
-    async fn big_rss(&self) -> anyhow::Result<Rss> {
-        let n = self.args.big_messages;
-        eprintln!("bench: RSS with {n} messages scheduled (loading)");
-        let key = self.new_key("big");
-        let mut conn = self.conn.clone();
-        let later = now_ms() + 3_600_000;
-        let base = self.next_base();
-        redis_ops::load(&mut conn, &self.args.shape(), &key, &key, base, n, |_| {
-            later
-        })
-        .await?;
-        let (bridge, config) = self
-            .start_bridge("big", std::slice::from_ref(&key), true)
-            .await?;
-        // Long enough for every periodic task (claims, recovery, backlog gauges) to have run.
-        tokio::time::sleep(config.metrics.backlog_interval.max(Duration::from_secs(5))).await;
-        let memory = bridge.memory()?;
-        bridge.stop(STOP_TIMEOUT).await?;
-        redis_ops::unlink_queue(&mut conn, &key).await?;
-        Ok(Rss {
-            scheduled: n,
-            rss_bytes: memory.rss_bytes,
-            peak_bytes: memory.peak_bytes,
-        })
     }
 }

@@ -71,7 +71,7 @@ Installed-Size: $(du -sk --exclude=DEBIAN "$root" | cut -f1)
 Depends: $depends
 Section: net
 Priority: optional
-Description: delayed messages from Redis sorted sets to RabbitMQ and Kafka
+Description: delayed messages from Redis sorted sets to RabbitMQ, Kafka and HTTP endpoints
  delay-bridge turns Redis sorted sets into delayed message queues: producers
  ZADD a message with its due time as the score, and the daemon forwards it to
  a RabbitMQ exchange or a Kafka topic when it falls due, at least once.

@@ -17,15 +17,15 @@ use super::AdminTriggers;
 use crate::metrics::Metrics;
 
 /// Time between two samples.
-pub const INTERVAL: Duration = Duration::from_secs(10);
+pub(super) const INTERVAL: Duration = Duration::from_secs(10);
 /// Samples kept per trigger: one hour.
-pub const SAMPLES: usize = 360;
+pub(super) const SAMPLES: usize = 360;
 /// Samples over which the table's lateness p99 is taken: one minute.
 const RECENT: usize = 6;
 
 /// One 10 s window of a trigger.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct Point {
+pub(crate) struct Point {
     /// End of the window, epoch ms (the bridge's clock, to the second).
     pub at_ms: i64,
     /// Messages forwarded per second over the window.
@@ -86,7 +86,7 @@ struct Track {
 
 /// Every trigger's last hour.
 #[derive(Clone, Default)]
-pub struct History {
+pub(crate) struct History {
     tracks: Arc<Mutex<BTreeMap<String, Track>>>,
     /// The lateness buckets' upper bounds, as the histogram has them.
     bounds: Arc<Mutex<Vec<f64>>>,
@@ -152,7 +152,7 @@ impl History {
     }
 
     /// The points of `trigger` over the last `window`, oldest first.
-    pub fn points(&self, trigger: &str, window: Duration) -> Vec<Point> {
+    pub(crate) fn points(&self, trigger: &str, window: Duration) -> Vec<Point> {
         let n = (window.as_millis() / INTERVAL.as_millis()) as usize;
         let tracks = self.tracks.lock().unwrap_or_else(|e| e.into_inner());
         let Some(track) = tracks.get(trigger) else {
@@ -164,7 +164,7 @@ impl History {
 
     /// The 99th percentile of `trigger`'s lateness over the last minute (the readings of the
     /// last [`RECENT`] windows); `None` when nothing was confirmed.
-    pub fn recent_p99(&self, trigger: &str) -> Option<f32> {
+    pub(crate) fn recent_p99(&self, trigger: &str) -> Option<f32> {
         let bounds = self
             .bounds
             .lock()
@@ -224,7 +224,7 @@ impl History {
     }
 
     /// Samples every [`INTERVAL`] until `stop`, the first as soon as triggers are served.
-    pub fn spawn(
+    pub(crate) fn spawn(
         &self,
         triggers: AdminTriggers,
         metrics: Metrics,

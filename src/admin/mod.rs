@@ -18,11 +18,11 @@ use crate::store::StoreError;
 mod history;
 mod routes;
 
-pub use history::History;
+pub(crate) use history::History;
 
 /// One trigger as the admin API sees it.
 #[derive(Clone)]
-pub struct AdminTrigger {
+pub(crate) struct AdminTrigger {
     /// Its configuration (name, key, sink, payload mode, rate limit).
     pub config: std::sync::Arc<TriggerConfig>,
     /// Its queue over its shards.
@@ -32,14 +32,14 @@ pub struct AdminTrigger {
 /// The triggers the admin API serves, replaced when the configuration is reloaded; none
 /// until the bridge has reached Redis and started them.
 #[derive(Clone, Default)]
-pub struct AdminTriggers(Arc<RwLock<Option<Served>>>);
+pub(crate) struct AdminTriggers(Arc<RwLock<Option<Served>>>);
 
 /// The triggers served at one time, by name.
 type Served = Arc<BTreeMap<String, AdminTrigger>>;
 
 impl AdminTriggers {
     /// Serves `triggers` from now on.
-    pub fn replace(&self, triggers: BTreeMap<String, AdminTrigger>) {
+    pub(crate) fn replace(&self, triggers: BTreeMap<String, AdminTrigger>) {
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(triggers));
     }
 
@@ -101,7 +101,7 @@ impl IntoResponse for ApiError {
 }
 
 /// Binds `config.listen` (an error at start if it is taken) and serves the API until `stop`.
-pub async fn serve(
+pub(crate) async fn serve(
     config: &AdminConfig,
     triggers: AdminTriggers,
     reload: Option<Arc<tokio::sync::Notify>>,

@@ -4,8 +4,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{ConnectInfo, Path, Query, State};
+use std::collections::HashMap;
+
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
@@ -68,10 +71,46 @@ pub(super) fn router() -> Router<Admin> {
         })
 }
 
-/// One audit line per call that changes a queue: who, what, on which trigger, how many;
-/// never a member or a body.
-fn audit(peer: SocketAddr, action: &str, t: &AdminTrigger, count: u64) {
-    tracing::info!(target: "delay_bridge::audit", %peer, action, trigger = %t.config.name, count, "admin call");
+/// The trigger a route names (`{trigger}` in its path): 404 when there is none, 503 while
+/// the bridge is starting.
+struct Named(AdminTrigger);
+
+impl FromRequestParts<Admin> for Named {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, admin: &Admin) -> Result<Self, ApiError> {
+        let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, admin)
+            .await
+            .map_err(|e| ApiError::bad(e.body_text()))?;
+        let name = params.get("trigger").map_or("", String::as_str);
+        admin.trigger(name).map(Named)
+    }
+}
+
+/// A call that changes a trigger's queue: the trigger, and who called (for the audit line).
+struct Act {
+    t: AdminTrigger,
+    peer: SocketAddr,
+}
+
+impl FromRequestParts<Admin> for Act {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, admin: &Admin) -> Result<Self, ApiError> {
+        let ConnectInfo(peer) = ConnectInfo::<SocketAddr>::from_request_parts(parts, admin)
+            .await
+            .map_err(|e| ApiError::bad(e.body_text()))?;
+        let Named(t) = Named::from_request_parts(parts, admin).await?;
+        Ok(Act { t, peer })
+    }
+}
+
+impl Act {
+    /// One audit line per call that changes a queue: who, what, on which trigger, how many;
+    /// never a member or a body.
+    fn audit(&self, action: &str, count: u64) {
+        tracing::info!(target: "delay_bridge::audit", peer = %self.peer, action, trigger = %self.t.config.name, count, "admin call");
+    }
 }
 
 fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
@@ -91,6 +130,11 @@ fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
         return Err(ApiError::bad(format!("`limit` must be 1 to {MAX_PAGE}")));
     }
     Ok(limit)
+}
+
+/// A page's `after`: where the previous page ended.
+fn cursor(after: Option<&str>) -> Result<Option<Cursor>, ApiError> {
+    after.map(str::parse).transpose().map_err(ApiError::bad)
 }
 
 fn members(list: Vec<String>) -> Result<Vec<Vec<u8>>, ApiError> {
@@ -137,19 +181,9 @@ struct ScheduledQuery {
     after: Option<String>,
 }
 
-async fn scheduled(
-    State(admin): State<Admin>,
-    Path(trigger): Path<String>,
-    q: Result<Query<ScheduledQuery>, QueryRejection>,
-) -> Reply {
-    let t = &admin.trigger(&trigger)?;
+async fn scheduled(Named(t): Named, q: Result<Query<ScheduledQuery>, QueryRejection>) -> Reply {
     let q = query(q)?;
-    let limit = page_limit(q.limit)?;
-    let after: Option<Cursor> = q
-        .after
-        .map(|a| a.parse())
-        .transpose()
-        .map_err(ApiError::bad)?;
+    let (limit, after) = (page_limit(q.limit)?, cursor(q.after.as_deref())?);
     let page = t
         .queue
         .browse(q.from_ms, q.to_ms, after.as_ref(), limit)
@@ -160,11 +194,7 @@ async fn scheduled(
     })))
 }
 
-async fn message(
-    State(admin): State<Admin>,
-    Path((trigger, member)): Path<(String, String)>,
-) -> Reply {
-    let t = &admin.trigger(&trigger)?;
+async fn message(Named(t): Named, Path((_, member)): Path<(String, String)>) -> Reply {
     let found = t.queue.find(member.as_bytes()).await?;
     if found.places.is_empty() {
         return Err(ApiError(
@@ -188,12 +218,7 @@ struct ForecastQuery {
     buckets: Option<usize>,
 }
 
-async fn forecast(
-    State(admin): State<Admin>,
-    Path(trigger): Path<String>,
-    q: Result<Query<ForecastQuery>, QueryRejection>,
-) -> Reply {
-    let t = &admin.trigger(&trigger)?;
+async fn forecast(Named(t): Named, q: Result<Query<ForecastQuery>, QueryRejection>) -> Reply {
     let q = query(q)?;
     let buckets = q.buckets.unwrap_or(60);
     let bucket_ms = q.bucket_ms.unwrap_or(60_000);
@@ -216,19 +241,9 @@ struct DeadQuery {
     after: Option<String>,
 }
 
-async fn dead(
-    State(admin): State<Admin>,
-    Path(trigger): Path<String>,
-    q: Result<Query<DeadQuery>, QueryRejection>,
-) -> Reply {
-    let t = &admin.trigger(&trigger)?;
+async fn dead(Named(t): Named, q: Result<Query<DeadQuery>, QueryRejection>) -> Reply {
     let q = query(q)?;
-    let limit = page_limit(q.limit)?;
-    let after: Option<Cursor> = q
-        .after
-        .map(|a| a.parse())
-        .transpose()
-        .map_err(ApiError::bad)?;
+    let (limit, after) = (page_limit(q.limit)?, cursor(q.after.as_deref())?);
     let page = t.queue.list_dead_after(after.as_ref(), limit).await?;
     let items: Vec<Value> = page
         .items
@@ -259,12 +274,7 @@ struct InflightQuery {
 }
 
 /// Members claimed by a bridge and not yet settled, earliest lease deadline first.
-async fn inflight(
-    State(admin): State<Admin>,
-    Path(trigger): Path<String>,
-    q: Result<Query<InflightQuery>, QueryRejection>,
-) -> Reply {
-    let t = &admin.trigger(&trigger)?;
+async fn inflight(Named(t): Named, q: Result<Query<InflightQuery>, QueryRejection>) -> Reply {
     let limit = page_limit(query(q)?.limit)?;
     let now_ms = t.queue.now_ms().await?;
     let items: Vec<Value> = t
@@ -288,10 +298,9 @@ struct HistoryQuery {
 /// The trigger's last 15 minutes or hour on this bridge, a point per 10 s.
 async fn history(
     State(admin): State<Admin>,
-    Path(trigger): Path<String>,
+    Named(t): Named,
     q: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Reply {
-    let t = &admin.trigger(&trigger)?;
     let window = query(q)?.window.unwrap_or_else(|| "15m".into());
     let span = match window.as_str() {
         "15m" => Duration::from_secs(900),
@@ -305,32 +314,18 @@ async fn history(
     })))
 }
 
-async fn set_paused(admin: &Admin, peer: SocketAddr, trigger: &str, paused: bool) -> Reply {
-    let t = &admin.trigger(trigger)?;
-    let changed = t.queue.set_paused(paused).await?;
-    audit(
-        peer,
-        if paused { "pause" } else { "resume" },
-        t,
-        u64::from(changed),
-    );
+async fn set_paused(act: Act, paused: bool) -> Reply {
+    let changed = act.t.queue.set_paused(paused).await?;
+    act.audit(if paused { "pause" } else { "resume" }, u64::from(changed));
     Ok(Json(json!({ "paused": paused, "changed": changed })))
 }
 
-async fn pause(
-    State(admin): State<Admin>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(trigger): Path<String>,
-) -> Reply {
-    set_paused(&admin, peer, &trigger, true).await
+async fn pause(act: Act) -> Reply {
+    set_paused(act, true).await
 }
 
-async fn resume(
-    State(admin): State<Admin>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(trigger): Path<String>,
-) -> Reply {
-    set_paused(&admin, peer, &trigger, false).await
+async fn resume(act: Act) -> Reply {
+    set_paused(act, false).await
 }
 
 #[derive(Deserialize)]
@@ -339,16 +334,11 @@ struct Members {
     members: Vec<String>,
 }
 
-async fn promote(
-    State(admin): State<Admin>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(trigger): Path<String>,
-    b: Result<Json<Members>, JsonRejection>,
-) -> Reply {
-    let t = &admin.trigger(&trigger)?;
+async fn promote(act: Act, b: Result<Json<Members>, JsonRejection>) -> Reply {
+    let t = &act.t;
     let members = members(body(b)?.members)?;
     let changed = t.queue.reschedule(&members, None, true).await?;
-    audit(peer, "promote", t, changed);
+    act.audit("promote", changed);
     Ok(Json(json!({ "changed": changed })))
 }
 
@@ -359,32 +349,22 @@ struct Reschedule {
     due_ms: i64,
 }
 
-async fn reschedule(
-    State(admin): State<Admin>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(trigger): Path<String>,
-    b: Result<Json<Reschedule>, JsonRejection>,
-) -> Reply {
-    let t = &admin.trigger(&trigger)?;
+async fn reschedule(act: Act, b: Result<Json<Reschedule>, JsonRejection>) -> Reply {
+    let t = &act.t;
     let b = body(b)?;
     let members = members(b.members)?;
     let changed = t.queue.reschedule(&members, Some(b.due_ms), false).await?;
-    audit(peer, "reschedule", t, changed);
+    act.audit("reschedule", changed);
     Ok(Json(json!({ "changed": changed })))
 }
 
-async fn cancel(
-    State(admin): State<Admin>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(trigger): Path<String>,
-    b: Result<Json<Members>, JsonRejection>,
-) -> Reply {
-    let t = &admin.trigger(&trigger)?;
+async fn cancel(act: Act, b: Result<Json<Members>, JsonRejection>) -> Reply {
+    let t = &act.t;
     let mut cancelled = 0u64;
     for m in members(body(b)?.members)? {
         cancelled += u64::from(t.queue.cancel(&m).await?);
     }
-    audit(peer, "cancel", t, cancelled);
+    act.audit("cancel", cancelled);
     Ok(Json(json!({ "cancelled": cancelled })))
 }
 
@@ -403,13 +383,8 @@ struct PurgeBody {
     dry_run: bool,
 }
 
-async fn purge(
-    State(admin): State<Admin>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(trigger): Path<String>,
-    b: Result<Json<PurgeBody>, JsonRejection>,
-) -> Reply {
-    let t = &admin.trigger(&trigger)?;
+async fn purge(act: Act, b: Result<Json<PurgeBody>, JsonRejection>) -> Reply {
+    let t = &act.t;
     let b = body(b)?;
     if b.reason.is_some() && b.what != "dead" {
         return Err(ApiError::bad("`reason` filters dead letters only"));
@@ -438,7 +413,7 @@ async fn purge(
         (Some(reason), Purge::Dead) => t.queue.purge_dead_reason(reason, false).await?,
         _ => t.queue.purge(what).await?,
     };
-    audit(peer, "purge", t, deleted);
+    act.audit("purge", deleted);
     Ok(Json(json!({ "deleted": deleted })))
 }
 
@@ -450,13 +425,8 @@ struct Requeue {
     limit: Option<usize>,
 }
 
-async fn requeue(
-    State(admin): State<Admin>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(trigger): Path<String>,
-    b: Result<Json<Requeue>, JsonRejection>,
-) -> Reply {
-    let t = &admin.trigger(&trigger)?;
+async fn requeue(act: Act, b: Result<Json<Requeue>, JsonRejection>) -> Reply {
+    let t = &act.t;
     let b = body(b)?;
     let limit = b.limit.unwrap_or(MAX_PAGE);
     if b.members.len() > MAX_MEMBERS || !(1..=MAX_PAGE).contains(&limit) {
@@ -466,7 +436,7 @@ async fn requeue(
     }
     let members: Vec<Vec<u8>> = b.members.into_iter().map(String::into_bytes).collect();
     let requeued = t.queue.requeue_dead(&members, limit).await?;
-    audit(peer, "requeue", t, requeued);
+    act.audit("requeue", requeued);
     Ok(Json(json!({ "requeued": requeued })))
 }
 

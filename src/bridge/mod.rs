@@ -129,7 +129,7 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
 
     let abort = CancellationToken::new();
     let workers = TaskTracker::new();
-    let mut running = Running::new(running::Shared {
+    let mut running = Running::new(running::Services {
         conn: conn.clone(),
         sinks: sinks.clone(),
         metrics: metrics.clone(),

@@ -14,10 +14,10 @@ use crate::metrics::Metrics;
 use crate::queue::Queue;
 use crate::redis_conn::Conn;
 use crate::sink::Sink;
-use crate::worker::{self, Trigger};
+use crate::worker::{self, Shard};
 
 /// What every trigger of the bridge shares.
-pub(super) struct Shared {
+pub(super) struct Services {
     pub conn: Conn,
     pub sinks: BTreeMap<String, Arc<Sink>>,
     pub metrics: Metrics,
@@ -41,7 +41,7 @@ struct Entry {
     /// The trigger's queue over its shards.
     queue: Queue,
     /// One per shard.
-    shards: Vec<Arc<Trigger>>,
+    shards: Vec<Arc<Shard>>,
     stop: CancellationToken,
     abort: CancellationToken,
     workers: TaskTracker,
@@ -50,14 +50,14 @@ struct Entry {
 /// The running triggers by name, the notification listener that wakes them and the
 /// housekeeping that reads their sizes.
 pub(super) struct Running {
-    shared: Shared,
+    shared: Services,
     entries: BTreeMap<String, Entry>,
     notify_stop: CancellationToken,
     housekeeping_stop: CancellationToken,
 }
 
 impl Running {
-    pub fn new(shared: Shared) -> Self {
+    pub(super) fn new(shared: Services) -> Self {
         Self {
             shared,
             entries: BTreeMap::new(),
@@ -67,7 +67,7 @@ impl Running {
     }
 
     /// Starts `tc`'s workers; [`Self::publish`] adds it to the housekeeping.
-    pub fn start(&mut self, tc: &TriggerConfig) -> Result<(), String> {
+    pub(super) fn start(&mut self, tc: &TriggerConfig) -> Result<(), String> {
         let s = &self.shared;
         let sink = s.sinks.get(&tc.sink).ok_or_else(|| {
             format!(
@@ -77,7 +77,7 @@ impl Running {
         })?;
         let queue = Queue::new(tc, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
         let tc = &Arc::new(tc.clone());
-        let shards = Trigger::shards(tc, &queue, sink.clone(), &s.metrics, s.health.clone())?;
+        let shards = Shard::shards(tc, &queue, sink.clone(), &s.metrics, s.health.clone())?;
         let (stop, abort) = (s.stop.child_token(), s.abort.child_token());
         let workers = TaskTracker::new();
         // One worker per shard starts now; a shard's others when it first has a backlog.
@@ -94,7 +94,7 @@ impl Running {
         for (shard, ids) in deferred {
             let (stop, abort) = (stop.clone(), abort.clone());
             let (all, own) = (s.workers.clone(), workers.clone());
-            shards[shard].defer_workers(Box::new(move |t: &Arc<Trigger>| {
+            shards[shard].defer_workers(Box::new(move |t: &Arc<Shard>| {
                 for id in ids {
                     let run = worker::run(vec![t.clone()], id, stop.clone(), abort.clone());
                     all.spawn(own.track_future(run));
@@ -107,6 +107,17 @@ impl Running {
                     worker::forward_dead_letters(shard.clone(), stop.clone(), abort.clone());
                 s.workers.spawn(workers.track_future(forward));
             }
+        }
+        if tc.ingress.is_some() {
+            let ingress = crate::ingress::Ingress::new(
+                tc.clone(),
+                queue.clone(),
+                shards.clone(),
+                s.metrics.clone(),
+                s.health.clone(),
+            );
+            let run = ingress.run(sink.clone(), stop.clone());
+            s.workers.spawn(workers.track_future(run));
         }
         workers.close();
         self.entries.insert(
@@ -146,7 +157,7 @@ impl Running {
     /// (Re)starts the housekeeping (reading sizes every `backlog_interval`) and the
     /// keyspace-notification listener for the triggers now running, and shows them to the
     /// admin API.
-    pub fn publish(&mut self, backlog_interval: Duration) {
+    pub(super) fn publish(&mut self, backlog_interval: Duration) {
         self.housekeeping_stop.cancel();
         self.housekeeping_stop = self.shared.stop.child_token();
         let triggers = self.all_shards();
@@ -197,7 +208,7 @@ impl Running {
     /// ones are replaced (the old workers finish their batches while the new ones claim:
     /// claims are atomic, so the two never share a message). Anything but triggers needs a
     /// restart: such a configuration changes nothing. Returns a summary or why not.
-    pub fn apply(&mut self, old: &Config, new: &Config) -> Result<String, String> {
+    pub(super) fn apply(&mut self, old: &Config, new: &Config) -> Result<String, String> {
         let sections = [
             ("redis", section(&old.redis) != section(&new.redis)),
             ("sinks", section(&old.sinks) != section(&new.sinks)),
@@ -256,7 +267,7 @@ impl Running {
     }
 
     /// The triggers of `new` that are not running as they are configured there.
-    pub fn changed<'a>(&self, new: &'a Config) -> Vec<&'a TriggerConfig> {
+    pub(super) fn changed<'a>(&self, new: &'a Config) -> Vec<&'a TriggerConfig> {
         new.triggers
             .iter()
             .filter(|tc| {
@@ -268,12 +279,12 @@ impl Running {
     }
 
     /// The bridge's Redis connection.
-    pub fn conn(&self) -> &Conn {
+    pub(super) fn conn(&self) -> &Conn {
         &self.shared.conn
     }
 
     /// Every shard of every running trigger.
-    fn all_shards(&self) -> Vec<Arc<Trigger>> {
+    fn all_shards(&self) -> Vec<Arc<Shard>> {
         self.entries
             .values()
             .flat_map(|e| e.shards.iter().cloned())
@@ -281,7 +292,7 @@ impl Running {
     }
 
     /// Workers running now, over every trigger.
-    pub fn worker_count(&self) -> usize {
+    pub(super) fn worker_count(&self) -> usize {
         self.entries.values().map(|e| e.config.workers).sum()
     }
 }

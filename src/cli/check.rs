@@ -59,8 +59,8 @@ pub(super) async fn check(arg: &ConfigArg) -> i32 {
     unserved_keys(&config).await
 }
 
-/// What `check` says of a sink: its addresses (passwords hidden) and TLS, or its brokers
-/// and properties (secrets hidden).
+/// What `check` says of a sink: its addresses (passwords hidden) and TLS, its brokers and
+/// properties (secrets hidden), or its HTTP client's settings.
 fn sink_line(sink: &SinkConfig) -> String {
     match sink {
         SinkConfig::Amqp(a) => {
@@ -84,6 +84,17 @@ fn sink_line(sink: &SinkConfig) -> String {
                 .collect();
             format!("kafka {} [{}]", k.brokers, props.join(", "))
         }
+        SinkConfig::Http(h) => format!(
+            "http timeout={} max_concurrency={}{}{}",
+            humantime::format_duration(h.timeout),
+            h.max_concurrency,
+            if h.signing_secret_file.is_some() {
+                " signed"
+            } else {
+                ""
+            },
+            tls_summary(h.tls.as_ref())
+        ),
     }
 }
 
@@ -153,6 +164,39 @@ fn trigger_line(config: &Config, t: &TriggerConfig) {
         humantime::format_duration(t.backoff_initial),
         humantime::format_duration(t.backoff_max),
         t.max_message_bytes,
+    );
+    if let Some(i) = &t.ingress {
+        ingress_line(t, i);
+    }
+}
+
+/// What `check` says of a trigger's ingress: where producers publish, and how ids are made.
+fn ingress_line(t: &TriggerConfig, i: &crate::config::IngressConfig) {
+    if i.topic.is_some() {
+        say!(
+            "trigger {} ingress: kafka topic={} group={} -> key={} (x-delay ms or x-delay-until epoch ms; \
+             id = topic/partition/offset)",
+            t.name,
+            i.topic.as_deref().unwrap_or_default(),
+            i.group_name(&t.name),
+            t.key,
+        );
+        return;
+    }
+    say!(
+        "trigger {} ingress: amqp exchange={} ({}) queue={} ({}) binding_keys={:?} prefetch={} -> key={} \
+         (x-delay ms or x-delay-until epoch ms; id = message_id, else a digest)",
+        t.name,
+        i.exchange_name(),
+        serde_json::to_value(i.exchange_type)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        i.queue_name(),
+        i.queue_type.map_or("classic", |q| q.as_str()),
+        i.binding_keys,
+        i.prefetch,
+        t.key,
     );
 }
 

@@ -29,7 +29,7 @@ pub struct HealthArgs {
 const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9464);
 
 /// Runs the check: prints one line and returns 0 when the answer is 200, else 1.
-pub async fn health(args: HealthArgs) -> i32 {
+pub(super) async fn health(args: HealthArgs) -> i32 {
     let url = match &args.url {
         Some(url) => url.clone(),
         None => match default_url(&args.config) {

@@ -18,7 +18,7 @@ macro_rules! say {
 }
 
 /// Exit code for a bad configuration (EX_CONFIG).
-pub const EXIT_CONFIG: i32 = 78;
+pub(crate) const EXIT_CONFIG: i32 = 78;
 
 mod check;
 mod health;
@@ -90,7 +90,7 @@ pub enum Command {
         /// Hash payload mode: the message's id.
         #[arg(long, conflicts_with = "payload", required_unless_present = "payload")]
         id: Option<String>,
-        /// Inline mode: the exact payload (the member).
+        /// Inline mode: the exact payload (the member); hash payload mode: the id, as `--id`.
         payload: Option<String>,
     },
     /// Stop claiming a trigger's messages on every bridge (they stay scheduled in Redis;
@@ -216,14 +216,14 @@ impl ConfigArg {
 }
 
 /// Finds and loads the config, or prints every problem and returns the EX_CONFIG exit code.
-pub fn find_and_load(arg: &ConfigArg) -> Result<(PathBuf, Config), i32> {
+pub(crate) fn find_and_load(arg: &ConfigArg) -> Result<(PathBuf, Config), i32> {
     let path = arg.resolve()?;
     let config = load_or_exit(&path)?;
     Ok((path, config))
 }
 
 /// Loads the config or prints every problem and returns the EX_CONFIG exit code.
-pub fn load_or_exit(path: &std::path::Path) -> Result<Config, i32> {
+pub(crate) fn load_or_exit(path: &std::path::Path) -> Result<Config, i32> {
     config::load(path).map_err(|e: ConfigError| {
         eprintln!("error: {}: {e}", path.display());
         EXIT_CONFIG
@@ -231,7 +231,7 @@ pub fn load_or_exit(path: &std::path::Path) -> Result<Config, i32> {
 }
 
 /// Sets up tracing to stderr: `RUST_LOG` wins over `[log] level`.
-pub fn init_tracing(format: LogFormat, level: &str) {
+pub(crate) fn init_tracing(format: LogFormat, level: &str) {
     use tracing_subscriber::EnvFilter;
     let mut filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
@@ -349,7 +349,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
 
 /// An error and its causes on one line, each said once: a cause whose words the line already
 /// holds (clients often repeat their source in their own message) is left out.
-pub fn one_line(e: &anyhow::Error) -> String {
+pub(crate) fn one_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
         let text = cause.to_string();

@@ -11,7 +11,7 @@ use crate::store::{Cursor, Place, Purge, MAX_BUCKETS, MAX_PAGE};
 
 /// `--config FILE -t TRIGGER`, shared by every command here.
 #[derive(Debug, Args)]
-pub struct Target {
+pub(super) struct Target {
     #[command(flatten)]
     config: ConfigArg,
     /// Trigger whose queue to work on.

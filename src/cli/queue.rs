@@ -179,10 +179,11 @@ pub(super) async fn cancel(
     let conn = connect(&config).await?;
     let queue = queue_for(&config, conn, &trigger)?;
     let removed = match (id, payload, queue.hash_bodies()) {
-        (Some(id), None, true) => queue.cancel(id.as_bytes()).await?,
+        // In hash payload mode the positional argument is the id too.
+        (Some(id), None, true) | (None, Some(id), true) => queue.cancel(id.as_bytes()).await?,
         (None, Some(payload), false) => queue.cancel(payload.as_bytes()).await?,
         (_, _, true) => anyhow::bail!(
-            "trigger `{trigger}` keeps bodies by id (payload = \"hash\"): cancel with --id"
+            "trigger `{trigger}` keeps bodies by id (payload = \"hash\"): cancel with --id ID or ID"
         ),
         (_, _, false) => anyhow::bail!(
             "trigger `{trigger}` uses inline payloads: cancel with the exact payload, not --id"

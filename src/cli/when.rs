@@ -30,7 +30,7 @@ const EXPECTED: &str = "expected epoch milliseconds (1795593600000), an RFC 3339
      (2026-11-25T07:00:00Z, 2026-11-25T08:00:00+01:00), `now`, or an offset from now (+5m, -1h30m)";
 
 /// Parses a time argument (clap's `value_parser`).
-pub fn parse(text: &str) -> Result<When, String> {
+pub(super) fn parse(text: &str) -> Result<When, String> {
     let t = text.trim();
     if t.eq_ignore_ascii_case("now") {
         return Ok(When::FromNow(0));

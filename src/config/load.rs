@@ -15,7 +15,7 @@ use super::{
 };
 
 /// Environment variables with this prefix override the file; `__` separates levels.
-pub const ENV_PREFIX: &str = "DELAY_BRIDGE_";
+pub(super) const ENV_PREFIX: &str = "DELAY_BRIDGE_";
 
 /// `DELAY_BRIDGE_<SECTION>__<KEY>` variables. Every setting lives in a section, so a name
 /// without `__` (`DELAY_BRIDGE_CONFIG`, where the file is searched) is not an override.
@@ -147,8 +147,10 @@ impl Loader {
             match value {
                 Value::Array(_, items) => {
                     for (i, item) in items.iter().enumerate() {
+                        let mut item = item.clone();
+                        super::ingress::imply_storage(&mut item);
                         if let Some(t) =
-                            self.value::<TriggerConfig>(&format!("triggers[{i}]"), item)
+                            self.value::<TriggerConfig>(&format!("triggers[{i}]"), &item)
                         {
                             c.triggers.push(t);
                             parsed.trigger_index.push(i);
@@ -191,10 +193,11 @@ impl Loader {
         match kind.as_ref().and_then(Value::as_str) {
             Some("amqp") => self.value(&prefix, &rest).map(SinkConfig::Amqp),
             Some("kafka") => self.value(&prefix, &rest).map(SinkConfig::Kafka),
+            Some("http") => self.value(&prefix, &rest).map(SinkConfig::Http),
             Some(other) => {
                 self.push(
                     &format!("{prefix}.type"),
-                    format!("unknown sink type `{other}`, expected `amqp` or `kafka`"),
+                    format!("unknown sink type `{other}`, expected `amqp`, `kafka` or `http`"),
                 );
                 None
             }
@@ -206,7 +209,7 @@ impl Loader {
                 };
                 self.push(
                     &format!("{prefix}.type"),
-                    format!("{what}: `amqp` or `kafka`"),
+                    format!("{what}: `amqp`, `kafka` or `http`"),
                 );
                 None
             }

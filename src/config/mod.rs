@@ -1,10 +1,15 @@
 //! Configuration: the TOML schema, its defaults, and loading through figment.
 
+mod http;
+mod ingress;
 mod load;
 mod problem;
 mod route;
 mod search;
+mod service;
+mod sinks;
 mod tls;
+mod urls;
 mod validate;
 mod warnings;
 pub use validate::MAX_SHARDS;
@@ -13,16 +18,24 @@ pub use validate::MAX_SHARDS;
 mod tests;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 pub use crate::tls::TlsConfig;
+pub use http::HttpSinkConfig;
+pub use ingress::{IngressConfig, MAX_PREFETCH};
 pub use load::{env_overrides, load, load_from};
 pub use problem::{ConfigError, Problem};
-pub use route::{AmqpRoute, AmqpRouting, Destination, KafkaRoute};
+pub use route::{AmqpRoute, AmqpRouting, Destination, HttpRoute, HttpTarget, KafkaRoute};
 pub use search::{find as find_config, NotFound, CONFIG_ENV, LOCAL_CONFIG, SYSTEM_CONFIG};
+pub use service::{
+    AdminConfig, LogConfig, LogFormat, MetricsConfig, ShutdownConfig, ADMIN_TOKEN_ENV,
+};
+pub use sinks::{
+    AmqpDeclare, AmqpSinkConfig, ExchangeType, KafkaSinkConfig, QueueType, SinkConfig,
+};
+pub use urls::url_match;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -125,293 +138,6 @@ impl Default for RedisConfig {
     }
 }
 
-/// `[metrics]`
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct MetricsConfig {
-    /// Address of the HTTP listener; loopback by default. Use `0.0.0.0:9464` to expose it.
-    #[serde(default = "default_metrics_listen")]
-    pub listen: SocketAddr,
-    /// How often the backlog gauges are refreshed from Redis.
-    #[serde(default = "default_backlog_interval", with = "humantime_serde")]
-    pub backlog_interval: Duration,
-}
-
-/// `[admin]`: the admin API, on a listener of its own.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct AdminConfig {
-    /// Address of the admin API's listener. Unset: no admin API. Keep it on loopback (or
-    /// behind a proxy of your own): the token is sent in clear over plain HTTP.
-    #[serde(default)]
-    pub listen: Option<SocketAddr>,
-    /// File holding the bearer token every call must carry (at least 16 characters);
-    /// `DELAY_BRIDGE_ADMIN_TOKEN` may give it instead.
-    #[serde(default)]
-    pub token_file: Option<String>,
-    /// Only the calls that read (triggers, browse, show, forecast, dead letters); the
-    /// others answer 403. Without a token, the admin API must be read-only.
-    #[serde(default)]
-    pub read_only: bool,
-    /// Host names (without port) the admin API answers to, besides IP addresses and
-    /// `localhost`: a request whose `Host` header names anything else is refused with 421, so
-    /// that a page on another site cannot reach the API by pointing its own name at this
-    /// address (DNS rebinding). List the names a proxy or the operators use, e.g.
-    /// `["bridge.internal"]`.
-    #[serde(default)]
-    pub allowed_hosts: Vec<String>,
-}
-
-/// The environment variable that may hold the admin API's token.
-pub const ADMIN_TOKEN_ENV: &str = "DELAY_BRIDGE_ADMIN_TOKEN";
-
-impl AdminConfig {
-    /// The bearer token: from `token_file`, else from [`ADMIN_TOKEN_ENV`]; `None` without.
-    pub fn token(&self) -> anyhow::Result<Option<String>> {
-        match &self.token_file {
-            Some(path) => Ok(Some(crate::secret::read_file(path)?)),
-            None => Ok(std::env::var(ADMIN_TOKEN_ENV)
-                .ok()
-                .filter(|t| !t.is_empty())),
-        }
-    }
-}
-
-fn default_metrics_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 9464))
-}
-fn default_backlog_interval() -> Duration {
-    Duration::from_secs(10)
-}
-
-impl Default for MetricsConfig {
-    fn default() -> Self {
-        Self {
-            listen: default_metrics_listen(),
-            backlog_interval: default_backlog_interval(),
-        }
-    }
-}
-
-/// `[log]`
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct LogConfig {
-    /// `text` (default) or `json`.
-    #[serde(default)]
-    pub format: LogFormat,
-    /// A tracing filter such as `info` or `delay_bridge=debug`; `RUST_LOG` wins when set.
-    #[serde(default = "default_log_level")]
-    pub level: String,
-}
-
-fn default_log_level() -> String {
-    "info".into()
-}
-
-impl Default for LogConfig {
-    fn default() -> Self {
-        Self {
-            format: LogFormat::default(),
-            level: default_log_level(),
-        }
-    }
-}
-
-/// Log line format.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// `[shutdown]`
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ShutdownConfig {
-    /// How long to wait for outstanding broker confirmations after SIGTERM
-    /// before putting the unconfirmed messages back.
-    #[serde(default = "default_shutdown_timeout", with = "humantime_serde")]
-    pub timeout: Duration,
-}
-
-fn default_shutdown_timeout() -> Duration {
-    Duration::from_secs(30)
-}
-
-impl Default for ShutdownConfig {
-    fn default() -> Self {
-        Self {
-            timeout: default_shutdown_timeout(),
-        }
-    }
-}
-
-/// `[sinks.NAME]`: a broker, chosen by `type`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
-pub enum SinkConfig {
-    /// RabbitMQ (AMQP 0-9-1) with publisher confirms.
-    Amqp(AmqpSinkConfig),
-    /// Kafka with an idempotent producer.
-    Kafka(KafkaSinkConfig),
-}
-
-impl SinkConfig {
-    /// `amqp` or `kafka`, for labels and messages.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            SinkConfig::Amqp(_) => "amqp",
-            SinkConfig::Kafka(_) => "kafka",
-        }
-    }
-}
-
-/// `[sinks.NAME] type = "amqp"`
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct AmqpSinkConfig {
-    /// One node: `amqp://user:password@host:port/vhost` or `amqps://` for TLS. Give this or
-    /// `urls`.
-    #[serde(default)]
-    pub url: Option<String>,
-    /// The nodes of a cluster, same scheme, credentials and vhost, differing in host and port:
-    /// the bridge connects to one at a time, starting from a random one, and moves on to the
-    /// next when it cannot connect or the connection drops. Give this or `url`.
-    #[serde(default)]
-    pub urls: Option<Vec<String>>,
-    /// Read the password from this file instead of the URL (overrides the password of every
-    /// address).
-    #[serde(default)]
-    pub password_file: Option<String>,
-    /// Exchanges and queues to declare (idempotently) on every connect.
-    #[serde(default)]
-    pub declare: Vec<AmqpDeclare>,
-    /// Longest wait between reconnection attempts.
-    #[serde(default = "default_reconnect_max", with = "humantime_serde")]
-    pub reconnect_max: Duration,
-    /// Most channels the bridge opens on its connection; every worker and dead-letter
-    /// forwarder of every trigger publishes on one of them, in turn (at most 2,000: RabbitMQ's
-    /// default `channel_max` is 2,047).
-    #[serde(default = "default_channels")]
-    pub channels: usize,
-    /// Most messages published on the connection and not yet confirmed by the broker; a
-    /// publish beyond it waits for a confirmation. What the broker holds unconfirmed is what
-    /// a crash of the bridge sends again (those members are still in Redis), so this bounds
-    /// the duplicates per crash; too small a window leaves the broker idle between
-    /// confirmations. Claimed members waiting for room are not at the broker: a crash
-    /// redelivers them without a duplicate.
-    #[serde(default = "default_max_unconfirmed")]
-    pub max_unconfirmed: usize,
-    /// `[sinks.NAME.tls]`: how an `amqps://` connection verifies the broker and identifies
-    /// itself. Without it, `amqps://` trusts the system's CAs and checks the URL's host name.
-    #[serde(default)]
-    pub tls: Option<TlsConfig>,
-}
-
-fn default_reconnect_max() -> Duration {
-    Duration::from_secs(10)
-}
-fn default_channels() -> usize {
-    32
-}
-fn default_max_unconfirmed() -> usize {
-    256
-}
-
-impl AmqpSinkConfig {
-    /// Every configured address, in the order given: `urls`, or `url` alone.
-    pub fn addresses(&self) -> Vec<&str> {
-        match (&self.url, &self.urls) {
-            (_, Some(urls)) => urls.iter().map(String::as_str).collect(),
-            (Some(url), None) => vec![url.as_str()],
-            (None, None) => Vec::new(),
-        }
-    }
-}
-
-/// `[[sinks.NAME.declare]]`: an exchange, optionally with a queue bound to it.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct AmqpDeclare {
-    /// Exchange name (durable).
-    pub exchange: String,
-    /// Exchange type: `direct` (default), `topic`, `fanout` or `headers`.
-    #[serde(default)]
-    pub kind: ExchangeType,
-    /// A durable queue to declare and bind to the exchange.
-    #[serde(default)]
-    pub queue: Option<String>,
-    /// The queue's type (`x-queue-type`): `classic`, `quorum` (replicated over the cluster by
-    /// Raft) or `stream`. Unset: no argument, which RabbitMQ takes as classic.
-    #[serde(default)]
-    pub queue_type: Option<QueueType>,
-    /// Binding key of the queue (defaults to the queue name).
-    #[serde(default)]
-    pub binding_key: Option<String>,
-}
-
-/// The type of a declared exchange.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ExchangeType {
-    /// Routes on the exact routing key.
-    #[default]
-    Direct,
-    /// Routes on routing-key patterns.
-    Topic,
-    /// Routes to every bound queue.
-    Fanout,
-    /// Routes on header values.
-    Headers,
-}
-
-/// The type of a declared queue (`x-queue-type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum QueueType {
-    /// A queue on one node.
-    Classic,
-    /// A queue replicated by Raft: a confirm means a majority of its replicas has the message.
-    Quorum,
-    /// An append-only log replicated over the cluster; consumers read it by offset.
-    Stream,
-}
-
-impl QueueType {
-    /// The value of `x-queue-type`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueueType::Classic => "classic",
-            QueueType::Quorum => "quorum",
-            QueueType::Stream => "stream",
-        }
-    }
-}
-
-/// `[sinks.NAME] type = "kafka"`
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct KafkaSinkConfig {
-    /// Bootstrap servers, comma separated (`bootstrap.servers`).
-    pub brokers: String,
-    /// librdkafka properties passed through verbatim; they override the bridge's defaults.
-    #[serde(default)]
-    pub properties: BTreeMap<String, String>,
-    /// Read `sasl.password` from this file.
-    #[serde(default)]
-    pub sasl_password_file: Option<String>,
-    /// Allow `properties` that make a delivery report prove nothing (`acks` other than
-    /// `all`/`-1`, `enable.idempotence = false`): members are then deleted from Redis on the
-    /// word of a broker that may not have stored them. Off: such properties are refused.
-    #[serde(default)]
-    pub accept_possible_loss: bool,
-}
-
 /// How a trigger finds the message body.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -482,6 +208,23 @@ pub struct TriggerConfig {
     /// Kafka: topic to produce to.
     #[serde(default)]
     pub topic: Option<String>,
+    /// HTTP: the URL called for every message (`http://` or `https://`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// HTTP: take each message's URL from this JSON Pointer into the payload instead (needs
+    /// `allowed_urls`); payloads that are not JSON or lack a string there are dead-lettered
+    /// with reason `bad_payload`.
+    #[serde(default)]
+    pub url_pointer: Option<String>,
+    /// HTTP: the request method, `POST` (default), `PUT`, `PATCH` or `DELETE`.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// HTTP: URL patterns a message's own URL (from `url_pointer` or an envelope's `url`)
+    /// must match: scheme, host (`*.` for any subdomain) and port equal, the path under the
+    /// pattern's path. Others are dead-lettered as `url_not_allowed`. Unset: messages cannot
+    /// choose their URL.
+    #[serde(default)]
+    pub allowed_urls: Option<Vec<String>>,
     /// Kafka: record key, `none` or `member`.
     #[serde(default)]
     pub kafka_key: Option<KafkaKey>,
@@ -570,6 +313,11 @@ pub struct TriggerConfig {
     /// Redis only once the broker confirmed it. Unset: dead letters stay in Redis.
     #[serde(default)]
     pub dead_letter_topic: Option<String>,
+    /// `[triggers.ingress]`: producers publish delayed messages to the broker (an `x-delay`
+    /// header) and the bridge stores them in this trigger's queue. Implies `payload = "hash"`
+    /// and `format = "envelope"`.
+    #[serde(default)]
+    pub ingress: Option<IngressConfig>,
     /// Where the messages go: resolved from the fields above and the sink's type when the
     /// configuration is loaded (`None` only in a configuration that was not loaded).
     #[serde(skip)]

@@ -35,7 +35,7 @@ impl std::error::Error for NotFound {}
 
 /// The paths looked at without `--config FILE`, in order: `env` (the value of
 /// [`CONFIG_ENV`]) when set and not empty, [`LOCAL_CONFIG`], then [`SYSTEM_CONFIG`].
-pub fn candidates(env: Option<OsString>) -> Vec<PathBuf> {
+pub(super) fn candidates(env: Option<OsString>) -> Vec<PathBuf> {
     env.filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .into_iter()
@@ -44,7 +44,7 @@ pub fn candidates(env: Option<OsString>) -> Vec<PathBuf> {
 }
 
 /// The first of `candidates` that is a file.
-pub fn first_existing(candidates: Vec<PathBuf>) -> Result<PathBuf, NotFound> {
+pub(super) fn first_existing(candidates: Vec<PathBuf>) -> Result<PathBuf, NotFound> {
     match candidates.iter().position(|p| p.is_file()) {
         Some(i) => Ok(candidates[i].clone()),
         None => Err(NotFound { tried: candidates }),

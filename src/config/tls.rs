@@ -83,6 +83,11 @@ pub(super) fn problems(config: &Config, broken_redis: bool) -> (Vec<(String, Str
                 out.extend(table(&format!("sinks.{name}.tls"), tls, &mut clients));
             }
             SinkConfig::Kafka(kafka) => out.extend(kafka_files(name, kafka)),
+            SinkConfig::Http(http) => {
+                if let Some(tls) = &http.tls {
+                    out.extend(table(&format!("sinks.{name}.tls"), tls, &mut clients));
+                }
+            }
         }
     }
     (out, clients)
@@ -97,6 +102,7 @@ pub(super) fn keep_clients(config: &mut Config, clients: Vec<Built>) {
         {
             Some(name) => match config.sinks.get_mut(name) {
                 Some(SinkConfig::Amqp(amqp)) => amqp.tls.as_mut(),
+                Some(SinkConfig::Http(http)) => http.tls.as_mut(),
                 _ => None,
             },
             None => config.redis.tls.as_mut(),
@@ -176,6 +182,11 @@ impl Config {
             match sink {
                 SinkConfig::Amqp(amqp) => {
                     if let Some(tls) = &amqp.tls {
+                        table(&mut out, &format!("sinks.{name}.tls"), tls);
+                    }
+                }
+                SinkConfig::Http(http) => {
+                    if let Some(tls) = &http.tls {
                         table(&mut out, &format!("sinks.{name}.tls"), tls);
                     }
                 }

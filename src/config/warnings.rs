@@ -15,6 +15,17 @@ impl Config {
             ));
         }
         for (i, t) in self.triggers.iter().enumerate() {
+            if let Some(SinkConfig::Http(http)) = self.sinks.get(&t.sink) {
+                if http.timeout >= t.publish_timeout {
+                    out.push(format!(
+                        "triggers[{i}]: sink {}'s timeout ({}) is not below publish_timeout ({}): \
+                         a batch gives up on requests before they time out themselves",
+                        t.sink,
+                        humantime::format_duration(http.timeout),
+                        humantime::format_duration(t.publish_timeout)
+                    ));
+                }
+            }
             let Some(Destination::Amqp(route)) = &t.destination else {
                 continue;
             };
@@ -31,7 +42,7 @@ impl Config {
                     .declare
                     .iter()
                     .any(|d| d.exchange == route.exchange && d.kind == ExchangeType::Headers),
-                SinkConfig::Kafka(_) => false,
+                SinkConfig::Kafka(_) | SinkConfig::Http(_) => false,
             });
             if t.format == MessageFormat::Envelope && headers_exchange {
                 out.push(format!(

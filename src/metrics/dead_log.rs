@@ -31,13 +31,13 @@ struct State {
 
 /// One trigger's dead letters not logged yet (cheap to clone).
 #[derive(Clone)]
-pub struct DeadLetterLog {
+pub(super) struct DeadLetterLog {
     trigger: Arc<str>,
     state: Arc<Mutex<State>>,
 }
 
 impl DeadLetterLog {
-    pub fn new(trigger: &str) -> Self {
+    pub(super) fn new(trigger: &str) -> Self {
         Self {
             trigger: trigger.into(),
             state: Arc::default(),
@@ -46,7 +46,7 @@ impl DeadLetterLog {
 
     /// `member` was dead-lettered for `reason`: written at once if the trigger wrote no
     /// line in the last second, else counted and written with the rest at the gap's end.
-    pub fn dead_lettered(&self, member: &[u8], reason: &str, detail: Option<&str>) {
+    pub(super) fn dead_lettered(&self, member: &[u8], reason: &str, detail: Option<&str>) {
         let mut state = self.lock();
         let burst = state
             .pending

@@ -1,9 +1,11 @@
 //! Every Prometheus metric of the bridge, registered in one registry that is passed in.
 
 mod dead_log;
+mod ingress;
 mod series;
 mod trigger;
 
+pub use ingress::{IngressMetrics, REFUSALS as INGRESS_REFUSALS};
 pub use series::{Cells, TriggerSeries};
 pub use trigger::TriggerMetrics;
 
@@ -39,12 +41,16 @@ pub struct Metrics {
     pub config_reload_failures: IntCounter,
     /// 1 while the sink is connected.
     pub sink_up: IntGaugeVec,
+    /// HTTP sinks' requests by the class of their answer (`2xx` .. `5xx`, `timeout`, `error`).
+    pub http_responses: IntCounterVec,
     /// 1 while Redis answers.
     pub redis_up: IntGauge,
     /// Constant 1 with the version and revision labels.
     pub build_info: IntGaugeVec,
     /// 1 while keyspace notifications are in use.
     pub notifications_enabled: Gauge,
+    /// Messages taken from brokers by ingresses.
+    pub ingress: IngressMetrics,
 }
 
 const PREFIX: &str = "delay_bridge";
@@ -134,6 +140,11 @@ impl Metrics {
                 &["action", "code"],
             ),
             sink_up: int_gauge("sink_up", "1 while the sink's broker is connected, else 0", &["sink"]),
+            http_responses: counter(
+                "http_responses_total",
+                "HTTP sinks' requests by the class of the answer: 1xx to 5xx, timeout (no answer in time), error (no answer)",
+                &["sink", "class"],
+            ),
             redis_up,
             build_info: int_gauge(
                 "build_info",
@@ -141,6 +152,7 @@ impl Metrics {
                 &["version", "revision"],
             ),
             notifications_enabled,
+            ingress: IngressMetrics::new(&registry),
             registry,
             process: process_registry(),
         };

@@ -129,7 +129,7 @@ impl Cells {
 }
 
 /// The states of `backlog_messages`, in the order of [`Cells::backlog`].
-pub const BACKLOG_STATES: [&str; 4] = ["due", "scheduled", "inflight", "dead"];
+pub(super) const BACKLOG_STATES: [&str; 4] = ["due", "scheduled", "inflight", "dead"];
 
 /// Receives one series: its second label's value (if the family has one) and its value.
 type Emit<'a> = &'a mut dyn FnMut(Option<&str>, f64);

@@ -12,7 +12,7 @@ use crate::health::Health;
 use crate::redis_checks::{check_eviction_policy, ensure_enabled};
 use crate::redis_conn::{slot, Conn, Topology};
 use crate::repeat::Repeated;
-use crate::worker::Trigger;
+use crate::worker::Shard;
 
 /// How often the topology is read again while subscribed: a manual failover or a slot
 /// migration moves a key's master without breaking any connection.
@@ -46,7 +46,7 @@ fn assign(topology: &Topology, channels: &[&Vec<u8>]) -> Result<Assignment, u16>
 pub(super) async fn listen(
     conn: Conn,
     enable: bool,
-    by_channel: HashMap<Vec<u8>, Vec<Arc<Trigger>>>,
+    by_channel: HashMap<Vec<u8>, Vec<Arc<Shard>>>,
     health: Health,
     stop: CancellationToken,
 ) {
@@ -79,7 +79,7 @@ pub(super) async fn listen(
 async fn follow(
     conn: &Conn,
     channels: &[&Vec<u8>],
-    by_channel: &HashMap<Vec<u8>, Vec<Arc<Trigger>>>,
+    by_channel: &HashMap<Vec<u8>, Vec<Arc<Shard>>>,
     health: &Health,
     stop: &CancellationToken,
     failures: &mut Repeated,

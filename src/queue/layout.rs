@@ -13,7 +13,7 @@ const MAX_COUNT: u32 = crate::config::MAX_SHARDS;
 
 /// The key of the set of shard counts trigger key `key` has been served with: `K:shard-counts`,
 /// in the slot of `key` itself.
-pub fn counts_key(key: &str) -> Option<String> {
+pub(super) fn counts_key(key: &str) -> Option<String> {
     let control = QueueKeys::derive(key).ok()?.control;
     Some(format!(
         "{}:shard-counts",
@@ -23,7 +23,7 @@ pub fn counts_key(key: &str) -> Option<String> {
 
 /// A key that holds members though this configuration does not serve it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Stranded {
+pub(crate) struct Stranded {
     /// The shard's key.
     pub key: String,
     /// The shard count that used it.
@@ -38,7 +38,7 @@ pub struct Stranded {
 
 impl Stranded {
     /// Every member the key holds.
-    pub fn members(&self) -> u64 {
+    pub(crate) fn members(&self) -> u64 {
         self.scheduled + self.inflight + self.dead
     }
 }
@@ -60,7 +60,7 @@ impl fmt::Display for Stranded {
 
 /// Why a configuration cannot serve a trigger's keys as they are.
 #[derive(Debug)]
-pub enum LayoutError {
+pub(crate) enum LayoutError {
     /// Redis did not answer.
     Redis(StoreError),
     /// Keys the configuration would stop serving still hold members.
@@ -121,7 +121,7 @@ impl Queue {
 
     /// Keys of the shard counts the trigger was served with (read from the registry, and the
     /// plain key always) that this configuration does not serve, with their counts.
-    pub async fn unserved_keys(&self) -> Result<Vec<(u32, String)>, StoreError> {
+    pub(crate) async fn unserved_keys(&self) -> Result<Vec<(u32, String)>, StoreError> {
         let mut counts: BTreeSet<u32> = BTreeSet::from([1]);
         if let Some(registry) = &self.counts_key {
             let mut conn = self.conn.clone();
@@ -167,13 +167,16 @@ impl Queue {
 
     /// Members on keys of the trigger that this configuration does not serve: those of
     /// earlier shard counts, and the plain key.
-    pub async fn stranded(&self) -> Result<Vec<Stranded>, StoreError> {
+    pub(crate) async fn stranded(&self) -> Result<Vec<Stranded>, StoreError> {
         let keys = self.unserved_keys().await?;
         self.stranded_on(&keys).await
     }
 
     /// Members on `keys`, unserved keys as [`Self::unserved_keys`] lists them.
-    pub async fn stranded_on(&self, keys: &[(u32, String)]) -> Result<Vec<Stranded>, StoreError> {
+    pub(crate) async fn stranded_on(
+        &self,
+        keys: &[(u32, String)],
+    ) -> Result<Vec<Stranded>, StoreError> {
         Ok(self.read_unserved(keys).await?.0)
     }
 
@@ -204,7 +207,7 @@ impl Queue {
     }
 
     /// Whether [`Self::take_layout`] would be refused, changing nothing.
-    pub async fn check_layout(&self, trigger: &str) -> Result<(), LayoutError> {
+    pub(crate) async fn check_layout(&self, trigger: &str) -> Result<(), LayoutError> {
         let stranded = self.stranded().await?;
         if stranded.is_empty() {
             Ok(())
@@ -220,7 +223,7 @@ impl Queue {
     /// refused while a key it would stop serving holds members; otherwise records the shard
     /// counts served, and carries a pause found on any of the trigger's keys, old or new, to
     /// every key served (the pause belongs to the trigger, not to a key).
-    pub async fn take_layout(&self, trigger: &str) -> Result<(), LayoutError> {
+    pub(crate) async fn take_layout(&self, trigger: &str) -> Result<(), LayoutError> {
         let unserved = self.unserved_keys().await?;
         let (stranded, paused_unserved) = self.read_unserved(&unserved).await?;
         if !stranded.is_empty() {
@@ -251,7 +254,7 @@ impl Queue {
     /// Pauses or resumes every key of the trigger: those served, and those of earlier shard
     /// counts (a bridge still running an older configuration serves them). `true` if any
     /// changed.
-    pub async fn set_paused(&self, paused: bool) -> Result<bool, StoreError> {
+    pub(crate) async fn set_paused(&self, paused: bool) -> Result<bool, StoreError> {
         let mut changed = false;
         for s in &self.shards {
             changed |= s.set_paused(paused).await?;
@@ -266,7 +269,7 @@ impl Queue {
 
 /// The triggers whose keys a configuration cannot take as they are, each with its reason.
 #[derive(Debug)]
-pub struct LayoutRefused(pub Vec<LayoutError>);
+pub(crate) struct LayoutRefused(pub Vec<LayoutError>);
 
 impl fmt::Display for LayoutRefused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -279,7 +282,7 @@ impl std::error::Error for LayoutRefused {}
 
 /// Takes the keys of every trigger of `triggers` on `conn` (see [`Queue::take_layout`]);
 /// refused with every trigger's reason at once.
-pub async fn take_layouts<'a>(
+pub(crate) async fn take_layouts<'a>(
     triggers: impl IntoIterator<Item = &'a crate::config::TriggerConfig>,
     conn: &crate::redis_conn::Conn,
 ) -> Result<(), LayoutRefused> {
@@ -287,7 +290,7 @@ pub async fn take_layouts<'a>(
 }
 
 /// What [`take_layouts`] would say, changing nothing (for `check`).
-pub async fn take_layouts_dry<'a>(
+pub(crate) async fn take_layouts_dry<'a>(
     triggers: impl IntoIterator<Item = &'a crate::config::TriggerConfig>,
     conn: &crate::redis_conn::Conn,
 ) -> Result<(), LayoutRefused> {

@@ -9,19 +9,11 @@
 -- ARGV: limit (at most 1,000), lease ms, hash 0|1, largest body to read (0: any)
 -- Reply: {now, deadline, member, dead-lettered at (score), reason JSON or "", [body], ...}
 --   body (hash mode only): the body; 0 where the id has none; its size where it is too large.
-local limit, malformed = number_arg(1, 'dead-letter claim limit')
-if malformed then
-  return malformed
-end
-local lease, bad_lease = number_arg(2, 'dead-letter lease')
-if bad_lease then
-  return bad_lease
-end
-local now, bad = begin()
+local now, args, bad = begin_with({{1, 'dead-letter claim limit'}, {2, 'dead-letter lease'}})
 if bad then
   return bad
 end
-limit = math.min(limit, 1000)
+local limit, lease = math.min(args[1], 1000), args[2]
 -- At least 1 ms: a new lease must end after any expired one, or two claims in one
 -- millisecond would share a deadline (the settle's ownership token).
 local deadline = now + math.max(lease, 1)

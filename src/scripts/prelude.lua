@@ -56,6 +56,22 @@ local function number_arg(i, what)
   return nil, redis.error_reply('ERR malformed ' .. what)
 end
 
+-- The start of a script that takes numbers: each ARGV[i] of `args` ({i, what} pairs)
+-- parsed, then `begin()`. Returns `now` and the numbers in `args`' order, or nil and the
+-- error (a malformed number is named before the keys are looked at).
+local function begin_with(args)
+  local numbers = {}
+  for k, a in ipairs(args) do
+    local n, malformed = number_arg(a[1], a[2])
+    if malformed then
+      return nil, nil, malformed
+    end
+    numbers[k] = n
+  end
+  local now, bad = begin()
+  return now, numbers, bad
+end
+
 -- The replies of `cmd key items...` (one per item: a value, or false), 1,000 items per call.
 local function per_item(cmd, key, items)
   local out = {}

@@ -10,15 +10,11 @@
 -- ARGV: "scheduled", "dead" or "dead_reason", limit, from (ms or "-inf"), to (ms or "+inf"),
 -- hash flag, reason, member...
 -- Reply: members deleted
-local limit, malformed = number_arg(2, 'purge limit')
-if malformed then
-  return malformed
-end
-local now, bad = begin()
+local now, args, bad = begin_with({{2, 'purge limit'}})
 if bad then
   return bad
 end
-limit = math.min(limit, 1000)
+local limit = math.min(args[1], 1000)
 if limit < 1 then
   return 0
 end

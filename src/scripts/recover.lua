@@ -4,14 +4,11 @@
 -- of stale entries (members the producer removed), so no count outlives its member.
 -- KEYS: the queue's eight keys (see prelude)   ARGV: most members to recover, sweep cursor ("" for none)
 -- Reply: {recovered, next sweep cursor ("0" when a pass ended), entries swept}
-local limit, malformed = number_arg(1, 'recover limit')
-if malformed then
-  return malformed
-end
-local now, bad = begin()
+local now, args, bad = begin_with({{1, 'recover limit'}})
 if bad then
   return bad
 end
+local limit = args[1]
 local items = {}
 if limit > 0 then
   items = redis.call('ZRANGEBYSCORE', INFLIGHT, '-inf', now - 1, 'WITHSCORES', 'LIMIT', 0, limit)

@@ -4,14 +4,11 @@
 -- +inf fires now. The failure count starts afresh.
 -- KEYS: the queue's eight keys (see prelude)   ARGV: limit, member...
 -- Reply: number of members requeued
-local limit, malformed = number_arg(1, 'requeue limit')
-if malformed then
-  return malformed
-end
-local now, bad = begin()
+local now, args, bad = begin_with({{1, 'requeue limit'}})
 if bad then
   return bad
 end
+local limit = args[1]
 local members = {}
 if #ARGV > 1 then
   for i = 2, #ARGV do

@@ -1,9 +1,10 @@
 //! Sinks: the brokers messages are forwarded to, and the errors a publish can end in.
 
 pub mod amqp;
+mod error;
+pub mod http;
 pub mod kafka;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Destination, SinkConfig};
 use crate::envelope::Properties;
 pub use crate::wire::MessageId;
+pub use error::{Disposition, PublishError};
 
 /// One message to publish: the member and what the headers say about it.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +32,8 @@ pub struct OutMessage<'a> {
     pub routing_key: Option<&'a str>,
     /// What the message's envelope asks for (headers, properties, Kafka key), if it has one.
     pub properties: Option<&'a Properties>,
+    /// HTTP: this message's URL, when it chose its own (envelope or `url_pointer`).
+    pub url: Option<&'a str>,
 }
 
 /// Proof that the broker confirmed one message. Only the sinks construct it (the
@@ -58,91 +62,16 @@ pub type Outcome = Result<Confirmed, PublishError>;
 /// before the rest of the batch is confirmed, and only with the proof in hand.
 pub type Confirms = tokio::sync::mpsc::UnboundedSender<(usize, Confirmed)>;
 
-/// Why a message was not confirmed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum PublishError {
-    /// The broker refused the message (AMQP basic.nack).
-    #[error("the broker nacked the message")]
-    Nack,
-    /// The broker could not route the message (AMQP basic.return of a mandatory message).
-    #[error("unroutable: {0}")]
-    Returned(String),
-    /// No confirmation within the publish timeout.
-    #[error("no confirmation within the publish timeout")]
-    Timeout,
-    /// The connection or channel failed; the message may or may not have reached the broker.
-    #[error("broker connection failed: {0}")]
-    Connection(String),
-    /// Kafka delivery report error.
-    #[error("kafka delivery failed: {message}")]
-    Kafka {
-        /// Bounded snake_case name of the Kafka error code.
-        code: String,
-        /// Human-readable error.
-        message: String,
-        /// Retrying cannot help (too large, unknown topic, not authorized).
-        permanent: bool,
-    },
-    /// The AMQP exchange does not exist: nothing is claimed until an operator declares it.
-    #[error("exchange `{0}` does not exist")]
-    NoExchange(String),
-    /// Larger than the trigger's `max_message_bytes`.
-    #[error("message is larger than max_message_bytes")]
-    TooLarge,
-    /// The payload cannot be published as configured.
-    #[error("bad payload: {0}")]
-    BadPayload(String),
-    /// Hash payload mode: the id has no body in the bodies hash (`HSET` it, then requeue).
-    #[error("the id has no body in the bodies hash")]
-    MissingBody,
-    /// The payload is not a valid envelope (`format = "envelope"`).
-    #[error("bad envelope: {0}")]
-    BadEnvelope(String),
-    /// The message's own routing key is not in the trigger's `allowed_routing_keys`.
-    #[error("routing key `{0}` is not allowed by allowed_routing_keys")]
-    RouteNotAllowed(String),
-    /// Claimed after its expiry (`expire_after`, or the envelope's `expires_at_ms`).
-    #[error("expired before it could be delivered")]
-    Expired,
-    /// The shutdown deadline passed before the broker answered.
-    #[error("shutdown deadline passed before the broker confirmed")]
-    Aborted,
-    /// RabbitMQ blocked the connection (a memory or disk alarm): it takes no messages now.
-    #[error("the broker blocked the connection (resource alarm)")]
-    Blocked,
-    /// The broker closed the channel or the connection on this message when it was
-    /// published alone on a fresh channel (e.g. 406 for a body over `max_message_size`, 403
-    /// for a routing key outside the user's topic permissions), while other messages went
-    /// through: the message's fault. Counts an attempt.
-    #[error("the broker refused the message: {code} {text}")]
-    BrokerRefused {
-        /// The AMQP reply code of the close.
-        code: u16,
-        /// The broker's reply text.
-        text: String,
-    },
-    /// The broker closed the channel or the connection while this message awaited its
-    /// confirmation, and it has not been published alone since: it may not be to blame.
-    #[error("the broker closed the channel: {code} {text}")]
-    Closed {
-        /// The AMQP reply code of the close.
-        code: u16,
-        /// The broker's reply text.
-        text: String,
-    },
-    /// Every message of the batch was refused, each alone on a fresh channel (the exchange
-    /// deleted, the user's permissions revoked): the sink's fault, not the messages'.
-    #[error("the broker refuses every message of this route: {code} {text}")]
-    SinkRefused {
-        /// The AMQP reply code of the close.
-        code: u16,
-        /// The broker's reply text.
-        text: String,
-    },
-    /// The message's properties and headers do not fit in one AMQP frame of the size the
-    /// broker negotiated (`frame_max`): the broker would close the whole connection on it.
-    #[error("{0}")]
-    FrameTooLarge(String),
+/// One batch to publish: for which trigger (its header), the messages, how long the broker
+/// may take to confirm them, what cuts that wait short, and where each confirmation is
+/// reported the moment it arrives (see [`Confirms`]).
+#[derive(Clone, Copy)]
+pub struct Batch<'b, 'm> {
+    pub trigger: &'b str,
+    pub messages: &'b [OutMessage<'m>],
+    pub timeout: Duration,
+    pub abort: &'b CancellationToken,
+    pub confirms: Option<&'b Confirms>,
 }
 
 /// Why a sink cannot work as configured: waiting or reconnecting will not help, so the bridge
@@ -154,158 +83,14 @@ pub enum Fatal {
     Topology(#[from] amqp::TopologyRefused),
 }
 
-/// What the worker does with a message that was not confirmed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
-    /// Count an attempt and retry after a backoff (dead-letter after `max_attempts`).
-    Retry,
-    /// Dead-letter now: retrying cannot help.
-    DeadLetter,
-    /// Return unattempted with its original due time: the sink, not the message, failed.
-    PutBack,
-}
-
-/// Retry and dead-letter reasons an AMQP route can produce (their counters start at 0).
-const AMQP_REASONS: &[&str] = &[
-    "nack",
-    "unroutable",
-    "timeout",
-    "broker_refused",
-    "too_large",
-    "bad_payload",
-    "missing_body",
-    "bad_envelope",
-    "route_not_allowed",
-    "expired",
-];
-/// The same for a Kafka route (other `kafka_<error>` reasons appear when they happen).
-const KAFKA_REASONS: &[&str] = &[
-    "timeout",
-    "too_large",
-    "missing_body",
-    "bad_envelope",
-    "expired",
-    "kafka_message_size_too_large",
-    "kafka_invalid_message_size",
-    "kafka_invalid_record",
-];
-
-impl PublishError {
-    /// The reasons a message published to `destination` may be retried or dead-lettered for.
-    pub fn reasons_of(destination: &Destination) -> &'static [&'static str] {
-        match destination {
-            Destination::Amqp(_) => AMQP_REASONS,
-            Destination::Kafka(_) => KAFKA_REASONS,
-        }
-    }
-
-    /// A bounded label for metrics and the dead-letter reason.
-    pub fn reason(&self) -> Cow<'static, str> {
-        match self {
-            PublishError::Nack => "nack".into(),
-            PublishError::Returned(_) => "unroutable".into(),
-            PublishError::Timeout => "timeout".into(),
-            PublishError::Connection(_) => "connection".into(),
-            PublishError::NoExchange(_) => "no_exchange".into(),
-            PublishError::Kafka { code, .. } => format!("kafka_{code}").into(),
-            PublishError::TooLarge => "too_large".into(),
-            PublishError::BadPayload(_) => "bad_payload".into(),
-            PublishError::MissingBody => "missing_body".into(),
-            PublishError::BadEnvelope(_) => "bad_envelope".into(),
-            PublishError::RouteNotAllowed(_) => "route_not_allowed".into(),
-            PublishError::Expired => "expired".into(),
-            PublishError::Aborted => "shutdown".into(),
-            PublishError::Blocked => "blocked".into(),
-            PublishError::BrokerRefused { .. } => "broker_refused".into(),
-            PublishError::Closed { .. } => "connection".into(),
-            PublishError::SinkRefused { .. } => "sink_refused".into(),
-            PublishError::FrameTooLarge(_) => "too_large".into(),
-        }
-    }
-
-    /// What a dead letter's reason says besides the label: the parser's message, the key
-    /// that was refused, the broker's words.
-    /// At most 1 KiB of it: a dead letter's reason stays small.
-    pub fn detail(&self) -> Option<String> {
-        let owned;
-        let why = match self {
-            PublishError::BrokerRefused { code, text } => {
-                owned = format!("{code} {text}");
-                &owned
-            }
-            PublishError::BadEnvelope(why)
-            | PublishError::BadPayload(why)
-            | PublishError::FrameTooLarge(why)
-            | PublishError::Returned(why)
-            | PublishError::RouteNotAllowed(why) => why,
-            PublishError::Kafka { message, .. } => message,
-            _ => return None,
-        };
-        let mut end = why.len().min(1024);
-        while !why.is_char_boundary(end) {
-            end -= 1;
-        }
-        Some(why[..end].to_string())
-    }
-
-    /// How the worker settles a message that ended in this error.
-    pub fn disposition(&self) -> Disposition {
-        match self {
-            PublishError::Nack
-            | PublishError::Returned(_)
-            | PublishError::Timeout
-            | PublishError::BrokerRefused { .. } => Disposition::Retry,
-            PublishError::Kafka {
-                permanent: false, ..
-            } => Disposition::Retry,
-            PublishError::Kafka {
-                permanent: true, ..
-            }
-            | PublishError::TooLarge
-            | PublishError::FrameTooLarge(_)
-            | PublishError::BadPayload(_)
-            | PublishError::MissingBody
-            | PublishError::BadEnvelope(_)
-            | PublishError::RouteNotAllowed(_)
-            | PublishError::Expired => Disposition::DeadLetter,
-            PublishError::Connection(_)
-            | PublishError::Closed { .. }
-            | PublishError::SinkRefused { .. }
-            | PublishError::NoExchange(_)
-            | PublishError::Aborted
-            | PublishError::Blocked => Disposition::PutBack,
-        }
-    }
-
-    /// True when the broker refused this message itself, alone: a forwarded dead letter
-    /// that the broker refuses is kept for good rather than forwarded again.
-    pub fn is_refusal(&self) -> bool {
-        matches!(
-            self,
-            PublishError::BrokerRefused { .. } | PublishError::FrameTooLarge(_)
-        )
-    }
-
-    /// True when the sink itself is suspect and the worker should get a fresh publisher
-    /// (channel) and back off before claiming again.
-    pub fn breaks_sink(&self) -> bool {
-        matches!(
-            self,
-            PublishError::Connection(_)
-                | PublishError::Closed { .. }
-                | PublishError::SinkRefused { .. }
-                | PublishError::Timeout
-                | PublishError::Blocked
-        )
-    }
-}
-
 /// A configured broker connection shared by the workers of every trigger that uses it.
 pub enum Sink {
     /// RabbitMQ (boxed: it holds a connection's state, the Kafka variant a handle).
     Amqp(Box<amqp::AmqpSink>),
     /// Kafka.
     Kafka(kafka::KafkaSink),
+    /// HTTP endpoints.
+    Http(http::HttpSink),
 }
 
 impl Sink {
@@ -314,6 +99,7 @@ impl Sink {
         Ok(Arc::new(match config {
             SinkConfig::Amqp(c) => Sink::Amqp(Box::new(amqp::AmqpSink::new(name, c)?)),
             SinkConfig::Kafka(c) => Sink::Kafka(kafka::KafkaSink::new(name, c)?),
+            SinkConfig::Http(c) => Sink::Http(http::HttpSink::new(name, c)?),
         }))
     }
 
@@ -322,6 +108,7 @@ impl Sink {
         match self {
             Sink::Amqp(s) => s.name(),
             Sink::Kafka(s) => s.name(),
+            Sink::Http(s) => s.name(),
         }
     }
 
@@ -330,6 +117,15 @@ impl Sink {
         match self {
             Sink::Amqp(s) => s.is_up(),
             Sink::Kafka(s) => s.is_up(),
+            Sink::Http(s) => s.is_up(),
+        }
+    }
+
+    /// Why the sink is not up, for `/readyz`.
+    pub fn why_down(&self) -> String {
+        match self {
+            Sink::Http(s) => s.why_down(),
+            _ => "not connected".into(),
         }
     }
 
@@ -346,6 +142,10 @@ impl Sink {
                 s.supervise(metrics, cancel).await;
                 Ok(())
             }
+            Sink::Http(s) => {
+                s.supervise(metrics, cancel).await;
+                Ok(())
+            }
         }
     }
 
@@ -353,7 +153,9 @@ impl Sink {
     pub fn serves(&self, destination: &Destination) -> bool {
         matches!(
             (self, destination),
-            (Sink::Amqp(_), Destination::Amqp(_)) | (Sink::Kafka(_), Destination::Kafka(_))
+            (Sink::Amqp(_), Destination::Amqp(_))
+                | (Sink::Kafka(_), Destination::Kafka(_))
+                | (Sink::Http(_), Destination::Http(_))
         )
     }
 
@@ -368,6 +170,7 @@ impl Sink {
             (Sink::Kafka(s), Destination::Kafka(route)) => {
                 Ok(Publisher::Kafka(s.publisher(route)?))
             }
+            (Sink::Http(s), Destination::Http(route)) => Ok(Publisher::Http(s.publisher(route)?)),
             _ => Err(PublishError::Connection(format!(
                 "sink {} cannot publish to {destination}",
                 self.name()
@@ -406,29 +209,19 @@ pub enum Publisher {
     Amqp(Box<amqp::AmqpPublisher>),
     /// A Kafka producer handle.
     Kafka(kafka::KafkaPublisher),
+    /// An HTTP client bound to a route.
+    Http(http::HttpPublisher),
 }
 
 impl Publisher {
     /// Publishes every message to the publisher's route and waits for each confirmation, at
     /// most `timeout`, or until `abort` fires. Returns one outcome per message, in order;
     /// each confirmation is also sent to `confirms` as it arrives.
-    pub async fn publish_batch(
-        &mut self,
-        trigger: &str,
-        messages: &[OutMessage<'_>],
-        timeout: Duration,
-        abort: &CancellationToken,
-        confirms: Option<&Confirms>,
-    ) -> Vec<Outcome> {
+    pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
         match self {
-            Publisher::Amqp(p) => {
-                p.publish_batch(trigger, messages, timeout, abort, confirms)
-                    .await
-            }
-            Publisher::Kafka(p) => {
-                p.publish_batch(trigger, messages, timeout, abort, confirms)
-                    .await
-            }
+            Publisher::Amqp(p) => p.publish_batch(batch).await,
+            Publisher::Kafka(p) => p.publish_batch(batch).await,
+            Publisher::Http(p) => p.publish_batch(batch).await,
         }
     }
 
@@ -437,6 +230,7 @@ impl Publisher {
         match self {
             Publisher::Amqp(p) => p.is_usable(),
             Publisher::Kafka(p) => p.is_usable(),
+            Publisher::Http(p) => p.is_usable(),
         }
     }
 }

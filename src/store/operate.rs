@@ -19,7 +19,7 @@ pub const LIST_BODY_MAX: u64 = 16 * 1024;
 
 /// Member and preview bytes after which a list's page ends (it always has its first entry):
 /// a page costs Redis, the bridge and the network about this much, whatever is stored.
-pub const LIST_BUDGET: usize = 1024 * 1024;
+pub(super) const LIST_BUDGET: usize = 1024 * 1024;
 /// Largest body that showing one message returns; a larger one is shown by its size only.
 pub const SHOW_BODY_MAX: u64 = 1024 * 1024;
 /// Members one reschedule or purge script call takes; the store makes as many calls as needed.

@@ -3,12 +3,12 @@
 
 use tokio::time::Instant;
 
-use super::{Claimed, Worker, ERROR_BACKOFF, RATE_TICK};
+use super::{Claim, Worker, ERROR_BACKOFF, RATE_TICK};
 
 impl Worker {
     /// Claims the next batch, or says how long to wait: until the next head when there was
     /// nothing due or the trigger is paused, for a backoff when the claim failed.
-    pub(super) async fn claim(&mut self) -> Claimed {
+    pub(super) async fn claim(&mut self) -> Claim {
         let asked = if std::mem::take(&mut self.witness) {
             self.batch.size.max(2)
         } else {
@@ -30,7 +30,7 @@ impl Worker {
                         tracing::warn!(error = %e, kind = e.kind(), failures, unlogged, "claim failed, backing off");
                     }
                 }
-                return Claimed::Wait(ERROR_BACKOFF.delay(self.redis_failures.count()));
+                return Claim::Wait(ERROR_BACKOFF.delay(self.redis_failures.count()));
             }
         };
         if let Some(failures) = self.redis_failures.recovered() {
@@ -51,8 +51,8 @@ impl Worker {
             self.t.metrics.held(took, batch.rate_wait.is_some());
             return match batch.rate_wait {
                 // Whatever the reply says, the worker claims again within its guard interval.
-                Some(wait) => Claimed::Wait(wait.max(RATE_TICK).min(self.t.config.guard_interval)),
-                None => Claimed::Nothing,
+                Some(wait) => Claim::Wait(wait.max(RATE_TICK).min(self.t.config.guard_interval)),
+                None => Claim::Nothing,
             };
         }
         self.t.metrics.claimed(batch.items.len(), took);
@@ -69,7 +69,7 @@ impl Worker {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         if batch.items.is_empty() {
-            return Claimed::Nothing;
+            return Claim::Nothing;
         }
         let more_due = batch.items.len() >= asked
             || batch.next_head_ms.is_some_and(|h| h <= batch.now_ms as f64);
@@ -77,6 +77,6 @@ impl Worker {
             self.t.start_extra_workers();
             self.t.backlog.notify_waiters();
         }
-        Claimed::Batch(batch, claimed_at)
+        Claim::Batch(batch, claimed_at)
     }
 }

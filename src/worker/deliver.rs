@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::prepare::prepare;
 use super::settlement::{plan, Plan};
-use super::{Trigger, ERROR_BACKOFF};
+use super::{Shard, ERROR_BACKOFF};
 use crate::backoff::Backoff;
-use crate::sink::{Confirmed, MessageId, OutMessage, Outcome, Publisher};
+use crate::sink::{Batch, Confirmed, MessageId, OutMessage, Outcome, Publisher};
 use crate::store::{ClaimBatch, FailOutcome, Settled, Settlement, StoreError};
 
 /// How a delivered batch went, for the worker that claimed it.
@@ -36,7 +36,7 @@ pub(super) enum Verdict {
 /// answered for every member, so a crash re-sends little more than what the broker had not
 /// confirmed.
 pub(super) async fn deliver(
-    t: Arc<Trigger>,
+    t: Arc<Shard>,
     mut publisher: Publisher,
     batch: ClaimBatch,
     claimed_at: Instant,
@@ -94,7 +94,7 @@ const EARLY_CALLS: usize = 2;
 
 /// The acks of a batch settled while the rest of it is in flight.
 struct Early<'a> {
-    t: &'a Trigger,
+    t: &'a Shard,
     batch: &'a ClaimBatch,
     claimed_at: Instant,
     /// Members acked early, by position in the batch: the final settle leaves them out.
@@ -110,7 +110,7 @@ type EarlySettle<'a> = std::pin::Pin<
 >;
 
 impl<'a> Early<'a> {
-    fn new(t: &'a Trigger, batch: &'a ClaimBatch, claimed_at: Instant) -> Self {
+    fn new(t: &'a Shard, batch: &'a ClaimBatch, claimed_at: Instant) -> Self {
         Self {
             t,
             batch,
@@ -206,7 +206,7 @@ impl<'a> Early<'a> {
 /// rest what the sink answered. A slot the sink did not fill stays `None` (unconfirmed).
 /// Confirmations are handed to `early` as they arrive, which acks them meanwhile.
 async fn publish(
-    t: &Trigger,
+    t: &Shard,
     publisher: &mut Publisher,
     batch: &ClaimBatch,
     ids: &[MessageId],
@@ -244,14 +244,20 @@ async fn publish(
                 .unwrap_or(ids[i].as_str()),
             routing_key: p.routing_key.as_deref(),
             properties: p.properties.as_ref(),
+            url: p.url.as_deref(),
         })
         .collect();
     let started = Instant::now();
     // The publisher reports positions among the prepared messages, `slots` maps them to the
     // batch.
     let (confirms, mut confirmed) = tokio::sync::mpsc::unbounded_channel();
-    let publishing =
-        publisher.publish_batch(t.name(), &out, cfg.publish_timeout, abort, Some(&confirms));
+    let publishing = publisher.publish_batch(Batch {
+        trigger: t.name(),
+        messages: &out,
+        timeout: cfg.publish_timeout,
+        abort,
+        confirms: Some(&confirms),
+    });
     tokio::pin!(publishing);
     let published = loop {
         tokio::select! {
@@ -283,7 +289,7 @@ async fn publish(
 
 /// Runs the settle script, retrying Redis errors until the lease would expire anyway
 /// (after that, recovery redelivers the batch: a duplicate, never a loss).
-async fn settle(t: &Trigger, abort: &CancellationToken, batch: &ClaimBatch, plan: &Plan<'_>) {
+async fn settle(t: &Shard, abort: &CancellationToken, batch: &ClaimBatch, plan: &Plan<'_>) {
     let s = &plan.settlement;
     let give_up = Instant::now() + t.config.lease;
     let mut failures = 0u32;

@@ -7,12 +7,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{Publishing, Trigger, ERROR_BACKOFF};
+use super::{Publishing, Shard, ERROR_BACKOFF};
 use crate::backoff::jitter_down;
 use crate::config::Destination;
 use crate::envelope::{HeaderValue, Properties};
 use crate::repeat::Repeated;
-use crate::sink::{Disposition, MessageId, OutMessage, PublishError, Publisher};
+use crate::sink::{Batch, Disposition, MessageId, OutMessage, PublishError, Publisher};
 use crate::store::{Body, DeadClaim, DeadItem, DeadOutcome};
 use crate::wire::{
     HEADER_DEAD_ATTEMPTS, HEADER_DEAD_AT_MS, HEADER_DEAD_DETAIL, HEADER_DEAD_ID,
@@ -26,8 +26,8 @@ const FORWARD_BATCH: usize = 100;
 /// destination; `abort` cuts short the wait for confirmations at the shutdown deadline.
 /// Every bridge on the trigger may run this: a lease in the `dead_inflight` set keeps two
 /// from forwarding the same letter, except after a lease expiry.
-pub async fn forward_dead_letters(
-    t: Arc<Trigger>,
+pub(crate) async fn forward_dead_letters(
+    t: Arc<Shard>,
     stop: CancellationToken,
     abort: CancellationToken,
 ) {
@@ -54,7 +54,7 @@ pub async fn forward_dead_letters(
 }
 
 struct Forwarder {
-    t: Arc<Trigger>,
+    t: Arc<Shard>,
     destination: Destination,
     /// The publisher, and failures to get one or forwards that broke it.
     publishing: Publishing,
@@ -207,19 +207,20 @@ impl Forwarder {
                 id: id.as_str(),
                 routing_key: None,
                 properties: Some(props),
+                url: None,
             })
             .collect();
         let outcomes = if messages.is_empty() {
             Vec::new()
         } else {
             publisher
-                .publish_batch(
-                    self.t.name(),
-                    &messages,
-                    cfg.publish_timeout,
-                    &self.abort,
-                    None,
-                )
+                .publish_batch(Batch {
+                    trigger: self.t.name(),
+                    messages: &messages,
+                    timeout: cfg.publish_timeout,
+                    abort: &self.abort,
+                    confirms: None,
+                })
                 .await
         };
         for ((item, ..), outcome) in sendable.iter().zip(outcomes) {

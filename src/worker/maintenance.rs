@@ -9,7 +9,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Trigger;
+use super::Shard;
 use crate::backoff::jitter_down;
 use crate::store::QueueStats;
 
@@ -25,7 +25,7 @@ const QUIET_READS: u32 = 6;
 
 /// One trigger's place in the housekeeping.
 struct Kept {
-    t: Arc<Trigger>,
+    t: Arc<Shard>,
     /// When its sizes are read next.
     next: Instant,
     /// Its lease recovery's interval while members are in flight.
@@ -44,7 +44,11 @@ struct Kept {
 /// and the readings due together go out together: an idle trigger costs one reading per
 /// `interval`, not a task and its wake-ups. While keyspace notifications are subscribed, a
 /// queue read empty is read again only once written to, or after [`QUIET_READS`] intervals.
-pub async fn maintain(triggers: Vec<Arc<Trigger>>, interval: Duration, stop: CancellationToken) {
+pub(crate) async fn maintain(
+    triggers: Vec<Arc<Shard>>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
     let now = Instant::now();
     let mut kept: Vec<Kept> = triggers
         .into_iter()
@@ -106,7 +110,7 @@ async fn look(k: &mut Kept, now: Instant, interval: Duration) {
 
 /// Reads one trigger's sizes and acts on them. Says whether it has members in flight (or the
 /// reading failed), and whether the queue is empty.
-async fn read(t: &Trigger, cursor: &mut String) -> (bool, bool) {
+async fn read(t: &Shard, cursor: &mut String) -> (bool, bool) {
     match t.store.stats().await {
         Ok(s) => {
             t.health.redis_answered();
@@ -131,7 +135,7 @@ async fn read(t: &Trigger, cursor: &mut String) -> (bool, bool) {
 
 /// Moves expired leases back to the queue while `stats` shows some, and sweeps one page of
 /// stale failed-attempt entries while there are entries.
-async fn recover(t: &Trigger, stats: &QueueStats, cursor: &mut String) {
+async fn recover(t: &Shard, stats: &QueueStats, cursor: &mut String) {
     let expired = stats
         .earliest_lease_ms
         .is_some_and(|lease| lease < stats.now_ms);

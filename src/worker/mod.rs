@@ -22,20 +22,20 @@ mod maintenance;
 mod prepare;
 mod route;
 mod settlement;
-mod trigger;
+mod shard;
 mod unserved;
 
 use batch::AdaptiveBatch;
 use deliver::Verdict;
-pub use forward::forward_dead_letters;
-pub use maintenance::maintain;
-pub use trigger::{StartWorkers, Trigger};
-pub use unserved::watch_unserved;
+pub(crate) use forward::forward_dead_letters;
+pub(crate) use maintenance::maintain;
+pub(crate) use shard::Shard;
+pub(crate) use unserved::watch_unserved;
 
 /// Runs one worker over `shards` (one, or several that no other worker serves) until
 /// `stop`; `abort` cuts short the wait for confirmations at the shutdown deadline.
-pub async fn run(
-    shards: Vec<Arc<Trigger>>,
+pub(crate) async fn run(
+    shards: Vec<Arc<Shard>>,
     worker: usize,
     stop: CancellationToken,
     abort: CancellationToken,
@@ -70,7 +70,7 @@ pub async fn run(
 /// worker `w` serves shard `w mod shards` (alone or with other workers); with more, shard `s`
 /// is served by worker `s mod workers` alone. The first `min(shards, workers)` workers start
 /// at once; the others are started by their shard when it first has a backlog.
-pub fn assign(shards: &[Arc<Trigger>], workers: usize) -> Vec<Vec<Arc<Trigger>>> {
+pub(crate) fn assign(shards: &[Arc<Shard>], workers: usize) -> Vec<Vec<Arc<Shard>>> {
     let workers = workers.max(1);
     if shards.len() <= workers {
         (0..workers)
@@ -87,9 +87,9 @@ struct Worker {
     /// Position among the trigger's workers.
     id: usize,
     /// The shard being claimed from.
-    t: Arc<Trigger>,
+    t: Arc<Shard>,
     /// Every shard this worker serves; with more than one, no other worker serves them.
-    shards: Vec<Arc<Trigger>>,
+    shards: Vec<Arc<Shard>>,
     /// With several shards: which may have something due (woken, due or never looked at).
     ready: Vec<bool>,
     /// With several shards: when each is looked at again however quiet it seems.
@@ -145,7 +145,7 @@ impl Publishing {
 }
 
 /// What a claim came to.
-enum Claimed {
+enum Claim {
     /// Members to deliver, claimed at this instant.
     Batch(ClaimBatch, Instant),
     /// Nothing to take (none due, or paused): wait idle.
@@ -194,12 +194,12 @@ impl Worker {
             starting = false;
             self.turn = None;
             let (batch, claimed_at) = match claimed {
-                Claimed::Batch(batch, at) => (batch, at),
-                Claimed::Nothing => {
+                Claim::Batch(batch, at) => (batch, at),
+                Claim::Nothing => {
                     Box::pin(self.idle()).await;
                     continue;
                 }
-                Claimed::Wait(wait) => {
+                Claim::Wait(wait) => {
                     self.pause(wait).await;
                     continue;
                 }
@@ -230,11 +230,11 @@ impl Worker {
             let claimed = Box::pin(self.claim()).await;
             self.turn = None;
             match claimed {
-                Claimed::Batch(batch, at) => {
+                Claim::Batch(batch, at) => {
                     Box::pin(self.dispatch(publisher, batch, at)).await;
                 }
-                Claimed::Nothing => self.ready[self.current] = false,
-                Claimed::Wait(wait) => self.pause(wait).await,
+                Claim::Nothing => self.ready[self.current] = false,
+                Claim::Wait(wait) => self.pause(wait).await,
             }
         }
         self.finish().await;

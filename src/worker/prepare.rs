@@ -2,8 +2,8 @@
 
 use std::borrow::Cow;
 
-use super::route::routing_key_at;
-use crate::config::{AmqpRouting, Destination, MessageFormat, TriggerConfig};
+use super::route::{routing_key_at, url_at};
+use crate::config::{AmqpRouting, Destination, HttpTarget, MessageFormat, TriggerConfig};
 use crate::envelope::{self, Properties};
 use crate::sink::PublishError;
 use crate::store::{Body, Claimed};
@@ -17,6 +17,8 @@ pub(super) struct Prepared<'a> {
     pub routing_key: Option<String>,
     /// The envelope's properties, if the trigger reads envelopes.
     pub properties: Option<Properties>,
+    /// HTTP: the message's own URL (envelope or JSON Pointer), if any.
+    pub url: Option<String>,
 }
 
 /// Makes `c` ready to publish, or says why it must not be: `now_ms` is the claim's time on
@@ -39,6 +41,7 @@ pub(super) fn prepare<'a>(
             let broker = match destination {
                 Destination::Amqp(_) => envelope::Broker::Amqp,
                 Destination::Kafka(_) => envelope::Broker::Kafka,
+                Destination::Http(_) => envelope::Broker::Http,
             };
             let e = envelope::parse(payload, broker).map_err(PublishError::BadEnvelope)?;
             (Cow::Owned(e.body), Some(e.properties))
@@ -72,7 +75,24 @@ pub(super) fn prepare<'a>(
             }
             key
         }
-        Destination::Kafka(_) => None,
+        Destination::Kafka(_) | Destination::Http(_) => None,
+    };
+    let url = match destination {
+        Destination::Http(route) => {
+            let own = properties.as_ref().and_then(|p| p.url.clone());
+            let url = match (own, &route.url) {
+                (Some(url), _) => Some(url),
+                (None, HttpTarget::Pointer(pointer)) => Some(url_at(&body, pointer)?),
+                (None, HttpTarget::Url(_)) => None,
+            };
+            if let Some(url) = &url {
+                if !route.allows(url) {
+                    return Err(PublishError::UrlNotAllowed(url.clone()));
+                }
+            }
+            url
+        }
+        _ => None,
     };
     if body.len() > cfg.max_message_bytes {
         return Err(PublishError::TooLarge);
@@ -81,5 +101,6 @@ pub(super) fn prepare<'a>(
         body,
         routing_key,
         properties,
+        url,
     })
 }

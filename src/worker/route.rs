@@ -4,12 +4,22 @@ use crate::sink::PublishError;
 
 /// The string at JSON Pointer `pointer` in a JSON payload: a per-message routing key.
 pub(super) fn routing_key_at(payload: &[u8], pointer: &str) -> Result<String, PublishError> {
+    string_at(payload, pointer, 255)
+}
+
+/// The string at JSON Pointer `pointer` in a JSON payload: a per-message HTTP URL.
+pub(super) fn url_at(payload: &[u8], pointer: &str) -> Result<String, PublishError> {
+    string_at(payload, pointer, crate::envelope::MAX_URL)
+}
+
+/// The string of at most `max` bytes at `pointer` in a JSON payload.
+fn string_at(payload: &[u8], pointer: &str, max: usize) -> Result<String, PublishError> {
     let value: serde_json::Value = serde_json::from_slice(payload)
         .map_err(|e| PublishError::BadPayload(format!("not JSON: {e}")))?;
     match value.pointer(pointer) {
-        Some(serde_json::Value::String(s)) if s.len() <= 255 => Ok(s.clone()),
+        Some(serde_json::Value::String(s)) if s.len() <= max => Ok(s.clone()),
         Some(serde_json::Value::String(_)) => Err(PublishError::BadPayload(format!(
-            "{pointer} is longer than 255 bytes"
+            "{pointer} is longer than {max} bytes"
         ))),
         Some(_) => Err(PublishError::BadPayload(format!(
             "{pointer} is not a string"

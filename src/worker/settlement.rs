@@ -91,7 +91,7 @@ pub(super) fn plan<'a>(
             Disposition::PutBack => plan.settlement.put_back.push(c),
             d => plan.settlement.fail.push(Failure {
                 member: &c.member,
-                retry_in: backoff.delay(c.attempt),
+                retry_in: retry_in(backoff, c.attempt, e),
                 reason: e.reason(),
                 permanent: d == Disposition::DeadLetter,
                 detail: e.detail(),
@@ -99,6 +99,16 @@ pub(super) fn plan<'a>(
         }
     }
     plan
+}
+
+/// The backoff before attempt `attempt + 1`, but not sooner than the endpoint's
+/// `Retry-After` (itself capped at the backoff's maximum).
+fn retry_in(backoff: &Backoff, attempt: u32, e: &PublishError) -> std::time::Duration {
+    let delay = backoff.delay(attempt);
+    match e.retry_after() {
+        Some(asked) => delay.max(asked.min(backoff.max)),
+        None => delay,
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::Trigger;
+use super::Shard;
 use crate::backoff::jitter_down;
 use crate::queue::Queue;
 
@@ -18,8 +18,8 @@ const REGISTRY_EVERY: u32 = 12;
 /// Reads, every `interval` until `stop`, the members on each trigger's unserved keys into
 /// `delay_bridge_unserved_members`, and logs when a trigger starts to have some and when they
 /// are gone. `triggers` pairs each queue with its first shard (the metrics' owner).
-pub async fn watch_unserved(
-    triggers: Vec<(Queue, Arc<Trigger>)>,
+pub(crate) async fn watch_unserved(
+    triggers: Vec<(Queue, Arc<Shard>)>,
     interval: Duration,
     stop: CancellationToken,
 ) {

@@ -19,6 +19,51 @@ fn the_kafka_example_config_is_valid() {
     );
 }
 
+#[test]
+fn the_http_example_config_is_valid() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/http.toml");
+    let out = run_cli(&["check"], Path::new(example), &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("sink hooks: http") && out.stdout.contains("trigger webhooks:"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn http_sink_problems_are_named_with_their_keys() {
+    let config = "[sinks.hooks]\ntype = \"http\"\ntimeout = \"0s\"\nmax_concurrency = 0\n\
+        follow_redirects = 11\nsigning_secret_file = \"/nonexistent/hook-key\"\n\
+        [sinks.hooks.tls]\nserver_name = \"hooks.internal\"\n\
+        [[triggers]]\nname = \"a\"\nkey = \"ka\"\nsink = \"hooks\"\nurl_pointer = \"/url\"\n\
+        method = \"GET\"\nexchange = \"x\"\n\
+        [[triggers]]\nname = \"b\"\nkey = \"kb\"\nsink = \"hooks\"\nurl = \"ftp://x/\"\n\
+        allowed_urls = [\"https://u:p@x/\"]\n\
+        [[triggers]]\nname = \"c\"\nkey = \"kc\"\nsink = \"hooks\"\n\
+        url = \"http://x/\"\nurl_pointer = \"/u\"\n\
+        [[triggers]]\nname = \"d\"\nkey = \"kd\"\nsink = \"hooks\"\n";
+    let (code, text) = check(&format!("{config}{SINK}{TRIGGER}url = \"http://x/\"\n"));
+    assert_eq!(code, 78, "{text}");
+    for key in [
+        "sinks.hooks.timeout",
+        "sinks.hooks.max_concurrency",
+        "sinks.hooks.follow_redirects",
+        "sinks.hooks.signing_secret_file",
+        "sinks.hooks.tls.server_name",
+        "triggers[0].url_pointer",
+        "triggers[0].method",
+        "triggers[0].exchange",
+        "triggers[1].url",
+        "triggers[1].allowed_urls",
+        "triggers[2].url_pointer",
+        "triggers[3].url",
+        "triggers[4].url",
+    ] {
+        assert!(text.contains(key), "{key} not named:\n{text}");
+    }
+}
+
 /// The first-run config needs nothing but Redis and RabbitMQ.
 #[test]
 fn the_example_config_is_valid() {

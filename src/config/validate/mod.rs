@@ -12,23 +12,23 @@ use super::route::Destination;
 use super::Config;
 
 /// Largest claim batch: bounds how long one claim script may block Redis.
-pub const MAX_BATCH: usize = 10_000;
+pub(super) const MAX_BATCH: usize = 10_000;
 /// Most shards per trigger.
 pub const MAX_SHARDS: u32 = 1024;
 /// Most workers per trigger.
-pub const MAX_WORKERS: usize = 1024;
+pub(super) const MAX_WORKERS: usize = 1024;
 /// Largest `max_unconfirmed` of an AMQP sink.
-pub const MAX_UNCONFIRMED: usize = 1_000_000;
+pub(super) const MAX_UNCONFIRMED: usize = 1_000_000;
 /// Largest `channels` of an AMQP sink (RabbitMQ's default `channel_max` is 2,047).
-pub const MAX_CHANNELS: usize = 2000;
+pub(super) const MAX_CHANNELS: usize = 2000;
 /// Largest `max_message_bytes`: RabbitMQ's own ceiling for `max_message_size` (a claim
 /// holds up to `batch` such members in memory).
-pub const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
+pub(super) const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 /// AMQP names (exchanges, queues, routing and binding keys) are short strings.
 const AMQP_SHORT_STRING: usize = 255;
 /// Largest `max_claim_bytes`: what one claim script may return in bodies.
-pub const MAX_CLAIM_BYTES: usize = 512 * 1024 * 1024;
-const HOUR: Duration = Duration::from_secs(3600);
+pub(super) const MAX_CLAIM_BYTES: usize = 512 * 1024 * 1024;
+pub(super) const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(86_400);
 
 /// What extraction produced: a config whose broken parts hold defaults, and what was broken.
@@ -102,7 +102,7 @@ fn pos(index: &[usize], i: usize) -> usize {
 
 /// `Some(reason)` when `value` exceeds `max` (durations are bounded so that deadline
 /// arithmetic cannot overflow).
-fn too_long(value: Duration, max: Duration) -> Option<String> {
+pub(super) fn too_long(value: Duration, max: Duration) -> Option<String> {
     (value > max).then(|| {
         format!(
             "must be at most {}, got {}",

@@ -65,6 +65,11 @@ pub(super) fn sink_problems(config: &Config, push: &mut impl FnMut(String, Strin
                     }
                 }
             }
+            SinkConfig::Http(http) => {
+                for (key, why) in crate::config::http::problems(http) {
+                    push(format!("sinks.{name}.{key}"), why);
+                }
+            }
             SinkConfig::Kafka(kafka) => {
                 if kafka.brokers.trim().is_empty() {
                     push(format!("sinks.{name}.brokers"), "must not be empty".into());

@@ -105,6 +105,11 @@ fn routes(
                     push(k("routing_key_pointer"), why);
                 }
             }
+            if let (SinkConfig::Http(_), Some(p)) = (sink, &t.url_pointer) {
+                if let Err(why) = check_pointer(p) {
+                    push(k("url_pointer"), why);
+                }
+            }
             for (field, value) in [
                 ("exchange", &t.exchange),
                 ("routing_key", &t.routing_key),
@@ -114,6 +119,9 @@ fn routes(
                 if let Some(why) = value.as_deref().and_then(too_long_name) {
                     push(k(field), why);
                 }
+            }
+            for (field, why) in super::super::ingress::problems(t, sink) {
+                push(k(&field), why);
             }
             match resolve(t, sink) {
                 Ok(d) => destination = Some(d),

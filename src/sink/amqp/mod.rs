@@ -351,6 +351,12 @@ impl AmqpSink {
         Err(err)
     }
 
+    /// A connection of its own on the first node that answers (no topology declared), for a
+    /// consumer: an ingress reads its queue apart from the publishers' connection.
+    pub async fn consumer_connection(&self, purpose: &str) -> Result<Connection, String> {
+        self.connector.open_private(purpose).await
+    }
+
     /// Checks `exchange` unless it was seen on this connection, then gives a new channel
     /// while the pool has room, or else the next one in turn.
     async fn checkout(

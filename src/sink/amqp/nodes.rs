@@ -25,7 +25,7 @@ pub(super) struct Nodes {
 
 impl Nodes {
     /// Every address of the sink, with `password_file` (read now) applied to each.
-    pub fn new(name: &str, config: &AmqpSinkConfig) -> anyhow::Result<Self> {
+    pub(super) fn new(name: &str, config: &AmqpSinkConfig) -> anyhow::Result<Self> {
         let password = match &config.password_file {
             Some(file) => Some(crate::secret::read_file(file)?),
             None => None,
@@ -52,7 +52,7 @@ impl Nodes {
     /// The nodes in the order the next connection attempt tries them: from a random one, so
     /// that several bridges spread over a cluster, with the node of the last connection (it
     /// dropped, or was given up on) last.
-    pub fn round(&self) -> impl Iterator<Item = (usize, &Node)> {
+    pub(super) fn round(&self) -> impl Iterator<Item = (usize, &Node)> {
         let start = rand::thread_rng().gen_range(0..self.nodes.len());
         let last = self.last.load(Ordering::Relaxed);
         order(self.nodes.len(), start, last)
@@ -61,7 +61,7 @@ impl Nodes {
     }
 
     /// The connection is now on node `i`.
-    pub fn connected(&self, i: usize) {
+    pub(super) fn connected(&self, i: usize) {
         self.last.store(i, Ordering::Relaxed);
     }
 }

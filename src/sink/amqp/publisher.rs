@@ -2,7 +2,6 @@
 //! what each confirmation proves.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
@@ -13,13 +12,12 @@ use lapin::{BasicProperties, Channel, Connection};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::envelope::HeaderValue;
-use tokio_util::sync::CancellationToken;
 
 use super::frame;
 use super::Connector;
 use crate::config::{AmqpRoute, AmqpRouting};
 use crate::sink::{
-    await_confirms, record_outcome, Confirmed, Confirms, OutMessage, Outcome, PublishError,
+    await_confirms, record_outcome, Batch, Confirmed, OutMessage, Outcome, PublishError,
 };
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_TRIGGER};
 
@@ -66,14 +64,14 @@ impl AmqpPublisher {
 
     /// Publishes the whole batch back to back, then collects the confirmations (each also to
     /// `confirms` as it arrives).
-    pub async fn publish_batch(
-        &mut self,
-        trigger: &str,
-        messages: &[OutMessage<'_>],
-        timeout: Duration,
-        abort: &CancellationToken,
-        confirms: Option<&Confirms>,
-    ) -> Vec<Outcome> {
+    pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
+        let Batch {
+            trigger,
+            messages,
+            timeout,
+            abort,
+            confirms,
+        } = batch;
         let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
         let exchange = self.route.exchange.as_str();
         let routing_key = match &self.route.routing {
@@ -233,6 +231,12 @@ pub(super) fn properties(trigger: &AMQPValue, m: &OutMessage<'_>) -> BasicProper
         }
         if let Some(v) = p.expiration_ms {
             props = props.with_expiration(v.to_string().into());
+        }
+        if let Some(v) = p.timestamp {
+            props = props.with_timestamp(v);
+        }
+        if let Some(v) = short(&p.app_id) {
+            props = props.with_app_id(v);
         }
     }
     headers.insert(ShortString::from(HEADER_TRIGGER), trigger.clone());

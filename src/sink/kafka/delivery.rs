@@ -13,7 +13,7 @@ use crate::sink::{Confirmed, Outcome, PublishError};
 ///
 /// A record librdkafka drops without a report (its producer destroyed) reports that on drop,
 /// so a batch never waits for a report that cannot come.
-pub struct Report {
+pub(super) struct Report {
     to: Option<UnboundedSender<(usize, Outcome)>>,
     position: usize,
 }

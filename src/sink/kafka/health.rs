@@ -69,7 +69,7 @@ impl Health {
 
 /// Tracks broker reachability and fatal errors of one producer, and hands its delivery
 /// reports to the batches (see `delivery`).
-pub struct HealthContext {
+pub(super) struct HealthContext {
     pub(super) health: Arc<Health>,
     pub(super) name: String,
     pub(super) room: Arc<super::room::Room>,

@@ -50,29 +50,29 @@ type KafkaProducer = poller::Polled;
 
 /// The producer in use and the health of that very instance.
 #[derive(Clone)]
-struct Current {
+struct Instance {
     producer: KafkaProducer,
     health: Arc<Health>,
 }
 
 /// What the sink and its publishers share.
-struct Shared {
+struct SinkState {
     name: String,
     config: ClientConfig,
-    current: RwLock<Current>,
+    current: RwLock<Instance>,
     /// Room in librdkafka's queue, freed by delivery reports.
     room: Arc<Room>,
 }
 
-impl Shared {
-    fn current(&self) -> Current {
+impl SinkState {
+    fn current(&self) -> Instance {
         self.current
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    fn build(name: &str, config: &ClientConfig, room: &Arc<Room>) -> anyhow::Result<Current> {
+    fn build(name: &str, config: &ClientConfig, room: &Arc<Room>) -> anyhow::Result<Instance> {
         let health = Arc::new(Health::default());
         let producer = poller::Polled::create(
             config,
@@ -82,13 +82,13 @@ impl Shared {
                 room: room.clone(),
             },
         )?;
-        Ok(Current { producer, health })
+        Ok(Instance { producer, health })
     }
 }
 
 /// One producer per sink, shared by every worker (librdkafka batches internally).
 pub struct KafkaSink {
-    shared: Arc<Shared>,
+    shared: Arc<SinkState>,
 }
 
 impl KafkaSink {
@@ -97,9 +97,9 @@ impl KafkaSink {
         let mut cc = client_config(config)?;
         cc.set("client.id", format!("delay-bridge-{name}"));
         let room = Arc::new(Room::default());
-        let current = Shared::build(name, &cc, &room)?;
+        let current = SinkState::build(name, &cc, &room)?;
         Ok(Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new(SinkState {
                 name: name.to_string(),
                 config: cc,
                 current: RwLock::new(current),
@@ -111,6 +111,18 @@ impl KafkaSink {
     /// The sink's name.
     pub fn name(&self) -> &str {
         &self.shared.name
+    }
+
+    /// The sink's librdkafka settings (brokers, security, the user's properties) without the
+    /// bridge's producer defaults, for a consumer on the same brokers (an ingress).
+    pub fn consumer_config(&self) -> ClientConfig {
+        let mut cc = self.shared.config.clone();
+        for (k, _) in DEFAULT_PROPERTIES {
+            if !matches!(*k, "reconnect.backoff.max.ms") {
+                cc.remove(k);
+            }
+        }
+        cc
     }
 
     /// True while at least one broker connection is up and the producer is usable.
@@ -166,7 +178,11 @@ impl KafkaSink {
 
     /// Swaps in a fresh producer; records still held by the old one fail and are put back.
     async fn rebuild(&self) {
-        let fresh = match Shared::build(&self.shared.name, &self.shared.config, &self.shared.room) {
+        let fresh = match SinkState::build(
+            &self.shared.name,
+            &self.shared.config,
+            &self.shared.room,
+        ) {
             Ok(fresh) => fresh,
             Err(e) => {
                 tracing::warn!(sink = %self.shared.name, error = %e, "could not create a new Kafka producer");

@@ -8,14 +8,13 @@ use std::time::Duration;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer};
-use tokio_util::sync::CancellationToken;
 
 use super::delivery::Report;
 use super::errors::classify;
-use super::{down, Current, Shared};
+use super::{down, Instance, SinkState};
 use crate::config::{KafkaKey, KafkaRoute};
 use crate::sink::{
-    await_confirms, record_outcome, Confirms, Disposition, OutMessage, Outcome, PublishError,
+    await_confirms, record_outcome, Batch, Disposition, OutMessage, Outcome, PublishError,
 };
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_ID, HEADER_TRIGGER};
 
@@ -25,7 +24,7 @@ const QUEUE_FULL_RETRY: Duration = Duration::from_millis(5);
 /// A worker's handle on the sink's producer (whichever instance is current).
 #[derive(Clone)]
 pub struct KafkaPublisher {
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<SinkState>,
     pub(super) route: KafkaRoute,
 }
 
@@ -37,17 +36,17 @@ impl KafkaPublisher {
 
     /// Enqueues every record (waiting for room on `QueueFull`), then awaits the delivery
     /// reports (each also to `confirms` as it arrives).
-    pub async fn publish_batch(
-        &mut self,
-        trigger: &str,
-        messages: &[OutMessage<'_>],
-        timeout: Duration,
-        abort: &CancellationToken,
-        confirms: Option<&Confirms>,
-    ) -> Vec<Outcome> {
+    pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
+        let Batch {
+            trigger,
+            messages,
+            timeout,
+            abort,
+            confirms,
+        } = batch;
         let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
         let KafkaRoute { topic, key } = &self.route;
-        let Current { producer, health } = self.shared.current();
+        let Instance { producer, health } = self.shared.current();
         if !health.is_up() {
             // Claimed while the broker went away: hand the batch back untouched.
             results.fill(Err(down()));

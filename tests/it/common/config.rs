@@ -98,6 +98,18 @@ impl ConfigToml {
     }
 }
 
+impl ConfigToml {
+    /// Adds `[sinks.NAME]` of type `http` with the given `key = value` lines (TOML values).
+    pub fn http_sink(mut self, name: &str, settings: &[(&str, &str)]) -> Self {
+        let section = format!("sinks.{name}");
+        self = self.set_str(&section, "type", "http");
+        for (k, v) in settings {
+            self = self.set(&section, k, v);
+        }
+        self
+    }
+}
+
 impl fmt::Display for ConfigToml {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (section, lines) in &self.sections {

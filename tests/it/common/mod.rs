@@ -1,4 +1,4 @@
-//! The integration tests' toolkit: real Redis, RabbitMQ and Kafka on loopback, the bridge as a
+//! The integration tests' toolkit: real Redis, RabbitMQ, Kafka and HTTP endpoints on loopback, the bridge as a
 //! process, and what it answers.
 //!
 //! Every test binary writes `mod common;` and `use common::*;`, which brings the everyday
@@ -22,7 +22,9 @@
 //! | [`proxy`] | a fault-injecting TCP proxy (`use common::proxy::...`) |
 //! | [`tally`] | fault-test bookkeeping on a durable queue (`use common::tally::*`) |
 //! | [`kafka`] | Kafka topics and a capturing consumer (`use common::kafka::*`) |
+//! | [`ingress`] | an ingress's exchange, a confirming publisher on it, its queue's depth (`use common::ingress::*`) |
 //! | [`tls`] | a private PKI made with `openssl` (`use common::tls::*`) |
+//! | [`webhook`] | an HTTP endpoint that records requests and answers as scripted (`use common::webhook::*`) |
 #![allow(dead_code)]
 
 pub mod amqp;
@@ -32,6 +34,7 @@ pub mod cli;
 pub mod config;
 mod hashes;
 pub mod http;
+pub mod ingress;
 pub mod kafka;
 pub mod metrics;
 pub mod proxy;
@@ -44,6 +47,7 @@ pub mod servers;
 mod shell;
 pub mod tally;
 pub mod tls;
+pub mod webhook;
 
 // The everyday helpers, for `use common::*` (not every test binary uses every one).
 #[allow(unused_imports)]

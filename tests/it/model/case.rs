@@ -79,6 +79,7 @@ impl Case {
             Op::Requeue { members, limit } => self.requeue(members, *limit).await,
             Op::ForwardClaim { limit, short } => self.forward_claim(*limit, *short).await,
             Op::ForwardSettle { which, disp } => self.forward_settle(*which, disp).await,
+            Op::Ingest { member, how, body } => self.ingest(POOL[*member], *how, *body).await,
             Op::WrongType { key, script } => self.wrong_type(*key, *script).await,
         }
     }

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use delay_bridge::keys::QueueKeys;
 use delay_bridge::redis_conn::Conn;
 use delay_bridge::store::{
-    Body, Claimed, DeadItem, DeadOutcome, DeadSettled, FailOutcome, Failure, Purge, Settlement,
-    Store,
+    Body, Claimed, DeadItem, DeadOutcome, DeadSettled, FailOutcome, Failure, Ingest, Purge,
+    Settlement, Store,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -49,6 +49,7 @@ type Snapshot = Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)>;
 mod case;
 mod claim;
 mod dead_letters;
+mod ingest;
 mod operator;
 mod ops;
 mod produce;

@@ -67,7 +67,26 @@ pub(super) enum Script {
     Purge,
     DeadClaim,
     DeadSettle,
+    /// Hash mode only: an ingress's store.
+    Ingest,
 }
+
+/// Hash mode: how an ingress stores a message (`ingest.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum HowIngest {
+    /// Due in this many ms from now on the Redis clock (negative: now).
+    In(i64),
+    /// Due at the score `when` stands for (finite ones only).
+    At(When),
+    /// Refused: a dead letter with the reason [`INGEST_REASONS`]`[i]`.
+    Dead(usize),
+}
+
+/// The reasons an ingress dead-letters with, and their details.
+pub(super) const INGEST_REASONS: [(&str, &str); 2] = [
+    ("bad_delay", "x-delay: `soon` is not a number"),
+    ("too_large", ""),
+];
 
 /// Hash mode: the body a producer writes.
 #[derive(Debug, Clone, Copy)]
@@ -177,6 +196,12 @@ pub(super) enum Op {
         which: usize,
         disp: Vec<FDisp>,
     },
+    /// Hash mode: an ingress stores a message taken from a broker, once per id.
+    Ingest {
+        member: usize,
+        how: HowIngest,
+        body: Payload,
+    },
     /// Runs a script while `key` holds a string: it must fail and change nothing.
     WrongType {
         key: Derived,
@@ -262,6 +287,23 @@ pub(super) fn hash_derived() -> impl Strategy<Value = Derived> {
     prop_oneof![derived(), Just(Derived::Bodies)]
 }
 
+/// Hash mode: the scripts a wrong-typed key is tried with, the ingress's store included.
+pub(super) fn hash_script() -> impl Strategy<Value = Script> {
+    prop_oneof![8 => script(), 1 => Just(Script::Ingest)]
+}
+
+pub(super) fn how_ingest() -> impl Strategy<Value = HowIngest> {
+    let finite = prop_oneof![
+        (0u8..4).prop_map(When::Past),
+        (0u8..4).prop_map(When::Future)
+    ];
+    prop_oneof![
+        2 => prop_oneof![Just(-5_000i64), Just(0), Just(3_600_000)].prop_map(HowIngest::In),
+        2 => finite.prop_map(HowIngest::At),
+        1 => (0..INGEST_REASONS.len()).prop_map(HowIngest::Dead),
+    ]
+}
+
 pub(super) fn payload() -> impl Strategy<Value = Payload> {
     prop_oneof![
         6 => (0u8..12).prop_map(Payload::Versioned),
@@ -286,10 +328,12 @@ pub(super) fn hash_op() -> impl Strategy<Value = Op> {
         1 => (0..POOL.len(), when()).prop_map(|(member, when)| Op::Reschedule { member, when }),
         1 => (0..POOL.len(), when()).prop_map(|(member, when)| Op::Schedule { member, when }),
         1 => (0..POOL.len()).prop_map(|member| Op::Cancel { member }),
+        3 => (0..POOL.len(), how_ingest(), payload())
+            .prop_map(|(member, how, body)| Op::Ingest { member, how, body }),
         4 => (1usize..6, any::<bool>(), budget())
             .prop_map(|(batch, short, budget)| Op::ClaimBytes { batch, short, budget }),
         28 => worker_and_operator_op(),
-        1 => (hash_derived(), script()).prop_map(|(key, script)| Op::WrongType { key, script }),
+        1 => (hash_derived(), hash_script()).prop_map(|(key, script)| Op::WrongType { key, script }),
     ]
 }
 

@@ -70,8 +70,8 @@ impl Case {
         Ok(())
     }
 
-    pub(super) async fn produce(&mut self, member: &[u8], when: When, payload: Payload) -> Step {
-        let (score, arg) = self.due(when);
+    /// The next body a producer (or an ingress) writes for `member`.
+    pub(super) fn next_body(&mut self, member: &[u8], payload: Payload) -> Vec<u8> {
         let b = self.m.bodies.as_mut().expect("hash mode");
         let body = match payload {
             Payload::Versioned(pad) => {
@@ -83,6 +83,13 @@ impl Case {
             Payload::Empty => Vec::new(),
         };
         b.next_version += 1;
+        body
+    }
+
+    pub(super) async fn produce(&mut self, member: &[u8], when: When, payload: Payload) -> Step {
+        let (score, arg) = self.due(when);
+        let body = self.next_body(member, payload);
+        let b = self.m.bodies.as_mut().expect("hash mode");
         let () = redis::pipe()
             .atomic()
             .cmd("HSET")

@@ -161,4 +161,8 @@ pub(super) struct Tally {
     pub(super) forward_dropped_body: AtomicU64,
     pub(super) forward_kept_body: AtomicU64,
     pub(super) forward_missing_body: AtomicU64,
+    /// Messages an ingress stored, found already held, dead-lettered.
+    pub(super) ingest_stored: AtomicU64,
+    pub(super) ingest_duplicates: AtomicU64,
+    pub(super) ingest_dead: AtomicU64,
 }

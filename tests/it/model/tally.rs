@@ -46,6 +46,9 @@ pub(super) fn missing_paths(t: &Tally, hash: bool) -> Vec<&'static str> {
             ("bodies kept by an ack", &t.ack_kept_body),
             ("bodies dropped by a cancel", &t.cancel_dropped_body),
             ("bodies dropped by a forward", &t.forward_dropped_body),
+            ("ingests stored", &t.ingest_stored),
+            ("ingests of an id already held", &t.ingest_duplicates),
+            ("ingests dead-lettered", &t.ingest_dead),
         ]);
     }
     paths
@@ -106,7 +109,8 @@ pub(super) fn report(t: &Tally, hash: bool, rounds: u32, cases: u32, elapsed: Du
         eprintln!(
             "bodies: claimed {}, missing {}, claims cut by the budget {}, dropped by an ack {}, \
              kept by an ack {}, dropped by a cancel {}, kept by a cancel {}, dropped by a \
-             forward {}, kept by a forward {}, forwarded without one {}",
+             forward {}, kept by a forward {}, forwarded without one {}; ingests: stored {}, \
+             already held {}, dead-lettered {}",
             get(&t.bodies_claimed),
             get(&t.missing_claimed),
             get(&t.cut_by_budget),
@@ -117,6 +121,9 @@ pub(super) fn report(t: &Tally, hash: bool, rounds: u32, cases: u32, elapsed: Du
             get(&t.forward_dropped_body),
             get(&t.forward_kept_body),
             get(&t.forward_missing_body),
+            get(&t.ingest_stored),
+            get(&t.ingest_duplicates),
+            get(&t.ingest_dead),
         );
     }
 }

@@ -154,6 +154,11 @@ impl Case {
                 .await
                 .map(|_| ()),
             Script::DeadClaim => self.store.claim_dead(4, LONG_LEASE).await.map(|_| ()),
+            Script::Ingest => self
+                .store
+                .ingest(POOL[0], b"x", Ingest::In(0))
+                .await
+                .map(|_| ()),
             Script::DeadSettle => {
                 let c = &self.m.open_dead[0];
                 // Every outcome at once: confirmed, kept, refused, released.

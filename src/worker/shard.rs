@@ -17,7 +17,7 @@ use crate::sink::{MessageId, PublishError, Sink};
 use crate::store::{ClaimBatch, Store, StoreError};
 
 /// Everything the workers of one trigger share.
-pub struct Trigger {
+pub(crate) struct Shard {
     pub(super) config: Arc<TriggerConfig>,
     pub(super) destination: Destination,
     /// This shard's queue (the whole queue of an unsharded trigger).
@@ -56,13 +56,13 @@ pub struct Trigger {
 }
 
 /// Starts a shard's deferred workers (given the shard).
-pub type StartWorkers = Box<dyn FnOnce(&Arc<Trigger>) + Send>;
+pub(crate) type StartWorkers = Box<dyn FnOnce(&Arc<Shard>) + Send>;
 
-impl Trigger {
-    /// One `Trigger` per shard of `queue` (one for an unsharded trigger), sharing the trigger's
+impl Shard {
+    /// One `Shard` per shard of `queue` (one for an unsharded trigger), sharing the trigger's
     /// metrics. Fails when the configuration was not loaded (no resolved destination) or its
     /// destination is not of the sink's kind.
-    pub fn shards(
+    pub(crate) fn shards(
         config: &Arc<TriggerConfig>,
         queue: &Queue,
         sink: Arc<Sink>,
@@ -119,17 +119,17 @@ impl Trigger {
     }
 
     /// The trigger's name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.config.name
     }
 
     /// The sorted set producers write to.
-    pub fn source_key(&self) -> &str {
+    pub(crate) fn source_key(&self) -> &str {
         &self.store.keys().source
     }
 
     /// Defers this shard's other workers: `start` runs when a claim first finds a backlog.
-    pub fn defer_workers(&self, start: StartWorkers) {
+    pub(crate) fn defer_workers(&self, start: StartWorkers) {
         *self.extra_workers.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
     }
 
@@ -147,15 +147,26 @@ impl Trigger {
     }
 
     /// The head may have moved earlier (a producer wrote): the idle worker looks again.
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         self.head_changed.notify_one();
     }
 
     /// A keyspace notification said the queue was written to (any write, or one that may
     /// have been missed while unsubscribed).
-    pub fn touched(&self) {
+    pub(crate) fn touched(&self) {
         self.written
             .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// An ingress wrote to this shard: a scheduled member (the idle worker looks again) or,
+    /// with `dead`, a dead letter (the dead-letter forwarder looks).
+    pub(crate) fn ingested(&self, dead: bool) {
+        self.touched();
+        if dead {
+            self.dead_lettered.notify_one();
+        } else {
+            self.wake();
+        }
     }
 
     /// Wakes every idle worker: there may be more due than one worker takes.

@@ -1,0 +1,122 @@
+//! HTTP for the bench: an endpoint on loopback that answers 204 and records what it received,
+//! and the ceiling: the same HTTP client (reqwest) calling it directly, without the bridge.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use delay_bridge::wire::HEADER_DUE_MS;
+use futures_util::StreamExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::amqp::toml_str;
+use super::tally::{now_us, payload, Tally};
+
+/// Requests in flight on the bench sink, and in the ceiling: the sink's default.
+pub const CONCURRENCY: usize = 64;
+
+/// The bench's endpoint.
+pub struct HttpBench {
+    url: String,
+    stop: CancellationToken,
+}
+
+impl HttpBench {
+    /// Serves the endpoint on a free loopback port, recording into `tally`.
+    pub async fn setup(tally: Arc<Tally>) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding the bench endpoint")?;
+        let url = format!("http://{}/bench", listener.local_addr()?);
+        let app = axum::Router::new().fallback(receive).with_state(tally);
+        let stop = CancellationToken::new();
+        let until = stop.clone().cancelled_owned();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(until)
+                .await;
+        });
+        Ok(Self { url, stop })
+    }
+
+    /// The `[sinks.bench]` section for a bridge calling the endpoint.
+    pub fn sink_toml(&self) -> String {
+        format!("[sinks.bench]\ntype = \"http\"\nmax_concurrency = {CONCURRENCY}\n")
+    }
+
+    /// The route lines of a `[[triggers]]` entry calling the endpoint.
+    pub fn route_toml(&self) -> String {
+        format!("url = {}\n", toml_str(&self.url))
+    }
+
+    /// Stops the endpoint.
+    pub async fn cleanup(&self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        Ok(())
+    }
+
+    /// The ceiling: `count` requests from `base` on, `CONCURRENCY` at a time, from one
+    /// pooled reqwest client, each POSTing a bench payload with its due time. Fails unless
+    /// every one is answered 2xx; returns when sending started.
+    pub async fn ceiling(
+        &self,
+        base: u64,
+        count: u64,
+        payload_bytes: usize,
+        due_ms: i64,
+    ) -> anyhow::Result<Instant> {
+        // The sink's TLS setup (rustls with ring, the system's CAs), though loopback is plain.
+        let tls = delay_bridge::config::TlsConfig::default()
+            .client()
+            .map_err(|problems| anyhow::anyhow!("the system's TLS setup: {problems:?}"))?;
+        let tls = (*tls.config()).clone();
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .pool_max_idle_per_host(CONCURRENCY)
+            .tcp_nodelay(true)
+            .no_proxy()
+            .timeout(Duration::from_secs(10))
+            .build()?;
+        let started = Instant::now();
+        let ok = Arc::new(AtomicU64::new(0));
+        let due = due_ms.to_string();
+        let mut sent = futures_util::stream::iter(0..count)
+            .map(|i| {
+                let request = client
+                    .post(&self.url)
+                    .header(HEADER_DUE_MS, &due)
+                    .body(payload(base + i, payload_bytes));
+                let ok = ok.clone();
+                async move {
+                    let answer = request.send().await?;
+                    if answer.status().is_success() {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok::<_, reqwest::Error>(())
+                }
+            })
+            .buffer_unordered(CONCURRENCY);
+        while let Some(r) = sent.next().await {
+            r.context("a ceiling request failed")?;
+        }
+        let ok = ok.load(Ordering::Relaxed);
+        if ok != count {
+            bail!("{ok} of {count} requests answered 2xx");
+        }
+        Ok(started)
+    }
+}
+
+async fn receive(State(tally): State<Arc<Tally>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let at = now_us();
+    let due = headers
+        .get(HEADER_DUE_MS)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    tally.record(&body, due, at);
+    StatusCode::NO_CONTENT
+}

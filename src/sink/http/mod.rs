@@ -1,0 +1,416 @@
+//! HTTP sink: a message counts as delivered when its endpoint answers 2xx; an endpoint that refuses connections is the sink's failure, not the messages'.
+
+mod client;
+mod outcome;
+mod request;
+mod signature;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use prometheus::IntCounter;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::{await_confirms, Batch, OutMessage, Outcome, PublishError};
+use crate::config::{HttpRoute, HttpSinkConfig};
+use crate::metrics::Metrics;
+pub use outcome::{retry_after, retryable, MAX_BODY, MAX_EXCERPT};
+pub use request::HEADER_IDEMPOTENCY_KEY;
+pub use signature::{sign, HEADER_SIGNATURE};
+
+/// How often an endpoint that refused connections is tried again.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// How long one such try may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The classes requests are counted by, in the order of [`Shared::classes`].
+const CLASSES: [&str; 7] = ["1xx", "2xx", "3xx", "4xx", "5xx", "timeout", "error"];
+
+/// An endpoint that refused connections (or whose name did not resolve) for a whole batch.
+struct Down {
+    /// The host to connect to again (without brackets for IPv6).
+    host: String,
+    /// Its port.
+    port: u16,
+    /// What the last request to it failed with.
+    why: String,
+}
+
+/// What the sink and its publishers share.
+struct Shared {
+    /// The sink's name.
+    name: String,
+    /// One client, its pool shared by every trigger and worker on the sink.
+    client: reqwest::Client,
+    /// Requests in flight on the sink (`max_concurrency`).
+    permits: Semaphore,
+    /// The signing secret, if requests are signed.
+    secret: Option<Vec<u8>>,
+    /// `allow_link_local`: address literals are checked here, names by the resolver.
+    allow_link_local: bool,
+    /// Endpoints down, by `host:port`: routes to them get no publisher until they accept.
+    down: Mutex<BTreeMap<String, Down>>,
+    /// Requests by class, once the metrics are known.
+    classes: OnceLock<Vec<IntCounter>>,
+}
+
+impl Shared {
+    /// The endpoints down (a poisoned lock still holds a usable map).
+    fn down(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Down>> {
+        self.down.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one request of `class`.
+    fn count(&self, class: &str) {
+        if let (Some(counters), Some(i)) =
+            (self.classes.get(), CLASSES.iter().position(|c| *c == class))
+        {
+            counters[i].inc();
+        }
+    }
+}
+
+/// A configured HTTP client shared by every trigger that uses the sink.
+pub struct HttpSink {
+    shared: Arc<Shared>,
+}
+
+impl HttpSink {
+    /// Builds the client and reads the signing secret; nothing is connected yet.
+    pub fn new(name: &str, config: &HttpSinkConfig) -> anyhow::Result<Self> {
+        let secret = config
+            .signing_secret_file
+            .as_deref()
+            .map(crate::secret::read_file)
+            .transpose()?
+            .map(String::into_bytes);
+        Ok(Self {
+            shared: Arc::new(Shared {
+                name: name.to_string(),
+                client: client::build(config)?,
+                permits: Semaphore::new(config.max_concurrency),
+                secret,
+                allow_link_local: config.allow_link_local,
+                down: Mutex::default(),
+                classes: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The sink's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// False while an endpoint refuses connections.
+    pub fn is_up(&self) -> bool {
+        self.shared.down().is_empty()
+    }
+
+    /// The endpoints down and what they answered, for `/readyz`.
+    pub fn why_down(&self) -> String {
+        let down = self.shared.down();
+        let all: Vec<String> = down
+            .iter()
+            .map(|(endpoint, d)| format!("endpoint {endpoint} unreachable: {}", d.why))
+            .collect();
+        all.join("; ")
+    }
+
+    /// Counts requests by class into the metrics, mirrors `sink_up`, and tries the endpoints
+    /// that are down until they accept connections again.
+    pub async fn supervise(&self, metrics: Metrics, cancel: CancellationToken) {
+        let name = self.shared.name.as_str();
+        let _ = self.shared.classes.set(
+            CLASSES
+                .iter()
+                .map(|c| metrics.http_responses.with_label_values(&[name, c]))
+                .collect(),
+        );
+        let gauge = metrics.sink_up.with_label_values(&[name]);
+        loop {
+            gauge.set(i64::from(self.is_up()));
+            let probes: Vec<(String, String, u16)> = self
+                .shared
+                .down()
+                .iter()
+                .map(|(k, d)| (k.clone(), d.host.clone(), d.port))
+                .collect();
+            for (endpoint, host, port) in probes {
+                let connect = tokio::net::TcpStream::connect((host.as_str(), port));
+                let accepted = tokio::select! {
+                    r = tokio::time::timeout(PROBE_TIMEOUT, connect) => matches!(r, Ok(Ok(_))),
+                    _ = cancel.cancelled() => return,
+                };
+                if accepted && self.shared.down().remove(&endpoint).is_some() {
+                    tracing::info!(
+                        sink = name,
+                        endpoint,
+                        "the endpoint accepts connections again"
+                    );
+                }
+            }
+            gauge.set(i64::from(self.is_up()));
+            tokio::select! {
+                _ = tokio::time::sleep(PROBE_EVERY) => {}
+                _ = cancel.cancelled() => return,
+            }
+        }
+    }
+
+    /// A publisher for `route`; fails while the route's endpoint is down, so that workers
+    /// do not claim.
+    pub fn publisher(&self, route: &HttpRoute) -> Result<HttpPublisher, PublishError> {
+        let endpoint = route.fixed_url().and_then(endpoint_of);
+        if let Some((key, ..)) = &endpoint {
+            if let Some(d) = self.shared.down().get(key) {
+                return Err(PublishError::Connection(format!(
+                    "endpoint {key} unreachable: {}",
+                    d.why
+                )));
+            }
+        }
+        Ok(HttpPublisher {
+            shared: self.shared.clone(),
+            route: route.clone(),
+            endpoint: endpoint.map(|(key, ..)| key),
+        })
+    }
+}
+
+/// `host:port` of a URL, with the host and port apart.
+fn endpoint_of(url: &str) -> Option<(String, String, u16)> {
+    let u = url::Url::parse(url).ok()?;
+    let host = u.host_str()?.trim_start_matches('[').trim_end_matches(']');
+    let port = u.port_or_known_default()?;
+    Some((format!("{}:{port}", u.host_str()?), host.to_string(), port))
+}
+
+/// A worker's handle: the sink's client bound to one route.
+#[derive(Clone)]
+pub struct HttpPublisher {
+    shared: Arc<Shared>,
+    route: HttpRoute,
+    /// `host:port` of the route's own URL, if it has one.
+    endpoint: Option<String>,
+}
+
+impl HttpPublisher {
+    /// False while the route's endpoint is down: the worker asks the sink again.
+    pub fn is_usable(&self) -> bool {
+        self.endpoint
+            .as_ref()
+            .is_none_or(|e| !self.shared.down().contains_key(e))
+    }
+
+    /// Sends every message (at most `max_concurrency` requests at once on the sink) and
+    /// reports each 2xx to `confirms` as it arrives. When no request of the batch got an
+    /// answer and every one to the route's own URL failed to connect, the endpoint is down:
+    /// those messages go back without an attempt, and the route gets no publisher until the
+    /// endpoint accepts connections again.
+    pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
+        let Batch {
+            trigger,
+            messages,
+            timeout,
+            abort,
+            confirms,
+        } = batch;
+        let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
+        // Per message: sent (not refused before sending), and failed to connect.
+        let mut sent = vec![false; messages.len()];
+        let mut unreachable = vec![false; messages.len()];
+        let now_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        // Validated with the configuration: one of POST, PUT, PATCH, DELETE.
+        let method = reqwest::Method::from_bytes(self.route.method.as_bytes())
+            .unwrap_or(reqwest::Method::POST);
+        let pending = FuturesUnordered::new();
+        for (i, m) in messages.iter().enumerate() {
+            match self.request(trigger, m, &method, now_ms) {
+                Ok(request) => {
+                    sent[i] = true;
+                    let shared = self.shared.clone();
+                    pending.push(async move {
+                        let _permit = shared.permits.acquire().await;
+                        let ended = match shared.client.execute(request).await {
+                            Ok(response) => outcome::answered(response).await,
+                            Err(e) => outcome::failed(&e),
+                        };
+                        shared.count(ended.class);
+                        (i, ended)
+                    });
+                }
+                Err(e) => results[i] = Err(e),
+            }
+        }
+        let answers = pending.map(|(i, ended)| {
+            unreachable[i] = ended.unreachable;
+            (i, ended.outcome)
+        });
+        await_confirms(&mut results, answers, timeout, abort, confirms).await;
+        self.endpoint_down(messages, &mut results, &sent, &unreachable);
+        results
+    }
+
+    /// The request of one message, or why it cannot be sent.
+    fn request(
+        &self,
+        trigger: &str,
+        m: &OutMessage<'_>,
+        method: &reqwest::Method,
+        now_ms: i64,
+    ) -> Result<reqwest::Request, PublishError> {
+        let url = match (m.url, self.route.fixed_url()) {
+            (Some(own), _) => own,
+            (None, Some(url)) => url,
+            (None, None) => return Err(PublishError::BadPayload("the message has no URL".into())),
+        };
+        let url = url::Url::parse(url)
+            .map_err(|e| PublishError::BadPayload(format!("url `{url}`: {e}")))?;
+        if !self.shared.allow_link_local {
+            if let Some(why) = client::literal_blocked(&url) {
+                return Err(PublishError::AddressNotAllowed(why));
+            }
+        }
+        let parts = request::parts(trigger, m, self.shared.secret.as_deref(), now_ms)?;
+        self.shared
+            .client
+            .request(method.clone(), url)
+            .headers(parts.headers)
+            .body(parts.body)
+            .build()
+            .map_err(|e| PublishError::BadPayload(e.to_string()))
+    }
+
+    /// When nothing of the batch was answered and every request sent to the route's own URL
+    /// failed to connect, marks the endpoint down and puts those messages back (those
+    /// refused before sending keep their own error).
+    fn endpoint_down(
+        &self,
+        messages: &[OutMessage<'_>],
+        results: &mut [Outcome],
+        sent: &[bool],
+        unreachable: &[bool],
+    ) {
+        let Some(endpoint) = &self.endpoint else {
+            return;
+        };
+        let answered = results
+            .iter()
+            .any(|r| matches!(r, Ok(_) | Err(PublishError::HttpStatus { .. })));
+        let own: Vec<usize> = (0..messages.len())
+            .filter(|&i| messages[i].url.is_none() && sent[i])
+            .collect();
+        if answered || own.is_empty() || !own.iter().all(|&i| unreachable[i]) {
+            return;
+        }
+        let why = match &results[own[0]] {
+            Err(e) => e.to_string(),
+            Ok(_) => return,
+        };
+        for &i in &own {
+            results[i] = Err(PublishError::Connection(why.clone()));
+        }
+        let Some((key, host, port)) = self.route.fixed_url().and_then(endpoint_of) else {
+            return;
+        };
+        let mut down = self.shared.down();
+        if !down.contains_key(&key) {
+            tracing::warn!(sink = %self.shared.name, endpoint = %endpoint, error = %why,
+                "the endpoint refuses connections: its messages stay in Redis, no attempt counted, until it accepts again");
+        }
+        down.insert(key, Down { host, port, why });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::HttpTarget;
+    use crate::envelope::{HeaderValue, Properties};
+    use crate::sink::Disposition;
+
+    /// A loopback port nothing listens on: connections to it are refused.
+    fn closed_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
+    #[tokio::test]
+    async fn a_refused_endpoint_puts_its_messages_back_and_is_down_until_it_listens() {
+        let port = closed_port();
+        let config: HttpSinkConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+        let sink = HttpSink::new("hooks", &config).unwrap();
+        let route = HttpRoute {
+            url: HttpTarget::Url(format!("http://127.0.0.1:{port}/")),
+            method: "POST".into(),
+            allowed_urls: None,
+        };
+        let mut publisher = sink.publisher(&route).unwrap();
+        let bad = Properties {
+            headers: vec![("bad name".into(), HeaderValue::Text("x".into()))],
+            ..Properties::default()
+        };
+        let message = |properties| OutMessage {
+            payload: b"body",
+            member: b"m",
+            due_ms: 1,
+            attempt: 1,
+            id: "0123456789abcdef",
+            routing_key: None,
+            properties,
+            url: None,
+        };
+        let batch = [message(None), message(Some(&bad)), message(None)];
+        let abort = CancellationToken::new();
+        let outcomes = publisher
+            .publish_batch(Batch {
+                trigger: "t",
+                messages: &batch,
+                timeout: Duration::from_secs(5),
+                abort: &abort,
+                confirms: None,
+            })
+            .await;
+        let dispositions: Vec<Disposition> = outcomes
+            .iter()
+            .map(|o| o.as_ref().unwrap_err().disposition())
+            .collect();
+        assert_eq!(
+            dispositions,
+            [
+                Disposition::PutBack,
+                Disposition::DeadLetter,
+                Disposition::PutBack
+            ],
+            "{outcomes:?}"
+        );
+        assert!(!sink.is_up());
+        assert!(sink.why_down().contains(&format!("127.0.0.1:{port}")));
+        assert!(!publisher.is_usable());
+        assert!(sink.publisher(&route).is_err(), "no publisher while down");
+
+        // It listens again: the supervisor finds it and the route gets a publisher.
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let cancel = CancellationToken::new();
+        let supervise = sink.supervise(Metrics::new(), cancel.clone());
+        let up = async {
+            while !sink.is_up() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::select! {
+            _ = supervise => panic!("supervision ended"),
+            r = tokio::time::timeout(Duration::from_secs(5), up) => r.unwrap(),
+        }
+        cancel.cancel();
+        assert!(sink.publisher(&route).is_ok());
+        drop(listener);
+    }
+}

@@ -1,0 +1,173 @@
+//! The architecture page's "may use" table holds: every `crate::` path in a module's source
+//! names itself or a module its row allows, and every module of the library has a row.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The names in backticks of `cell`, first path segment only (`worker::Trigger::wake` is
+/// `worker`), leaving out what stands in parentheses (submodules, notes).
+fn names(cell: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut parts = cell.split('`');
+    let mut outside = true;
+    let mut text = parts.next().unwrap_or_default();
+    loop {
+        if outside {
+            depth += text.matches('(').count() as i32 - text.matches(')').count() as i32;
+        } else if depth == 0 {
+            out.push(text.split("::").next().unwrap_or_default().to_string());
+        }
+        match parts.next() {
+            Some(next) => {
+                text = next;
+                outside = !outside;
+            }
+            None => return out,
+        }
+    }
+}
+
+/// Each module of the table and the modules it may use, in the table's order ("everything
+/// below" expanded).
+fn table() -> BTreeMap<String, BTreeSet<String>> {
+    let page = std::fs::read_to_string(repo("docs/architecture.md")).expect("the page");
+    let start = page
+        .find("## Modules and what they may touch")
+        .expect("the modules section");
+    let rows: Vec<(Vec<String>, String)> = page[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with("| module"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            (names(cells[0]), cells.last().unwrap_or(&"").to_string())
+        })
+        .collect();
+    let mut out = BTreeMap::new();
+    for (i, (modules, may)) in rows.iter().enumerate() {
+        let allowed: BTreeSet<String> = if may.contains("everything below") {
+            rows[i + 1..].iter().flat_map(|(m, _)| m.clone()).collect()
+        } else {
+            names(may).into_iter().collect()
+        };
+        for m in modules {
+            // Modules of one row may use each other.
+            let mut allowed = allowed.clone();
+            allowed.extend(modules.iter().cloned());
+            out.insert(m.clone(), allowed);
+        }
+    }
+    out
+}
+
+/// The Rust files of a top-level module: `src/M.rs` and everything under `src/M/`.
+fn files(module: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let file = repo(&format!("src/{module}.rs"));
+    if file.exists() {
+        out.push(file);
+    }
+    let mut dirs = vec![repo(&format!("src/{module}"))];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// The top-level modules `crate::` paths name in `source` (`use crate::{a, b::c}` too).
+fn used(source: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (i, _) in source.match_indices("crate::") {
+        let rest = &source[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = &group[..group.find('}').unwrap_or(group.len())];
+            for item in group.split(',') {
+                let name = item.trim().split("::").next().unwrap_or_default();
+                out.insert(name.to_string());
+            }
+        } else {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            out.insert(name);
+        }
+    }
+    out.retain(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+    out
+}
+
+/// The modules `src/lib.rs` declares.
+fn library_modules() -> Vec<String> {
+    let lib = std::fs::read_to_string(repo("src/lib.rs")).expect("lib.rs");
+    lib.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let decl = l.strip_prefix("pub ").unwrap_or(l);
+            let decl = decl.strip_prefix("pub(crate) ").unwrap_or(decl);
+            decl.strip_prefix("mod ")?
+                .strip_suffix(';')
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn every_module_uses_only_what_the_architecture_page_allows() {
+    let table = table();
+    let mut wrong = Vec::new();
+    for module in library_modules() {
+        let Some(allowed) = table.get(&module) else {
+            wrong.push(format!("`{module}` has no row in the table"));
+            continue;
+        };
+        for file in files(&module) {
+            let source = std::fs::read_to_string(&file).expect("source");
+            for other in used(&source) {
+                if other != module && !allowed.contains(&other) {
+                    let at = file.strip_prefix(repo("")).unwrap_or(&file).display();
+                    wrong.push(format!("{at} uses `{other}`, not in `{module}`'s row"));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/architecture.md's table and the code disagree:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_table_is_read_as_written() {
+    let table = table();
+    assert!(table["cli"].contains("worker"), "everything below");
+    let only_itself: BTreeSet<String> = ["scripts".to_string()].into();
+    assert_eq!(table["scripts"], only_itself, "nothing of ours");
+    assert!(
+        table["http"].contains("health"),
+        "a row's modules use each other"
+    );
+    assert!(table["notify"].contains("worker"), "a path's first segment");
+    assert!(!table["sink"].contains("amqp"), "parentheses are notes");
+    assert_eq!(
+        used("use crate::a::B;\nuse crate::{b, c::d};\nlet x = crate::e::f();"),
+        ["a", "b", "c", "e"].map(String::from).into_iter().collect()
+    );
+}

@@ -1,0 +1,288 @@
+//! The HTTP sink against a real HTTP endpoint on loopback: delivery, retries, dead letters,
+//! `Retry-After`, timeouts (here); an endpoint down, SIGKILL (`faults`); allowed URLs,
+//! link-local addresses, the signature and TLS (`safety`).
+
+mod faults;
+mod safety;
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::webhook::*;
+use common::*;
+
+/// A config with the HTTP sink `hooks` (`settings` as TOML values) and one trigger `hooks`
+/// on `key` with `lines`.
+pub(super) fn http_config(port: u16, settings: &[(&str, &str)], key: &str, lines: &str) -> String {
+    ConfigToml::base(port)
+        .without("sinks.rabbit")
+        .http_sink("hooks", settings)
+        .to_string()
+        + &trigger("hooks", key, "hooks", lines)
+}
+
+/// A fresh key with a hash tag.
+pub(super) fn new_key(tag: &str) -> String {
+    format!("{}:{{{tag}}}", unique("delay"))
+}
+
+/// Quick retries, for tests that watch them.
+pub(super) const FAST_RETRY: &str = "backoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\n";
+
+/// Waits until the queue's source and in-flight sets are empty and `dead` are dead letters.
+pub(super) async fn expect_settled(r: &mut Conn, key: &str, dead: i64, bridge: &Bridge) {
+    let sizes = wait_sizes(r, key, Duration::from_secs(30), |s| *s == (0, 0, dead)).await;
+    assert_eq!(sizes, (0, 0, dead), "{}", bridge.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2xx_delivers_every_message_once_with_the_bridge_headers() {
+    let mut r = redis().await;
+    let hook = Webhook::ok().await;
+    let key = new_key("ok");
+    let n = 50;
+    schedule(&mut r, &key, n, 0).await;
+    let port = free_port();
+    let lines = format!("url = {}\nbatch = 10", quoted(&hook.url("/orders")));
+    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port)
+        .ready(Duration::from_secs(20))
+        .await;
+    expect_settled(&mut r, &key, 0, &bridge).await;
+    let tally = hook.tally();
+    for i in 0..n {
+        assert_eq!(tally.get(&body(i, 0)), Some(&1), "message {i} once");
+    }
+    for rq in hook.received() {
+        assert_eq!(rq.method, "POST");
+        assert_eq!(rq.path, "/orders");
+        assert_eq!(rq.header("x-delay-trigger"), "hooks");
+        assert_eq!(rq.header("x-delay-attempt"), "1");
+        assert_eq!(rq.header("x-delay-id").len(), 16);
+        assert_eq!(rq.header("x-delay-id"), rq.header("idempotency-key"));
+        assert!(rq.header("x-delay-due-ms").parse::<i64>().unwrap() > 0);
+        assert!(
+            rq.header("x-delay-signature").is_empty(),
+            "no secret, no signature"
+        );
+    }
+    let scrape = bridge.scrape().await;
+    let samples = parse_samples(&scrape);
+    let class = |c: &str| {
+        samples
+            .iter()
+            .find(|s| {
+                s.name == "delay_bridge_http_responses_total"
+                    && s.has(&[("sink", "hooks"), ("class", c)])
+            })
+            .map(|s| s.value)
+    };
+    assert_eq!(class("2xx"), Some(n as f64));
+    assert_eq!(
+        class("5xx"),
+        Some(0.0),
+        "every class exported from the start"
+    );
+    assert_eq!(class("timeout"), Some(0.0));
+    cleanup_keys(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_503_is_retried_and_then_delivered() {
+    let mut r = redis().await;
+    let hook = Webhook::start(|_, before| match before {
+        0 => Answer::status(503).body("try later"),
+        _ => Answer::status(200),
+    })
+    .await;
+    let key = new_key("retry");
+    let n = 10;
+    schedule(&mut r, &key, n, 0).await;
+    let port = free_port();
+    let lines = format!("url = {}\n{FAST_RETRY}", quoted(&hook.url("/")));
+    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    expect_settled(&mut r, &key, 0, &bridge).await;
+    let tally = hook.tally();
+    for i in 0..n {
+        assert_eq!(
+            tally.get(&body(i, 0)),
+            Some(&2),
+            "message {i}: a 503, then a 200"
+        );
+    }
+    for i in 0..n {
+        let attempts: Vec<String> = hook
+            .received()
+            .iter()
+            .filter(|rq| rq.body == body(i, 0))
+            .map(|rq| rq.header("x-delay-attempt").to_string())
+            .collect();
+        assert_eq!(attempts, ["1", "2"]);
+    }
+    let retried = bridge
+        .metric(
+            "delay_bridge_messages_retried_total",
+            &[("trigger", "hooks"), ("reason", "http_503")],
+        )
+        .await;
+    assert_eq!(retried, n as f64, "{}", bridge.scrape().await);
+    cleanup_keys(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_400_is_dead_lettered_with_an_excerpt_of_the_answer() {
+    let mut r = redis().await;
+    let answer = format!("invalid order: field `sku` missing {}", "x".repeat(4000));
+    let hook = Webhook::start(move |_, _| Answer::status(400).body(&answer)).await;
+    let key = new_key("bad");
+    let n = 3;
+    schedule(&mut r, &key, n, 0).await;
+    let port = free_port();
+    let lines = format!("url = {}\n{FAST_RETRY}", quoted(&hook.url("/")));
+    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    expect_settled(&mut r, &key, n as i64, &bridge).await;
+    for i in 0..n {
+        let why = dead_reason(&mut r, &key, body(i, 0)).await.unwrap();
+        assert_eq!(why["reason"], "http_400", "{why}");
+        let detail = why["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with("invalid order: field `sku` missing"),
+            "{detail}"
+        );
+        assert!(
+            detail.len() <= 512,
+            "a bounded excerpt: {} bytes",
+            detail.len()
+        );
+    }
+    assert!(hook.tally().values().all(|&n| n == 1), "not retried");
+    cleanup_keys(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_honoured() {
+    let mut r = redis().await;
+    let hook = Webhook::start(|_, before| match before {
+        0 => Answer::status(429).header("retry-after", "2"),
+        _ => Answer::status(200),
+    })
+    .await;
+    let key = new_key("later");
+    let n = 3;
+    schedule(&mut r, &key, n, 0).await;
+    let port = free_port();
+    let lines = format!(
+        "url = {}\nbackoff_initial = \"100ms\"\nbackoff_max = \"30s\"",
+        quoted(&hook.url("/"))
+    );
+    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    expect_settled(&mut r, &key, 0, &bridge).await;
+    for i in 0..n {
+        let at: Vec<_> = hook
+            .received()
+            .iter()
+            .filter(|rq| rq.body == body(i, 0))
+            .map(|rq| rq.at)
+            .collect();
+        assert_eq!(at.len(), 2);
+        let gap = at[1] - at[0];
+        assert!(
+            gap >= Duration::from_millis(1900),
+            "retried after {gap:?}, not the 2 s the endpoint asked for"
+        );
+    }
+    cleanup_keys(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_hangs_times_out_and_is_retried() {
+    let mut r = redis().await;
+    let hook = Webhook::start(|_, before| match before {
+        0 => Answer::status(200).after(Duration::from_secs(60)),
+        _ => Answer::status(200),
+    })
+    .await;
+    let key = new_key("hang");
+    let n = 3;
+    schedule(&mut r, &key, n, 0).await;
+    let port = free_port();
+    let lines = format!("url = {}\n{FAST_RETRY}", quoted(&hook.url("/")));
+    let settings = [("timeout", "\"500ms\"")];
+    let bridge = Bridge::start(&http_config(port, &settings, &key, &lines), port);
+    expect_settled(&mut r, &key, 0, &bridge).await;
+    for i in 0..n {
+        let received: Vec<Request> = hook
+            .received()
+            .into_iter()
+            .filter(|rq| rq.body == body(i, 0))
+            .collect();
+        assert_eq!(received.len(), 2, "a timeout, then a 200");
+        assert_eq!(received[1].header("x-delay-attempt"), "2");
+        assert!(received[1].at - received[0].at >= Duration::from_millis(500));
+    }
+    let timeouts = bridge
+        .metric(
+            "delay_bridge_http_responses_total",
+            &[("sink", "hooks"), ("class", "timeout")],
+        )
+        .await;
+    assert_eq!(timeouts, n as f64);
+    cleanup_keys(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_answer_does_not_hold_the_fast_ones_of_its_batch() {
+    let mut r = redis().await;
+    let slow = body(0, 0);
+    let hook = Webhook::start(move |rq, _| match rq.body == slow {
+        true => Answer::status(200).after(Duration::from_secs(4)),
+        false => Answer::status(200),
+    })
+    .await;
+    let key = new_key("early");
+    let n = 10;
+    schedule(&mut r, &key, n, 0).await;
+    let port = free_port();
+    // One worker, one batch of all ten.
+    let lines = format!("url = {}\nworkers = 1\nbatch = 10", quoted(&hook.url("/")));
+    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    assert!(
+        wait_until(Duration::from_secs(20), || hook.count() == n).await,
+        "{}",
+        bridge.log()
+    );
+    let all_sent = std::time::Instant::now();
+    let sizes = wait_sizes(&mut r, &key, Duration::from_secs(3), |s| *s == (0, 1, 0)).await;
+    assert_eq!(
+        sizes,
+        (0, 1, 0),
+        "the nine fast answers acked while the slow one is out"
+    );
+    assert!(
+        all_sent.elapsed() < Duration::from_secs(3),
+        "acked before the slow answer"
+    );
+    expect_settled(&mut r, &key, 0, &bridge).await;
+    cleanup_keys(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrency_bounds_the_requests_in_flight() {
+    let mut r = redis().await;
+    let hook = Webhook::start(|_, _| Answer::status(200).after(Duration::from_millis(200))).await;
+    let key = new_key("bounded");
+    let n = 12;
+    schedule(&mut r, &key, n, 0).await;
+    let port = free_port();
+    let lines = format!("url = {}\nworkers = 4\nbatch = 6", quoted(&hook.url("/")));
+    let settings = [("max_concurrency", "3")];
+    let bridge = Bridge::start(&http_config(port, &settings, &key, &lines), port);
+    expect_settled(&mut r, &key, 0, &bridge).await;
+    assert_eq!(hook.tally().len(), n);
+    assert_eq!(
+        hook.peak_in_flight(),
+        3,
+        "at most max_concurrency, and that many"
+    );
+    cleanup_keys(&mut r, &key).await;
+}

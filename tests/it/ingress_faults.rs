@@ -1,0 +1,209 @@
+//! The RabbitMQ ingress under faults: a bridge SIGKILLed ten times while messages stream in loses none; with Redis stopped or over `maxmemory` the ingress stops consuming (the messages wait at the broker, `/readyz` says so) and resumes after.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::ingress::*;
+use common::servers::RedisServer;
+use common::*;
+use lapin::types::AMQPValue;
+
+/// A bridge on `redis_url` whose trigger `name` takes delayed messages in through `broker`
+/// and publishes them to `capture`.
+fn config(
+    port: u16,
+    redis_url: &str,
+    name: &str,
+    key: &str,
+    capture: &AmqpCapture,
+    broker: &IngressBroker,
+) -> String {
+    ConfigToml::base(port)
+        .set_str("redis", "url", redis_url)
+        .to_string()
+        + &amqp_trigger(
+            name,
+            key,
+            capture,
+            &format!("lease = \"15s\"\n{}", broker.table("")),
+        )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridge_sigkilled_ten_times_while_messages_stream_in_loses_none() {
+    let n = 20_000;
+    let capture = AmqpCapture::start("k").await;
+    let broker = std::sync::Arc::new(IngressBroker::new().await);
+    let key = unique("ingress-kill");
+    let port = free_port();
+    let mut bridge = Bridge::start(
+        &config(port, &redis_url(), "kill", &key, &capture, &broker),
+        port,
+    )
+    .ready(Duration::from_secs(30))
+    .await;
+    // Producers stream the messages in batches over about 20 s, each due 0-500 ms after it
+    // is taken in.
+    let producer = {
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            for start in (0..n).step_by(200) {
+                let batch = (start..start + 200).map(|i| {
+                    (
+                        "k".to_string(),
+                        body(i, 0),
+                        delayed(AMQPValue::LongInt((i % 501) as i32), &[]),
+                    )
+                });
+                broker.publish_many(batch).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let (mut kills, mut streaming) = (0, 0);
+    while kills < 10 {
+        tokio::time::sleep(Duration::from_millis(400 + 61 * kills)).await;
+        streaming += usize::from(!producer.is_finished());
+        bridge.signal(9);
+        assert!(bridge.wait_exit(Duration::from_secs(5)).await.is_some());
+        kills += 1;
+        bridge = bridge.restart();
+        assert!(
+            bridge.wait_ready(Duration::from_secs(30)).await,
+            "{}",
+            bridge.log()
+        );
+    }
+    assert!(
+        streaming >= 8,
+        "only {streaming} of the kills landed while messages streamed in"
+    );
+    producer.await.unwrap();
+    let started = Instant::now();
+    bridge
+        .expect_arrivals(n, Duration::from_secs(180), || capture.tally().len())
+        .await;
+    let seen = capture.tally();
+    for i in 0..n {
+        assert!(seen.contains_key(&body(i, 0)), "lost {i}");
+    }
+    let duplicates: usize = seen.values().map(|c| c - 1).sum();
+    println!(
+        "ingress SIGKILL x{kills}: {n} messages, lost 0, delivered twice {duplicates}, {streaming} kills while streaming, drained {:?} after the last publish",
+        started.elapsed()
+    );
+    let mut r = redis().await;
+    wait_drained(&mut r, &key, Duration::from_secs(30)).await;
+    assert_eq!(broker.depth().await, Some(0));
+    broker.delete().await;
+    cleanup_keys(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_stopped_or_full_the_ingress_stops_consuming_and_resumes_after() {
+    let mut redis_server = RedisServer::append_only().await;
+    let capture = AmqpCapture::start("r").await;
+    let broker = IngressBroker::new().await;
+    let key = unique("ingress-redis");
+    let port = free_port();
+    let bridge = Bridge::start(
+        &config(port, &redis_server.url(), "redis", &key, &capture, &broker),
+        port,
+    )
+    .ready(Duration::from_secs(30))
+    .await;
+    let publish = |from: usize, count: usize| {
+        (from..from + count).map(|i| {
+            (
+                "r".to_string(),
+                body(i, 0),
+                delayed(AMQPValue::LongInt(0), &[]),
+            )
+        })
+    };
+    broker.publish_many(publish(0, 100)).await;
+    bridge
+        .expect_arrivals(100, Duration::from_secs(20), || capture.count())
+        .await;
+
+    // Redis stopped: the messages stay at the broker, unconsumed.
+    redis_server.shutdown().await;
+    broker.publish_many(publish(100, 200)).await;
+    let (waiting, depth) = poll(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        async || broker.depth().await,
+        |d| *d == Some(200),
+    )
+    .await;
+    assert!(
+        waiting,
+        "the 200 messages wait at the broker: {depth:?}\n{}",
+        bridge.log()
+    );
+    let (said, answer) = bridge
+        .wait_http("/readyz", Duration::from_secs(10), |s, b| {
+            s == 503 && b.contains("ingress not consuming")
+        })
+        .await;
+    assert!(said, "{answer:?}");
+    assert_eq!(
+        bridge
+            .metric("delay_bridge_ingress_consuming", &[("trigger", "redis")])
+            .await,
+        0.0
+    );
+    assert_eq!(capture.count(), 100);
+    redis_server.restart().await;
+    bridge
+        .expect_arrivals(300, Duration::from_secs(30), || capture.tally().len())
+        .await;
+    bridge.expect_readyz(200, Duration::from_secs(10)).await;
+
+    // Over maxmemory: Redis answers but refuses writes; the same.
+    let mut r = redis_server.conn().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    broker.publish_many(publish(300, 50)).await;
+    let (waiting, depth) = poll(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        async || broker.depth().await,
+        |d| *d == Some(50),
+    )
+    .await;
+    assert!(
+        waiting,
+        "the 50 messages wait at the broker: {depth:?}\n{}",
+        bridge.log()
+    );
+    let (said, answer) = bridge
+        .wait_http("/readyz", Duration::from_secs(10), |s, b| {
+            s == 503 && b.contains("ingress not consuming (Redis")
+        })
+        .await;
+    assert!(said, "{answer:?}");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("0")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    bridge
+        .expect_arrivals(350, Duration::from_secs(30), || capture.tally().len())
+        .await;
+    bridge.expect_readyz(200, Duration::from_secs(10)).await;
+    assert!(
+        capture.tally().values().all(|&c| c == 1),
+        "each message once"
+    );
+    assert!(bridge.log().contains("consuming stops"), "{}", bridge.log());
+    broker.delete().await;
+}
