@@ -2,7 +2,10 @@
 
 use serde::Serialize;
 
+mod ingress;
 mod rows;
+
+pub use ingress::IngressRun;
 
 /// Everything one bench run measured.
 #[derive(Debug, Default, Serialize)]
@@ -32,7 +35,7 @@ pub struct Report {
     /// A large schedule held in Redis.
     pub rss: Option<Rss>,
     /// AMQP: messages taken in through an ingress exchange.
-    pub ingress: Option<crate::ingress::IngressRun>,
+    pub ingress: Option<IngressRun>,
     /// Phases that failed, with why.
     pub errors: Vec<PhaseError>,
 }

@@ -1,10 +1,9 @@
-//! `[sinks.NAME] type = "http"`: the HTTP sink's settings and the checks serde cannot make.
+//! `[sinks.NAME] type = "http"`: the HTTP sink's settings (checked in `validate::sinks`).
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::validate::{too_long, HOUR};
 use super::TlsConfig;
 
 /// Largest `max_concurrency` of an HTTP sink.
@@ -49,53 +48,4 @@ fn default_http_timeout() -> Duration {
 }
 fn default_max_concurrency() -> usize {
     64
-}
-
-/// Problems with an HTTP sink's settings, as (field, message).
-pub(super) fn problems(http: &HttpSinkConfig) -> Vec<(&'static str, String)> {
-    let mut out = Vec::new();
-    if http.timeout.is_zero() {
-        out.push(("timeout", "must be greater than zero".into()));
-    }
-    if let Some(why) = too_long(http.timeout, HOUR) {
-        out.push(("timeout", why));
-    }
-    if http.max_concurrency == 0 || http.max_concurrency > MAX_HTTP_CONCURRENCY {
-        out.push((
-            "max_concurrency",
-            format!(
-                "must be between 1 and {MAX_HTTP_CONCURRENCY}, got {}",
-                http.max_concurrency
-            ),
-        ));
-    }
-    if http.follow_redirects > MAX_REDIRECTS {
-        out.push((
-            "follow_redirects",
-            format!(
-                "must be between 0 and {MAX_REDIRECTS}, got {}",
-                http.follow_redirects
-            ),
-        ));
-    }
-    if let Some(file) = &http.signing_secret_file {
-        match crate::secret::read_file(file) {
-            Ok(secret) if secret.len() < 16 => out.push((
-                "signing_secret_file",
-                format!(
-                    "the secret is {} bytes; use at least 16 (e.g. `openssl rand -hex 32`)",
-                    secret.len()
-                ),
-            )),
-            Ok(_) => {}
-            Err(e) => out.push(("signing_secret_file", format!("{e:#}"))),
-        }
-    }
-    if http.tls.as_ref().is_some_and(|t| t.server_name.is_some()) {
-        out.push((
-            "tls.server_name",
-            "not supported on an http sink: the URL's host is the name verified".into(),
-        ));
-    }
-    out
 }

@@ -3,7 +3,8 @@
 
 use std::collections::HashSet;
 
-use super::super::{AmqpSinkConfig, Config, SinkConfig};
+use super::super::http::{MAX_HTTP_CONCURRENCY, MAX_REDIRECTS};
+use super::super::{AmqpSinkConfig, Config, HttpSinkConfig, SinkConfig};
 use super::{too_long, too_long_name, valid_name, HOUR, MAX_CHANNELS, MAX_UNCONFIRMED};
 
 /// Problems of every sink.
@@ -66,7 +67,7 @@ pub(super) fn sink_problems(config: &Config, push: &mut impl FnMut(String, Strin
                 }
             }
             SinkConfig::Http(http) => {
-                for (key, why) in crate::config::http::problems(http) {
+                for (key, why) in http_problems(http) {
                     push(format!("sinks.{name}.{key}"), why);
                 }
             }
@@ -206,6 +207,55 @@ fn unsafe_kafka_properties(
                 ),
             ));
         }
+    }
+    out
+}
+
+/// Problems with an HTTP sink's settings, as (field, message).
+fn http_problems(http: &HttpSinkConfig) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if http.timeout.is_zero() {
+        out.push(("timeout", "must be greater than zero".into()));
+    }
+    if let Some(why) = too_long(http.timeout, HOUR) {
+        out.push(("timeout", why));
+    }
+    if http.max_concurrency == 0 || http.max_concurrency > MAX_HTTP_CONCURRENCY {
+        out.push((
+            "max_concurrency",
+            format!(
+                "must be between 1 and {MAX_HTTP_CONCURRENCY}, got {}",
+                http.max_concurrency
+            ),
+        ));
+    }
+    if http.follow_redirects > MAX_REDIRECTS {
+        out.push((
+            "follow_redirects",
+            format!(
+                "must be between 0 and {MAX_REDIRECTS}, got {}",
+                http.follow_redirects
+            ),
+        ));
+    }
+    if let Some(file) = &http.signing_secret_file {
+        match crate::secret::read_file(file) {
+            Ok(secret) if secret.len() < 16 => out.push((
+                "signing_secret_file",
+                format!(
+                    "the secret is {} bytes; use at least 16 (e.g. `openssl rand -hex 32`)",
+                    secret.len()
+                ),
+            )),
+            Ok(_) => {}
+            Err(e) => out.push(("signing_secret_file", format!("{e:#}"))),
+        }
+    }
+    if http.tls.as_ref().is_some_and(|t| t.server_name.is_some()) {
+        out.push((
+            "tls.server_name",
+            "not supported on an http sink: the URL's host is the name verified".into(),
+        ));
     }
     out
 }
