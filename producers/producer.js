@@ -91,6 +91,19 @@ async function add(client, key, member, dueMs) {
   await client.zAdd(key, { score: dueMs, value: member });
 }
 
+// Each command is idempotent. A cluster client that still answers MOVED after following the
+// redirections itself (its slot map read from a node that had not caught up with a change)
+// is given one more try a moment later.
+async function movedOnceMore(run) {
+  try {
+    return await run();
+  } catch (e) {
+    if (!String(e.message).startsWith('MOVED')) throw e;
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    return run();
+  }
+}
+
 async function main(argv) {
   const [command, ...args] = argv;
   const arity = { schedule: 4, reschedule: 3, cancel: 2, add: 3 };
@@ -113,10 +126,14 @@ async function main(argv) {
   try {
     await client.connect();
     args[0] = shardKey(args[0], args[1], Number(process.env.SHARDS || 1));
-    if (command === 'schedule') await schedule(client, args[0], args[1], args[2], due);
-    else if (command === 'reschedule') console.log((await reschedule(client, args[0], args[1], due)) ? 1 : 0);
-    else if (command === 'cancel') console.log((await cancel(client, args[0], args[1])) ? 1 : 0);
-    else await add(client, args[0], args[1], due);
+    const run = () => {
+      if (command === 'schedule') return schedule(client, args[0], args[1], args[2], due);
+      if (command === 'reschedule') return reschedule(client, args[0], args[1], due);
+      if (command === 'cancel') return cancel(client, args[0], args[1]);
+      return add(client, args[0], args[1], due);
+    };
+    const done = await movedOnceMore(run);
+    if (command === 'reschedule' || command === 'cancel') console.log(done ? 1 : 0);
   } catch (e) {
     console.error(`producer.js ${command}: ${e.message}`);
     return 1;
