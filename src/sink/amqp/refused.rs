@@ -46,7 +46,6 @@ struct Seen {
     /// [`Taken::now`] when it was first refused.
     taken: u64,
     culprit: bool,
-    at: Instant,
 }
 
 /// The sink's memory of refusals, by message id, for an hour (a culprit retried alone later,
@@ -61,6 +60,7 @@ pub(crate) struct Refused {
 #[derive(Default)]
 struct Memory {
     by_id: HashMap<String, Seen>,
+    /// Each id of `by_id` once, oldest first, with when it was first refused.
     order: VecDeque<(String, Instant)>,
 }
 
@@ -71,6 +71,9 @@ impl Refused {
     /// The confirmation clock of `exchange`, shared by every publisher to it.
     pub(super) fn clock(&self, exchange: &str) -> Taken {
         let mut clocks = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(clock) = clocks.get(exchange) {
+            return clock.clone();
+        }
         clocks.entry(exchange.to_string()).or_default().clone()
     }
 
@@ -92,12 +95,10 @@ impl Refused {
                 memory.by_id.remove(&oldest);
             }
         }
-        let at = Instant::now();
-        memory.order.push_back((id.to_string(), at));
+        memory.order.push_back((id.to_string(), Instant::now()));
         let seen = Seen {
             taken,
             culprit: false,
-            at,
         };
         memory.by_id.insert(id.to_string(), seen);
         Verdict::Unproven
@@ -106,15 +107,14 @@ impl Refused {
 
 impl Memory {
     fn expire(&mut self) {
-        while let Some((id, at)) = self.order.front() {
-            if at.elapsed() <= Refused::KEEP {
-                break;
+        while self
+            .order
+            .front()
+            .is_some_and(|(_, at)| at.elapsed() > Refused::KEEP)
+        {
+            if let Some((id, _)) = self.order.pop_front() {
+                self.by_id.remove(&id);
             }
-            // An id refused again keeps its first refusal's entry: the same instant.
-            if self.by_id.get(id).is_some_and(|s| s.at == *at) {
-                self.by_id.remove(id);
-            }
-            self.order.pop_front();
         }
     }
 }
