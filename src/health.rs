@@ -129,10 +129,11 @@ impl Health {
             .refusing
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if refusing.get(trigger) != Some(&line) {
+        // Logged once per run of refusals, whatever the broker says meanwhile (its words can
+        // change from batch to batch); `/readyz` shows the latest.
+        if refusing.insert(trigger.to_string(), line).is_none() {
             tracing::warn!(trigger, sink, reply = why,
                 "the broker refuses every message of this trigger, each published alone: they stay in Redis, no attempt counted; check the exchange and the user's permissions");
-            refusing.insert(trigger.to_string(), line);
         }
     }
 
