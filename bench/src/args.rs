@@ -38,6 +38,8 @@ pub enum Phase {
     /// AMQP: `--ingress-messages` published to an ingress exchange with a delay, taken in by
     /// the bridge and delivered (intake rate, end-to-end lateness).
     Ingress,
+    /// Kafka: CPU per 100k of the bridge, of a plain producer and of the claim/settle client.
+    KafkaCost,
 }
 
 /// Measure delay-bridge's forwarding rate, lateness and idle cost against the local Redis and a
@@ -106,6 +108,12 @@ pub struct BenchArgs {
     /// spread evenly enough; slots are fixed by the keys' names).
     #[arg(long, default_value_t = 48)]
     pub shards: u32,
+    /// Also run the steady load with N members scheduled over the next 24 hours in the same
+    /// trigger, next to the same load with nothing scheduled, and Redis memory per member
+    /// (`--scheduled` alone: 1,000,000).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "1000000",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub scheduled: Option<u64>,
     /// Messages due at once in the crash phase.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub crash_messages: u64,

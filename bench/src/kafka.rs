@@ -86,6 +86,11 @@ impl KafkaBench {
         })
     }
 
+    /// The bench topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
     /// The `[sinks.bench]` section for a bridge producing here.
     pub fn sink_toml(&self) -> String {
         format!(

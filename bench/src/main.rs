@@ -11,6 +11,7 @@
 mod amqp;
 mod args;
 mod ceiling;
+mod child;
 mod cluster;
 mod http;
 mod ingress;
@@ -122,6 +123,9 @@ struct Bench {
 
 #[tokio::main]
 async fn main() {
+    if let Some(code) = child::run_if_child().await {
+        std::process::exit(code);
+    }
     let code = match run(BenchArgs::parse()).await {
         Ok(code) => code,
         Err(e) => {

@@ -18,7 +18,9 @@ use super::tally::quantile;
 use super::{Bench, BridgeToml, Phase};
 
 mod ceilings;
+mod kafka_cost;
 mod load;
+mod scheduled;
 
 /// How long the bridge may take to connect to Redis and the broker.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -100,6 +102,14 @@ impl Bench {
                 Err(e) => fail("forward", e),
             }
         }
+        if let (true, Some(f)) = (run(Phase::KafkaCost), &report.forward) {
+            if matches!(self.broker, super::Broker::Kafka(_)) {
+                match self.kafka_cost(f).await {
+                    Ok(r) => report.kafka_cost = Some(r),
+                    Err(e) => fail("kafka cost", e),
+                }
+            }
+        }
         if run(Phase::Backlog) && self.backlog_destination.is_some() {
             match self.backlog_ceiling().await {
                 Ok(r) => report.backlog_ceiling = Some(r),
@@ -121,6 +131,12 @@ impl Bench {
                     Ok(r) => report.lateness.push(r),
                     Err(e) => fail(if on { "lateness" } else { "lateness-no-notify" }, e),
                 }
+            }
+        }
+        if let Some(n) = self.args.scheduled {
+            match self.scheduled(n).await {
+                Ok(r) => report.scheduled = Some(r),
+                Err(e) => fail("scheduled", e),
             }
         }
         if run(Phase::Idle) {

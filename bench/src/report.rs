@@ -2,10 +2,14 @@
 
 use serde::Serialize;
 
+mod cost;
 mod ingress;
 mod rows;
+mod scheduled;
 
+pub use cost::KafkaCost;
 pub use ingress::IngressRun;
+pub use scheduled::{ScheduledRun, ScheduledSide};
 
 /// Everything one bench run measured.
 #[derive(Debug, Default, Serialize)]
@@ -26,8 +30,12 @@ pub struct Report {
     pub backlog_ceiling: Option<Rate>,
     /// AMQP: the bridge draining a backlog into a queue nobody consumes.
     pub backlog: Option<Forward>,
+    /// Kafka: the bridge's CPU per message next to a plain producer's and the claim/settle client's.
+    pub kafka_cost: Option<KafkaCost>,
     /// Steady load, with and without keyspace notifications.
     pub lateness: Vec<Lateness>,
+    /// `--scheduled`: the steady load beside a large future schedule.
+    pub scheduled: Option<ScheduledRun>,
     /// Nothing due.
     pub idle: Option<Idle>,
     /// The bridge SIGKILLed mid-drain.

@@ -2,6 +2,15 @@
 //! and the bridge's memory with a large schedule.
 
 use super::*;
+use crate::process::Memory;
+
+/// What one steady load measured, and the bridge's metrics and memory at its end.
+pub(super) struct Steady {
+    pub lateness: Lateness,
+    /// The bridge's `/metrics` text.
+    pub metrics: Option<String>,
+    pub memory: Memory,
+}
 
 impl Bench {
     /// Drains `--crash-messages` due at once with the bench trigger's settings, SIGKILLing the
@@ -56,6 +65,17 @@ impl Bench {
     }
 
     pub(super) async fn lateness(&self, notifications: bool) -> anyhow::Result<Lateness> {
+        let key = self.new_key(if notifications {
+            "steady"
+        } else {
+            "steady-off"
+        });
+        Ok(self.steady(&key, notifications).await?.lateness)
+    }
+
+    /// The steady load on `key` (which may hold members scheduled for later), with keyspace
+    /// notifications on or off for its duration.
+    pub(super) async fn steady(&self, key: &str, notifications: bool) -> anyhow::Result<Steady> {
         let mut conn = self.conn.clone();
         let flags = if notifications {
             delay_bridge::redis_checks::with_needed_flags(&self.original_flags)
@@ -66,24 +86,20 @@ impl Bench {
         if flags != self.original_flags {
             redis_ops::set_notify_flags(&mut conn, &flags).await?;
         }
-        let result = self.steady_load(notifications).await;
+        let result = self.steady_load(key, notifications).await;
         if flags != self.original_flags {
             redis_ops::set_notify_flags(&mut conn, &self.original_flags).await?;
         }
         result
     }
 
-    async fn steady_load(&self, notifications: bool) -> anyhow::Result<Lateness> {
+    async fn steady_load(&self, key: &str, notifications: bool) -> anyhow::Result<Steady> {
         let (rate, duration) = (self.args.rate, self.args.duration);
         eprintln!(
             "bench: steady load, {rate} msg/s for {duration:?}, notifications {}",
             if notifications { "on" } else { "off" }
         );
-        let key = self.new_key(if notifications {
-            "steady"
-        } else {
-            "steady-off"
-        });
+        let key = key.to_string();
         let (bridge, config) = self
             .start_bridge("steady", std::slice::from_ref(&key), notifications)
             .await?;
@@ -126,15 +142,17 @@ impl Bench {
             .await
             .with_context(|| bridge.log_tail())?;
         let cpu = bridge.cpu_seconds()? - cpu_before;
-        let confirm_p99 = bridge.metrics().await.and_then(|m| {
-            histogram_bound(&m, "delay_bridge_lateness_seconds", 0.99).map(|s| s * 1000.0)
+        let metrics = bridge.metrics().await;
+        let confirm_p99 = metrics.as_deref().and_then(|m| {
+            histogram_bound(m, "delay_bridge_lateness_seconds", 0.99).map(|s| s * 1000.0)
         });
+        let memory = bridge.memory()?;
         bridge.stop(STOP_TIMEOUT).await?;
         redis_ops::unlink_queue(&mut conn, &key).await?;
         let s = self.tally.summary(|_| true);
         let ms = |q: f64| quantile(&s.late_us, q).unwrap_or(0) as f64 / 1000.0;
         let e = self.tally.summary(|i| early[i as usize]);
-        Ok(Lateness {
+        let lateness = Lateness {
             notifications,
             messages: sent,
             duplicates: s.duplicates,
@@ -146,6 +164,11 @@ impl Bench {
             early_p99_ms: quantile(&e.late_us, 0.99).unwrap_or(0) as f64 / 1000.0,
             guard_interval_ms: guard.as_secs_f64() * 1000.0,
             cpu_seconds: cpu,
+        };
+        Ok(Steady {
+            lateness,
+            metrics,
+            memory,
         })
     }
 

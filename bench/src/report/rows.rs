@@ -82,11 +82,17 @@ impl Report {
         if let Some(f) = &self.forward {
             rows.extend(self.forward_rows(f, broker, redis));
         }
+        if let Some(c) = &self.kafka_cost {
+            rows.extend(c.rows());
+        }
         if let Some(f) = &self.backlog {
             rows.extend(self.backlog_rows(f));
         }
         for l in &self.lateness {
             rows.extend(lateness_rows(l));
+        }
+        if let Some(s) = &self.scheduled {
+            rows.extend(s.rows());
         }
         if let Some(i) = &self.idle {
             rows.extend(idle_rows(i));
