@@ -7,6 +7,8 @@ use crate::process::Memory;
 /// What one steady load measured, and the bridge's metrics and memory at its end.
 pub(super) struct Steady {
     pub lateness: Lateness,
+    /// Lateness p99 of each key's messages (trigger `bench-<i>`), milliseconds.
+    pub per_key_p99_ms: Vec<f64>,
     /// The bridge's `/metrics` text.
     pub metrics: Option<String>,
     pub memory: Memory,
@@ -70,12 +72,16 @@ impl Bench {
         } else {
             "steady-off"
         });
-        Ok(self.steady(&key, notifications).await?.lateness)
+        Ok(self.steady(&[key], notifications).await?.lateness)
     }
 
-    /// The steady load on `key` (which may hold members scheduled for later), with keyspace
-    /// notifications on or off for its duration.
-    pub(super) async fn steady(&self, key: &str, notifications: bool) -> anyhow::Result<Steady> {
+    /// The steady load on each of `keys` (which may hold members scheduled for later), one
+    /// trigger each, with keyspace notifications on or off for its duration.
+    pub(super) async fn steady(
+        &self,
+        keys: &[String],
+        notifications: bool,
+    ) -> anyhow::Result<Steady> {
         let mut conn = self.conn.clone();
         let flags = if notifications {
             delay_bridge::redis_checks::with_needed_flags(&self.original_flags)
@@ -86,23 +92,22 @@ impl Bench {
         if flags != self.original_flags {
             redis_ops::set_notify_flags(&mut conn, &flags).await?;
         }
-        let result = self.steady_load(key, notifications).await;
+        let result = self.steady_load(keys, notifications).await;
         if flags != self.original_flags {
             redis_ops::set_notify_flags(&mut conn, &self.original_flags).await?;
         }
         result
     }
 
-    async fn steady_load(&self, key: &str, notifications: bool) -> anyhow::Result<Steady> {
-        let (rate, duration) = (self.args.rate, self.args.duration);
+    async fn steady_load(&self, keys: &[String], notifications: bool) -> anyhow::Result<Steady> {
+        // `--rate` on every key; message `seq` goes to key `seq % keys`.
+        let k = keys.len() as u64;
+        let (rate, duration) = (self.args.rate * k, self.args.duration);
         eprintln!(
             "bench: steady load, {rate} msg/s for {duration:?}, notifications {}",
             if notifications { "on" } else { "off" }
         );
-        let key = key.to_string();
-        let (bridge, config) = self
-            .start_bridge("steady", std::slice::from_ref(&key), notifications)
-            .await?;
+        let (bridge, config) = self.start_bridge("steady", keys, notifications).await?;
         let guard = config.triggers[0].guard_interval;
         let capacity = (rate as f64 * duration.as_secs_f64()).ceil() as u64 + rate;
         let base = self.next_base();
@@ -116,7 +121,10 @@ impl Bench {
         let mut sent = 0u64;
         let mut early = vec![false; capacity as usize];
         let shape = self.args.shape();
-        let queue = QueueKeys::derive(&key)?;
+        let queues = keys
+            .iter()
+            .map(|k| QueueKeys::derive(k))
+            .collect::<Result<Vec<_>, _>>()?;
         while start.elapsed() < duration {
             tick.tick().await;
             let target = ((rate as f64 * start.elapsed().as_secs_f64()) as u64).min(capacity);
@@ -133,7 +141,8 @@ impl Bench {
                 } else {
                     rng.gen_range(1000..=5000)
                 };
-                shape.schedule(&mut pipe, &queue, &key, base + seq, now + ahead);
+                let j = (seq % k) as usize;
+                shape.schedule(&mut pipe, &queues[j], &keys[j], base + seq, now + ahead);
             }
             pipe.query_async::<()>(&mut conn).await?;
             sent = target;
@@ -148,7 +157,9 @@ impl Bench {
         });
         let memory = bridge.memory()?;
         bridge.stop(STOP_TIMEOUT).await?;
-        redis_ops::unlink_queue(&mut conn, &key).await?;
+        for key in keys {
+            redis_ops::unlink_queue(&mut conn, key).await?;
+        }
         let s = self.tally.summary(|_| true);
         let ms = |q: f64| quantile(&s.late_us, q).unwrap_or(0) as f64 / 1000.0;
         let e = self.tally.summary(|i| early[i as usize]);
@@ -165,8 +176,15 @@ impl Bench {
             guard_interval_ms: guard.as_secs_f64() * 1000.0,
             cpu_seconds: cpu,
         };
+        let per_key_p99_ms = (0..k)
+            .map(|j| {
+                let s = self.tally.summary(|i| i % k == j);
+                quantile(&s.late_us, 0.99).unwrap_or(0) as f64 / 1000.0
+            })
+            .collect();
         Ok(Steady {
             lateness,
+            per_key_p99_ms,
             metrics,
             memory,
         })

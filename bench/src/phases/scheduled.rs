@@ -3,7 +3,6 @@
 
 use futures_util::future::try_join_all;
 
-use super::load::Steady;
 use super::*;
 use crate::report::{ScheduledRun, ScheduledSide};
 use crate::shape::{PayloadArg, Shape};
@@ -20,20 +19,26 @@ const SCHEDULE_SPAN: Duration = Duration::from_secs(24 * 3600);
 const LAZYFREE_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl Bench {
-    /// Runs the steady load on an empty trigger, then on one holding `--scheduled` members due
-    /// over the next 24 hours; measures Redis's memory per member in both payload modes.
+    /// Runs the steady load on an empty trigger alone, then on two triggers of one bridge at
+    /// once: an empty one and one holding `--scheduled` members due over the next 24 hours;
+    /// measures Redis's memory per member in both payload modes.
     pub(super) async fn scheduled(&self, n: u64) -> anyhow::Result<ScheduledRun> {
+        let mut conn = self.conn.clone();
         eprintln!("bench: scheduled, the steady load with nothing scheduled");
-        let empty = self.scheduled_side(&self.new_key("sched-empty")).await?;
+        let alone = self.steady(&[self.new_key("sched-alone")], true).await?;
         let shape = self.args.shape();
-        let key = self.new_key("sched");
+        let (empty, full) = (self.new_key("sched-empty"), self.new_key("sched"));
         eprintln!("bench: scheduled, loading {n} members over the next 24 hours");
-        let (bytes, load_seconds) = self.load_schedule(&shape, &key, n).await?;
-        eprintln!("bench: scheduled, the steady load with {n} scheduled");
-        let full = self.scheduled_side(&key).await;
-        // Freed in the background, and waited for before the next measurement.
-        redis_ops::unlink_queue(&mut self.conn.clone(), &key).await?;
-        let full = full?;
+        let (bytes, load_seconds) = self.load_schedule(&shape, &full, n).await?;
+        eprintln!("bench: scheduled, the steady load beside {n} scheduled");
+        let before = evalsha_stats(&mut conn).await?;
+        // Unlinks both keys (the schedule is freed in the background, and waited for before
+        // the next memory measurement).
+        let paired = self.steady(&[empty, full.clone()], true).await;
+        redis_ops::unlink_queue(&mut conn, &full).await?;
+        let paired = paired?;
+        let after = evalsha_stats(&mut conn).await?;
+        let calls = after.0.saturating_sub(before.0);
         let other = Shape {
             payload: match shape.payload {
                 PayloadArg::Inline => PayloadArg::Hash,
@@ -47,41 +52,32 @@ impl Bench {
             other.label()
         );
         let (other_bytes, _) = self.load_schedule(&other, &other_key, n).await?;
-        redis_ops::unlink_queue(&mut self.conn.clone(), &other_key).await?;
+        redis_ops::unlink_queue(&mut conn, &other_key).await?;
         let mut memory = vec![(shape.label(), bytes), (other.label(), other_bytes)];
         memory.sort_by(|a, b| a.0.cmp(&b.0));
+        let metrics = paired.metrics.unwrap_or_default();
+        let side = |j: usize| {
+            let text = only_trigger(&metrics, &format!("bench-{j}"));
+            let claim = "delay_bridge_claim_duration_seconds";
+            ScheduledSide {
+                lateness_p99_ms: paired.per_key_p99_ms.get(j).copied().unwrap_or(0.0),
+                claims: histogram_count(&text, claim).unwrap_or(0.0) as u64,
+                claim_p99_ms: histogram_quantile(&text, claim, 0.99).map(|s| s * 1000.0),
+                claim_mean_ms: histogram_mean(&text, claim).map(|s| s * 1000.0),
+            }
+        };
         Ok(ScheduledRun {
             scheduled: n,
             load_seconds,
-            empty,
-            full,
-            redis_bytes_per_member: memory,
-        })
-    }
-
-    /// The steady load on `key`, with the bridge's claim durations, Redis's time per script
-    /// call and the bridge's memory.
-    async fn scheduled_side(&self, key: &str) -> anyhow::Result<ScheduledSide> {
-        let mut conn = self.conn.clone();
-        let before = evalsha_stats(&mut conn).await?;
-        let Steady {
-            lateness,
-            metrics,
-            memory,
-        } = self.steady(key, true).await?;
-        let after = evalsha_stats(&mut conn).await?;
-        let calls = after.0.saturating_sub(before.0);
-        let claim = "delay_bridge_claim_duration_seconds";
-        let metrics = metrics.unwrap_or_default();
-        Ok(ScheduledSide {
-            lateness,
-            claims: histogram_count(&metrics, claim).unwrap_or(0.0) as u64,
-            claim_p99_ms: histogram_quantile(&metrics, claim, 0.99).map(|s| s * 1000.0),
-            claim_mean_ms: histogram_mean(&metrics, claim).map(|s| s * 1000.0),
+            rate_per_trigger: self.args.rate,
+            alone_p99_ms: alone.lateness.p99_ms,
+            alone_rss_bytes: alone.memory.rss_bytes.max(alone.memory.peak_bytes),
+            paired_rss_bytes: paired.memory.rss_bytes.max(paired.memory.peak_bytes),
+            empty: side(0),
+            full: side(1),
             evalsha_us_per_call: (calls > 0)
                 .then(|| after.1.saturating_sub(before.1) as f64 / calls as f64),
-            rss_bytes: memory.rss_bytes,
-            peak_bytes: memory.peak_bytes,
+            redis_bytes_per_member: memory,
         })
     }
 
@@ -143,6 +139,15 @@ async fn evalsha_stats(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::
             .ok()
     };
     Ok((field("calls").unwrap_or(0), field("usec").unwrap_or(0)))
+}
+
+/// The lines of a metrics text that belong to trigger `name`.
+fn only_trigger(text: &str, name: &str) -> String {
+    let label = format!("trigger=\"{name}\"");
+    text.lines()
+        .filter(|l| l.contains(&label))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The buckets of a Prometheus histogram summed over its label sets: (upper bound, count).
@@ -260,5 +265,8 @@ mod tests {
         assert_eq!(histogram_count(TEXT, "h"), Some(200.0));
         assert!((histogram_mean(TEXT, "h").unwrap() - 0.001).abs() < 1e-12);
         assert_eq!(histogram_mean("", "h"), None);
+        let b = only_trigger(TEXT, "b");
+        assert_eq!(histogram_count(&b, "h"), Some(100.0));
+        assert!((histogram_quantile(&b, "h", 0.75).unwrap() - 0.0015).abs() < 1e-12);
     }
 }
