@@ -91,6 +91,11 @@ impl KafkaBench {
         &self.topic
     }
 
+    /// The brokers' bootstrap list.
+    pub fn brokers(&self) -> &str {
+        &self.brokers
+    }
+
     /// The `[sinks.bench]` section for a bridge producing here.
     pub fn sink_toml(&self) -> String {
         format!(
