@@ -199,7 +199,9 @@ async fn an_allowed_own_topic_is_honoured_and_any_other_is_dead_lettered_unprodu
     assert_eq!(plain.body, b"plain");
     assert_eq!(plain.header("tenant").as_deref(), Some("t-2"));
 
-    drop(bridge);
+    // The consumers stop before their topics go (librdkafka's metadata cache crashes on a
+    // topic deleted under two assigned consumers).
+    drop((bridge, to_dest, to_chosen, to_refused));
     cleanup_keys(&mut r, &key).await;
     topics.delete().await;
 }
@@ -237,7 +239,7 @@ async fn without_allowed_topics_a_record_naming_a_topic_is_dead_lettered() {
     assert_eq!(to_other.count(), 0);
     let bodies: Vec<Vec<u8>> = to_dest.snapshot().into_iter().map(|r| r.body).collect();
     assert_eq!(bodies, [b"plain".to_vec()]);
-    drop(bridge);
+    drop((bridge, to_dest, to_other));
     cleanup_keys(&mut r, &key).await;
     topics.delete().await;
 }
@@ -271,7 +273,8 @@ async fn an_allowed_topic_the_cluster_lacks_is_retried_then_dead_lettered_and_th
     let reason = why["reason"].as_str().unwrap();
     assert!(reason.starts_with("kafka_"), "{why}");
     assert_eq!(why["attempts"], 2, "{why}");
-    drop(bridge);
+    println!("an allowed topic the cluster lacks: dead-lettered as {reason} after 2 attempts");
+    drop((bridge, to_dest));
     cleanup_keys(&mut r, &key).await;
     topics.delete().await;
 }
