@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Destination, TriggerConfig};
+use crate::config::{Destination, Trigger};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::queue::Queue;
@@ -24,7 +24,7 @@ use message::Incoming;
 
 /// What an ingress of one trigger works with.
 pub(crate) struct Ingress {
-    config: Arc<TriggerConfig>,
+    config: Arc<Trigger>,
     queue: Queue,
     /// The trigger's shards, in the queue's order: the one written to is woken.
     shards: Vec<Arc<Shard>>,
@@ -57,7 +57,7 @@ impl From<lapin::Error> for Ended {
 impl Ingress {
     /// The ingress of `config`'s trigger, storing into `queue` and waking `shards`.
     pub(crate) fn new(
-        config: Arc<TriggerConfig>,
+        config: Arc<Trigger>,
         queue: Queue,
         shards: Vec<Arc<Shard>>,
         metrics: Metrics,
@@ -113,7 +113,7 @@ impl Ingress {
         // while its record is fresh, not when it was due.
         if let Some(topic) = &m.topic {
             let allowed = match &self.config.destination {
-                Some(Destination::Kafka(route)) => route.allows(topic),
+                Destination::Kafka(route) => route.allows(topic),
                 _ => false,
             };
             if !allowed {
