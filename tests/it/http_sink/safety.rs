@@ -3,6 +3,7 @@
 
 use crate::common;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::tls::{Pki, ServerCert};
@@ -150,18 +151,21 @@ async fn over_tls_with_the_test_ca_and_http2() {
     let n = 5;
     schedule(&mut r, &key, n, 0).await;
     let port = free_port();
-    let cfg = ConfigToml::base(port)
-        .without("sinks.rabbit")
-        .http_sink("hooks", &[])
-        .set_str("sinks.hooks.tls", "ca_file", pki.ca().to_str().unwrap())
-        .to_string()
-        + &trigger(
-            "hooks",
-            &key,
-            "hooks",
-            &format!("url = {}", quoted(&hook.url("/tls"))),
-        );
-    let bridge = Bridge::start(&cfg, port);
+    // A config whose sink trusts the authority `ca` signed.
+    let cfg = |ca: PathBuf| {
+        ConfigToml::base(port)
+            .without("sinks.rabbit")
+            .http_sink("hooks", &[])
+            .set_str("sinks.hooks.tls", "ca_file", ca.to_str().unwrap())
+            .to_string()
+            + &trigger(
+                "hooks",
+                &key,
+                "hooks",
+                &format!("url = {}", quoted(&hook.url("/tls"))),
+            )
+    };
+    let bridge = Bridge::start(&cfg(pki.ca()), port);
     expect_settled(&mut r, &key, 0, &bridge).await;
     assert_eq!(hook.tally().len(), n);
     for rq in hook.received() {
@@ -175,23 +179,8 @@ async fn over_tls_with_the_test_ca_and_http2() {
 
     // An endpoint whose certificate the sink does not trust is unreachable, not the
     // messages' fault: they wait in Redis, and readiness says why.
-    let cfg = ConfigToml::base(port)
-        .without("sinks.rabbit")
-        .http_sink("hooks", &[])
-        .set_str(
-            "sinks.hooks.tls",
-            "ca_file",
-            pki.other_ca().to_str().unwrap(),
-        )
-        .to_string()
-        + &trigger(
-            "hooks",
-            &key,
-            "hooks",
-            &format!("url = {}", quoted(&hook.url("/tls"))),
-        );
     schedule_now(&mut r, &key, ["untrusted"]).await;
-    let bridge = Bridge::start(&cfg, port);
+    let bridge = Bridge::start(&cfg(pki.other_ca()), port);
     let (said, answer) = bridge
         .wait_http("/readyz", Duration::from_secs(20), |status, body| {
             status == 503 && body.contains("unreachable")
