@@ -67,8 +67,7 @@ async fn rabbitmq_connection_cut_then_blackholed() {
         ("reconnected_ms", &recovered.as_millis()),
         ("blackhole_detected_ms", &blackhole_detected.as_millis()),
     ];
-    report_figures("amqp_cut_and_blackhole", n, &tally, &figures);
-    assert_eq!(sizes, (0, 0, 0));
+    report_drained("amqp_cut_and_blackhole", n, &tally, sizes, &figures);
     finish(bridge, &mut r, &key).await;
     tally.cleanup().await;
 }
@@ -108,8 +107,7 @@ async fn rabbitmq_restarted_mid_drain() {
         ("outage_ms", &outage.as_millis()),
         ("consumer_side_redeliveries", &tally.broker_redeliveries()),
     ];
-    report_figures("rabbitmq_restart", n, &tally, &figures);
-    assert_eq!(sizes, (0, 0, 0));
+    report_drained("rabbitmq_restart", n, &tally, sizes, &figures);
     stop_and_clean(bridge, &mut r, &key).await;
 }
 
@@ -234,8 +232,9 @@ async fn a_resource_alarm_pauses_the_sink_without_burning_attempts() {
         .amqp(&rabbit.url())
         .max_attempts(1)
         .to_string();
-    let bridge = Bridge::start(&cfg, port);
-    bridge.expect_readyz(200, Duration::from_secs(30)).await;
+    let bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(30))
+        .await;
     schedule(&mut r, &key, n / 2, 0).await;
     tally
         .expect_distinct(n / 2, Duration::from_secs(30), &bridge)

@@ -179,22 +179,16 @@ async fn ids_are_scheduled_cancelled_and_rescheduled_and_bodies_arrive_byte_exac
     // Cancel and reschedule by id only.
     let out = cli(&["cancel", "-t", "hash", "--id", "cancelled"], &config, &[]);
     assert_eq!(out.code, 0, "{}", out.text());
-    let _: i64 = redis::cmd("ZADD")
-        .arg(&k.source)
-        .arg("XX")
-        .arg(now + 100)
-        .arg("later")
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    let _: i64 = redis::cmd("ZADD")
-        .arg(&k.source)
-        .arg("XX")
-        .arg(now + 3_600_000)
-        .arg("parked")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    for (due, id) in [(now + 100, "later"), (now + 3_600_000, "parked")] {
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&k.source)
+            .arg("XX")
+            .arg(due)
+            .arg(id)
+            .query_async(&mut r)
+            .await
+            .unwrap();
+    }
 
     let bridge = Bridge::start(&config, port);
     bridge
@@ -250,14 +244,8 @@ async fn missing_and_oversized_bodies_are_dead_lettered_with_their_reason_and_re
     bridge
         .expect_arrivals(1, Duration::from_secs(30), || capture.count())
         .await;
-    let (dead, sizes) = poll(
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        async || queue_sizes(&mut r, &key).await,
-        |s| s.2 == 2,
-    )
-    .await;
-    assert!(dead, "sizes {sizes:?}\n{}", bridge.log());
+    let sizes = wait_sizes(&mut r, &key, Duration::from_secs(10), |s| s.2 == 2).await;
+    assert_eq!(sizes.2, 2, "sizes {sizes:?}\n{}", bridge.log());
     bridge.terminate(Duration::from_secs(10)).await;
 
     let out = cli(&["dead-letter", "list", "-t", "hashdead"], &config, &[]);
@@ -328,14 +316,8 @@ async fn sigkill_mid_drain_in_hash_mode_loses_nothing_and_leaves_no_body() {
     let options = "workers = 2\nbatch = 20\nlease = \"2s\"\npublish_timeout = \"1s\"";
     let cfg = base_config(port) + &hash_trigger("hashkill", &key, &capture, options);
     let bridge = sigkill_mid_drain(Bridge::start(&cfg, port), &capture, n, "hash sigkill").await;
-    let (drained, sizes) = poll(
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        async || queue_sizes(&mut r, &key).await,
-        |s| (s.0, s.1) == (0, 0),
-    )
-    .await;
-    assert!(drained, "{sizes:?}");
+    let sizes = wait_drained(&mut r, &key, Duration::from_secs(10)).await;
+    assert_eq!((sizes.0, sizes.1), (0, 0), "{sizes:?}");
     let bodies: i64 = redis::cmd("HLEN")
         .arg(&k.bodies)
         .query_async(&mut r)

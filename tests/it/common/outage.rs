@@ -106,6 +106,19 @@ pub async fn big_batches_through(
         .amqp(&proxy.url(&amqp_url(), ""))
 }
 
+/// Once the queue drained (to `sizes`): [`report_figures`], then asserts that nothing is left
+/// in Redis.
+pub fn report_drained(
+    fault: &str,
+    n: usize,
+    tally: &Tally,
+    sizes: (i64, i64, i64),
+    figures: &[(&str, &dyn Display)],
+) {
+    report_figures(fault, n, tally, figures);
+    assert_eq!(sizes, (0, 0, 0), "nothing may stay in Redis");
+}
+
 /// [`report`]s a run with its `figures`, each printed as `name=value`.
 pub fn report_figures(fault: &str, n: usize, tally: &Tally, figures: &[(&str, &dyn Display)]) {
     let extra: Vec<String> = figures.iter().map(|(k, v)| format!("{k}={v}")).collect();
