@@ -18,6 +18,15 @@ async fn hash_store(key: &str, claim_bytes: usize) -> Store {
     store(key).await.with_hash_bodies(claim_bytes)
 }
 
+/// A fresh key named after `prefix` whose bodies live in a hash: the key, its store (claims
+/// of up to 1 MiB) and its keys.
+async fn hash_queue(prefix: &str) -> (String, Store, QueueKeys) {
+    let key = unique(prefix);
+    let s = hash_store(&key, 1 << 20).await;
+    let k = s.keys().clone();
+    (key, s, k)
+}
+
 /// The producer's schedule (body and id in one transaction), as `enqueue --id` does it.
 async fn produce(s: &Store, id: &str, body: &[u8], due: i64) {
     s.schedule_by_id(id.as_bytes(), body, due).await.unwrap();
@@ -44,9 +53,7 @@ fn hash_trigger(name: &str, key: &str, capture: &AmqpCapture, extra: &str) -> St
 #[tokio::test]
 async fn an_id_added_again_while_in_flight_keeps_its_new_body() {
     let mut r = redis().await;
-    let key = unique("hash-readd");
-    let s = hash_store(&key, 1 << 20).await;
-    let k = s.keys().clone();
+    let (key, s, k) = hash_queue("hash-readd").await;
     let now = redis_now(&mut r).await;
 
     produce(&s, "order-1", b"v1", now - 10).await;
@@ -135,9 +142,7 @@ async fn one_claim_returns_at_most_its_byte_budget_but_always_one_member() {
 async fn ids_are_scheduled_cancelled_and_rescheduled_and_bodies_arrive_byte_exact() {
     let mut r = redis().await;
     let capture = AmqpCapture::start("hash").await;
-    let key = unique("hash-e2e");
-    let s = hash_store(&key, 1 << 20).await;
-    let k = s.keys().clone();
+    let (key, s, k) = hash_queue("hash-e2e").await;
     let port = free_port();
     let config = base_config(port) + &hash_trigger("hash", &key, &capture, "workers = 2");
     let now = redis_now(&mut r).await;
@@ -222,10 +227,8 @@ async fn ids_are_scheduled_cancelled_and_rescheduled_and_bodies_arrive_byte_exac
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_and_oversized_bodies_are_dead_lettered_with_their_reason_and_requeued() {
     let mut r = redis().await;
+    let (key, s, k) = hash_queue("hash-dead").await;
     let capture = AmqpCapture::start("hashdead").await;
-    let key = unique("hash-dead");
-    let s = hash_store(&key, 1 << 20).await;
-    let k = s.keys().clone();
     let port = free_port();
     let config =
         base_config(port) + &hash_trigger("hashdead", &key, &capture, "max_message_bytes = 16");
