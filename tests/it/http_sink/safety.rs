@@ -12,7 +12,7 @@ use common::*;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::{expect_settled, http_config, new_key, FAST_RETRY};
+use super::{expect_settled, http_bridge, http_config, new_key, FAST_RETRY};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allowed_urls_refuses_the_urls_it_does_not_list() {
@@ -38,13 +38,12 @@ async fn allowed_urls_refuses_the_urls_it_does_not_list() {
         envelope("to-metadata", Some("http://169.254.169.254/latest".into())),
     ];
     schedule_now(&mut r, &key, messages.iter()).await;
-    let port = free_port();
     let lines = format!(
         "url = {}\nformat = \"envelope\"\nallowed_urls = [{}]\n{FAST_RETRY}",
         quoted(&hook.url("/default")),
         quoted(&hook.url("/allowed"))
     );
-    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    let bridge = http_bridge(&key, &lines);
     expect_settled(&mut r, &key, 3, &bridge).await;
     for refused in &messages[2..] {
         let why = dead_reason(&mut r, &key, refused).await.unwrap();
@@ -203,12 +202,11 @@ async fn url_pointer_takes_each_url_from_the_body_within_allowed_urls() {
     let refused = to("http://127.0.0.1:1/x");
     let missing = r#"{"no":"target"}"#.to_string();
     schedule_now(&mut r, &key, [&allowed, &refused, &missing]).await;
-    let port = free_port();
     let lines = format!(
         "url_pointer = \"/target\"\nallowed_urls = [{}]\n{FAST_RETRY}",
         quoted(&hook.url("/p"))
     );
-    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    let bridge = http_bridge(&key, &lines);
     expect_settled(&mut r, &key, 2, &bridge).await;
     let reason = |why: Option<serde_json::Value>| why.unwrap()["reason"].clone();
     assert_eq!(
