@@ -124,6 +124,9 @@ fn trigger_line(config: &Config, t: &Trigger) {
     if let Some(allowed) = &t.allowed_routing_keys {
         payload.push_str(&format!(" allowed_routing_keys={allowed:?}"));
     }
+    if let Some(allowed) = &t.allowed_topics {
+        payload.push_str(&format!(" allowed_topics={allowed:?}"));
+    }
     if let Some((per_second, burst)) = t.rate() {
         payload.push_str(&format!(
             " rate_limit={per_second}/s burst={burst} (bucket in {})",

@@ -9,6 +9,7 @@ mod search;
 mod service;
 mod sinks;
 mod tls;
+mod topics;
 mod trigger;
 mod urls;
 mod validate;
@@ -36,6 +37,7 @@ pub use service::{
 pub use sinks::{
     AmqpDeclare, AmqpSinkConfig, ExchangeType, KafkaSinkConfig, QueueType, SinkConfig,
 };
+pub use topics::TopicPatterns;
 pub use trigger::{
     parse_rate, KafkaKey, MessageFormat, OnExpired, PayloadMode, Trigger, TriggerConfig, MAX_RATE,
 };

@@ -123,6 +123,12 @@ pub struct TriggerConfig {
     /// `route_not_allowed`. Unset: any routing key on the trigger's exchange.
     #[serde(default)]
     pub allowed_routing_keys: Option<Vec<String>>,
+    /// Kafka: regular expressions, each matched against the whole name, of the topics a
+    /// record may choose for itself (an ingress record's `x-delay-topic` header, an
+    /// envelope's `topic`); a record choosing another is dead-lettered as
+    /// `topic_not_allowed`. Unset: records cannot choose their topic.
+    #[serde(default)]
+    pub allowed_topics: Option<Vec<String>>,
     /// Most messages forwarded per second, minute or hour (`"500/s"`, `"30/m"`, `"100/h"`),
     /// by every bridge on this trigger together (a token bucket in Redis). Unset: no limit.
     #[serde(default)]

@@ -208,6 +208,7 @@ impl Forwarder {
                 routing_key: None,
                 properties: Some(props),
                 url: None,
+                topic: None,
             })
             .collect();
         let outcomes = if messages.is_empty() {
