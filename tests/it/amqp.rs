@@ -58,9 +58,7 @@ async fn cancel_and_reschedule_are_honoured() {
     let mut r = redis().await;
     let capture = AmqpCapture::start("cr").await;
     let key = unique("delay-plain");
-    let port = free_port();
-    let config = base_config(port) + &amqp_trigger("cr", &key, &capture, "");
-    let bridge = Bridge::start(&config, port).ready(READY).await;
+    let bridge = ready_amqp_bridge("cr", &key, &capture, "", READY).await;
 
     let now = redis_now(&mut r).await;
     let zadd = |due: i64, m: &'static str| redis::cmd("ZADD").arg(&key).arg(due).arg(m).to_owned();

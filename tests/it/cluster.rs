@@ -248,6 +248,17 @@ async fn a_manual_failover_mid_drain_loses_nothing_and_notifications_follow() {
     println!("manual failover: {duplicates} duplicates of 20000");
 }
 
+/// Asserts that `replica` becomes a master within 30 s (`what` says why it must).
+async fn expect_promoted(cluster: &RedisCluster, replica: u16, what: &str) {
+    assert!(
+        cluster
+            .wait_promoted(replica, Duration::from_secs(30))
+            .await,
+        "{what}: {}",
+        cluster.log(replica)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_master_mid_drain_loses_nothing_and_notifications_follow() {
     let mut cluster = RedisCluster::start().await;
@@ -256,13 +267,12 @@ async fn a_hung_master_mid_drain_loses_nothing_and_notifications_follow() {
         // back as a replica.
         let replica = cluster.replica_of(master).await;
         let sleeping = cluster.cli_detached(master, &["DEBUG", "SLEEP", "6"]);
-        assert!(
-            cluster
-                .wait_promoted(replica, Duration::from_secs(30))
-                .await,
-            "the replica took over from the hung master: {}",
-            cluster.log(replica)
-        );
+        expect_promoted(
+            cluster,
+            replica,
+            "the replica took over from the hung master",
+        )
+        .await;
         let _ = sleeping.await;
     })
     .await;
@@ -349,12 +359,8 @@ async fn two_bridges_drain_a_sharded_trigger_over_every_master_never_delivering_
         tally.values().filter(|c| **c > 1).count()
     );
     let labels = [("trigger", "two")];
-    let a = one
-        .metric("delay_bridge_messages_forwarded_total", &labels)
-        .await;
-    let b = two
-        .metric("delay_bridge_messages_forwarded_total", &labels)
-        .await;
+    let forwarded = "delay_bridge_messages_forwarded_total";
+    let [a, b] = metric_of_each([&one, &two], forwarded, &labels).await;
     println!("two bridges: {a} and {b} forwarded");
     assert!(a > 0.0 && b > 0.0, "both bridges took a share: {a} and {b}");
 
@@ -380,13 +386,7 @@ async fn a_killed_master_mid_drain_loses_nothing_and_notifications_follow() {
     let duplicates = drain_through(&mut cluster, 20_000, async |cluster, master| {
         let replica = cluster.replica_of(master).await;
         cluster.kill(master);
-        assert!(
-            cluster
-                .wait_promoted(replica, Duration::from_secs(30))
-                .await,
-            "the replica took over: {}",
-            cluster.log(replica)
-        );
+        expect_promoted(cluster, replica, "the replica took over").await;
     })
     .await;
     println!("killed master: {duplicates} duplicates of 20000");

@@ -7,28 +7,43 @@ use std::path::Path;
 
 use common::{check, check_with_env, run_cli, MINIMAL_SINK as SINK, MINIMAL_TRIGGER as TRIGGER};
 
+/// Asserts that `check` accepts the example config `config/{file}` saying each of `needles`;
+/// returns what it said.
+fn example_checked(file: &str, needles: &[&str]) -> String {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("config")
+        .join(file);
+    let out = run_cli(&["check"], &example, &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for needle in needles {
+        assert!(
+            out.stdout.contains(needle),
+            "{needle} missing:\n{}",
+            out.stdout
+        );
+    }
+    out.stdout
+}
+
+/// Asserts that `check` refuses `config` (exit 78) saying each of `needles`; returns what it
+/// said.
+fn refused_saying(config: &str, needles: &[&str]) -> String {
+    let (code, text) = check(config);
+    assert_eq!(code, 78, "{text}");
+    for needle in needles {
+        assert!(text.contains(needle), "{needle} missing:\n{text}");
+    }
+    text
+}
+
 #[test]
 fn the_kafka_example_config_is_valid() {
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/kafka.toml");
-    let out = run_cli(&["check"], Path::new(example), &[]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    assert!(
-        out.stdout.contains("sink kafka: kafka") && out.stdout.contains("trigger reminders:"),
-        "{}",
-        out.stdout
-    );
+    example_checked("kafka.toml", &["sink kafka: kafka", "trigger reminders:"]);
 }
 
 #[test]
 fn the_http_example_config_is_valid() {
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/http.toml");
-    let out = run_cli(&["check"], Path::new(example), &[]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    assert!(
-        out.stdout.contains("sink hooks: http") && out.stdout.contains("trigger webhooks:"),
-        "{}",
-        out.stdout
-    );
+    example_checked("http.toml", &["sink hooks: http", "trigger webhooks:"]);
 }
 
 #[test]
@@ -67,11 +82,8 @@ fn http_sink_problems_are_named_with_their_keys() {
 /// The first-run config needs nothing but Redis and RabbitMQ.
 #[test]
 fn the_example_config_is_valid() {
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/example.toml");
-    let out = run_cli(&["check"], Path::new(example), &[]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let text = out.stdout;
-    assert!(text.contains("guest:***@"), "password redacted: {text}");
+    // The password redacted.
+    let text = example_checked("example.toml", &["guest:***@"]);
     assert!(!text.contains("guest:guest"), "{text}");
     assert!(
         !text.contains("kafka"),
@@ -81,43 +93,28 @@ fn the_example_config_is_valid() {
 
 #[test]
 fn unknown_key_is_named() {
-    let (code, text) = check(&format!("{SINK}{TRIGGER}colour = \"red\"\n"));
-    assert_eq!(code, 78, "{text}");
-    assert!(
-        text.contains("triggers[0].colour") && text.contains("(in FILE)"),
-        "{text}"
-    );
+    let config = format!("{SINK}{TRIGGER}colour = \"red\"\n");
+    refused_saying(&config, &["triggers[0].colour", "(in FILE)"]);
 }
 
 #[test]
 fn missing_sink_is_named() {
-    let (code, text) = check(&format!(
-        "{SINK}[[triggers]]\nname = \"t\"\nkey = \"k\"\nsink = \"nope\"\nexchange = \"\"\n"
-    ));
-    assert_eq!(code, 78);
-    assert!(
-        text.contains("triggers[0].sink") && text.contains("nope"),
-        "{text}"
-    );
+    let trigger = "[[triggers]]\nname = \"t\"\nkey = \"k\"\nsink = \"nope\"\nexchange = \"\"\n";
+    refused_saying(&format!("{SINK}{trigger}"), &["triggers[0].sink", "nope"]);
 }
 
 #[test]
 fn bad_duration_is_named() {
-    let (code, text) = check(&format!("{SINK}{TRIGGER}lease = \"soon\"\n"));
-    assert_eq!(code, 78);
-    assert!(text.contains("triggers[0].lease"), "{text}");
+    let config = format!("{SINK}{TRIGGER}lease = \"soon\"\n");
+    refused_saying(&config, &["triggers[0].lease"]);
 }
 
 #[test]
 fn bad_urls_are_named() {
-    let (code, text) = check(&format!(
+    let config = format!(
         "[redis]\nurl = \"http://localhost\"\n[sinks.r]\ntype = \"amqp\"\nurl = \"not a url\"\n{TRIGGER}"
-    ));
-    assert_eq!(code, 78);
-    assert!(
-        text.contains("redis.url") && text.contains("sinks.r.url"),
-        "{text}"
     );
+    refused_saying(&config, &["redis.url", "sinks.r.url"]);
 }
 
 #[test]
@@ -323,40 +320,25 @@ fn an_amqp_sink_needs_url_or_urls_but_not_both() {
 
 #[test]
 fn urls_are_checked_by_the_clients_that_use_them() {
-    let (code, text) = check(&format!(
+    let config = format!(
         "[redis]\nurl = \"redis:/127.0.0.1:16401\"\n[sinks.r]\ntype = \"amqp\"\nurl = \"amqp:/127.0.0.1:5672\"\n{TRIGGER}"
-    ));
-    assert_eq!(code, 78, "{text}");
-    assert!(
-        text.contains("redis.url") && text.contains("names no host"),
-        "{text}"
     );
-    assert!(text.contains("sinks.r.url"), "{text}");
+    refused_saying(&config, &["redis.url", "names no host", "sinks.r.url"]);
 }
 
 #[test]
 fn every_bad_field_of_a_table_is_reported_with_the_nearest_key_for_a_typo() {
-    let (code, text) = check(&format!(
-        "{SINK}{TRIGGER}workers = \"four\"\nlease = 30\nworkrs = 4\n"
-    ));
-    assert_eq!(code, 78, "{text}");
-    for key in [
+    let config = format!("{SINK}{TRIGGER}workers = \"four\"\nlease = 30\nworkrs = 4\n");
+    let keys = [
         "triggers[0].workers",
         "triggers[0].lease",
         "triggers[0].workrs",
-    ] {
-        assert!(text.contains(key), "{key} missing:\n{text}");
-    }
+    ];
+    let text = refused_saying(&config, &keys);
     assert!(text.contains("did you mean `workers`?"), "{text}");
     assert!(!text.contains("``"), "{text}");
-    let (code, text) = check(&format!(
-        "[redis]\nconect_timeout = \"1s\"\nurl = 7\n{SINK}{TRIGGER}"
-    ));
-    assert_eq!(code, 78, "{text}");
-    assert!(
-        text.contains("did you mean `connect_timeout`?") && text.contains("redis.url"),
-        "{text}"
-    );
+    let config = format!("[redis]\nconect_timeout = \"1s\"\nurl = 7\n{SINK}{TRIGGER}");
+    refused_saying(&config, &["did you mean `connect_timeout`?", "redis.url"]);
 }
 
 /// `check` in `dir` without `--config`, with `DELAY_BRIDGE_CONFIG` set to `env` (or unset).

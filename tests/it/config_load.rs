@@ -115,80 +115,11 @@ fn key_of(section: &str, field: &str) -> String {
 }
 
 /// Every field of the config, a section a line: `section: field=type ...`.
-const FIELDS: &str = "
-redis: url=string password_file=string connect_timeout=duration response_timeout=duration enable_keyspace_events=bool require_noeviction=bool
-metrics: listen=addr backlog_interval=duration
-log: format=enum level=string
-shutdown: timeout=duration
-sinks.r: url=string urls=list password_file=string declare=table reconnect_max=duration channels=count max_unconfirmed=count
-sinks.k: brokers=string properties=table sasl_password_file=string
-triggers: name=string key=string sink=string exchange=string routing_key=string routing_key_pointer=string payload=enum workers=count batch=count lease=duration guard_interval=duration notified_guard_interval=duration publish_timeout=duration max_attempts=count backoff_initial=duration backoff_max=duration max_message_bytes=count rate_limit=string rate_burst=count dead_letter_exchange=string dead_letter_routing_key=string
-kafka_triggers: topic=string kafka_key=enum dead_letter_topic=string allowed_topics=list
-";
+const FIELDS: &str = include_str!("config_load/fields.txt");
 
 /// Out-of-range numbers and values that parse but cannot work, a line each:
 /// `section: line`, reported under the line's field (see [`key_of`]) unless `=> key` says.
-const OUT_OF_RANGE: &str = r#"
-triggers: workers = 0
-triggers: workers = 100000
-triggers: batch = 0
-triggers: batch = 1000000
-triggers: lease = "1s"
-triggers: lease = "10s"
-triggers: lease = "0s"
-triggers: publish_timeout = "0s"
-triggers: max_attempts = 0
-triggers: max_attempts = 5000000000
-triggers: guard_interval = "1ms"
-triggers: notified_guard_interval = "1ms"
-triggers: notified_guard_interval = "2h"
-triggers: backoff_initial = "0s"
-triggers: backoff_max = "1ms"
-triggers: max_message_bytes = 0
-triggers: rate_limit = "fast"
-triggers: rate_limit = "0/s"
-triggers: rate_limit = "5/d"
-triggers: rate_limit = "2000000/s"
-triggers: rate_burst = 0
-triggers: rate_burst = 5
-triggers: name = ""
-triggers: name = "has space"
-triggers: key = ""
-triggers: key = "a{}b"
-triggers: sink = "nope"
-triggers: routing_key_pointer = "type"
-triggers: topic = "x"
-triggers: dead_letter_routing_key = "dead"
-triggers: dead_letter_topic = "dead"
-kafka_triggers: dead_letter_exchange = "dead"
-kafka_triggers: dead_letter_topic = ""
-kafka_triggers: exchange = "x"
-kafka_triggers: topic = ""
-kafka_triggers: routing_key_pointer = "/type"
-kafka_triggers: allowed_topics = ["orders("]
-kafka_triggers: allowed_topics = ["x)|(.*"]
-triggers: allowed_topics = ["x"]
-redis: url = "http://127.0.0.1"
-redis: url = "not a url"
-redis: connect_timeout = "0s"
-redis: response_timeout = "0s"
-metrics: backlog_interval = "1ms"
-shutdown: timeout = "0s"
-sinks.r: url = "kafka://x"
-sinks.r: channels = 0
-sinks.r: channels = 5000
-sinks.r: max_unconfirmed = 0
-sinks.r: max_unconfirmed = 2000000
-sinks.r: type = "smtp" => sinks.r
-sinks.r: declare = [{ exchange = "" }] => sinks.r.declare[0].exchange
-sinks.r: declare = [{ exchange = "e", kind = "weird" }] => sinks.r.declare[0].kind
-sinks.r: declare = [{ exchange = 1 }]
-sinks.r: declare = [{ exchange = "e", queue = "q", queue_type = "mirrored" }] => sinks.r.declare[0].queue_type
-sinks.r: declare = [{ exchange = "e", queue_type = "quorum" }] => sinks.r.declare[0].queue_type
-sinks.k: brokers = ""
-sinks.k: properties = { "acks" = 1 }
-log: level = "info,[[["
-"#;
+const OUT_OF_RANGE: &str = include_str!("config_load/out_of_range.txt");
 
 #[test]
 fn every_field_with_a_wrong_type_or_range_is_refused_naming_the_key() {

@@ -32,14 +32,8 @@ async fn dead_letters(key: &str) -> Vec<(String, serde_json::Value)> {
 
 /// Waits until `key` has `n` dead letters.
 async fn expect_dead(r: &mut Conn, key: &str, n: i64, bridge: &Bridge) {
-    let (ok, sizes) = poll(
-        Duration::from_secs(15),
-        Duration::from_millis(100),
-        async || queue_sizes(r, key).await,
-        |s| s.2 == n,
-    )
-    .await;
-    assert!(ok, "sizes {sizes:?}\n{}", bridge.log());
+    let sizes = wait_sizes(r, key, Duration::from_secs(15), |s| s.2 == n).await;
+    assert_eq!(sizes.2, n, "sizes {sizes:?}\n{}", bridge.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,14 +271,9 @@ async fn expired_messages_are_dead_lettered_or_dropped_never_published() {
         bridge
             .expect_arrivals(3, Duration::from_secs(30), || capture.count())
             .await;
-        let (drained, sizes) = poll(
-            Duration::from_secs(10),
-            Duration::from_millis(100),
-            async || queue_sizes(&mut r, &key).await,
-            |s| (s.0, s.1) == (0, 0),
-        )
-        .await;
-        assert!(drained, "{on_expired}: {sizes:?}\n{}", bridge.log());
+        let sizes = wait_drained(&mut r, &key, Duration::from_secs(10)).await;
+        let left = (sizes.0, sizes.1);
+        assert_eq!(left, (0, 0), "{on_expired}: {sizes:?}\n{}", bridge.log());
         tokio::time::sleep(Duration::from_millis(300)).await;
         let mut bodies: Vec<Vec<u8>> = capture.snapshot().into_iter().map(|m| m.body).collect();
         bodies.sort();
@@ -351,12 +340,13 @@ async fn fields_for_the_other_broker_are_skipped_unread_whatever_they_hold() {
     let mut bridge = Bridge::start(&config, port)
         .ready(Duration::from_secs(20))
         .await;
-    bridge
-        .expect_arrivals(3, Duration::from_secs(30), || capture.count())
-        .await;
-    bridge
-        .expect_arrivals(3, Duration::from_secs(30), || kcapture.count())
-        .await;
+    // Three on each broker.
+    let counts: [&dyn Fn() -> usize; 2] = [&|| capture.count(), &|| kcapture.count()];
+    for count in counts {
+        bridge
+            .expect_arrivals(3, Duration::from_secs(30), count)
+            .await;
+    }
     assert!(dead_letters(&key).await.is_empty());
     assert!(dead_letters(&kkey).await.is_empty());
     let mut bodies: Vec<Vec<u8>> = capture.snapshot().into_iter().map(|m| m.body).collect();

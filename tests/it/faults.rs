@@ -4,6 +4,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use common::outage::*;
 use common::proxy::{Mode, Proxy};
 use common::tally::*;
 use common::*;
@@ -11,9 +12,7 @@ use common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_ten_times_while_100k_drain() {
     let n = 100_000;
-    let mut r = redis().await;
-    let tally = Tally::start(&amqp_url()).await;
-    let key = format!("{}:{{faults}}", unique("kill"));
+    let (mut r, tally, key) = fault_scene("kill").await;
     // Due over 30 s, so that the tenth kill still lands mid-drain however fast it goes.
     schedule_over(&mut r, &key, n, Duration::from_secs(30)).await;
     let port = free_port();
@@ -57,9 +56,7 @@ async fn sigkill_ten_times_while_100k_drain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_bridges_on_one_trigger_deliver_once_unless_a_lease_expired() {
     let n = 30_000;
-    let mut r = redis().await;
-    let tally = Tally::start(&amqp_url()).await;
-    let key = format!("{}:{{faults}}", unique("two"));
+    let (mut r, tally, key) = fault_scene("two").await;
     schedule(&mut r, &key, n, 0).await;
     let (port_a, port_b) = (free_port(), free_port());
     // A generous publish timeout: a loaded shared broker should not turn slow confirms into
@@ -117,11 +114,6 @@ async fn two_bridges_on_one_trigger_deliver_once_unless_a_lease_expired() {
     tally.cleanup().await;
 }
 
-/// Bodies padded to 8 KiB: two batches of 500 (8 MB) overflow the socket buffers of a
-/// stalled connection (4 MB at most on Linux), so the publish itself blocks, not only its
-/// confirmation.
-const BIG: usize = 8192;
-
 /// SIGTERM while the broker is unreachable (`Mode::Drop`) or blackholed (`Mode::Stall`, with
 /// publishes blocked on full socket buffers): exit 0 within `shutdown.timeout` plus a margin,
 /// in-flight set empty, every message delivered or back in the source set.
@@ -129,15 +121,11 @@ async fn shutdown_during_outage(mode: Mode, fault: &str) {
     let n = 5_000;
     let shutdown_timeout = Duration::from_secs(3);
     let margin = Duration::from_secs(2);
-    let mut r = redis().await;
-    let tally = Tally::start(&amqp_url()).await;
+    let (mut r, tally, key) = fault_scene("term").await;
     let proxy = Proxy::start(shared_amqp_addr()).await;
-    let key = format!("{}:{{faults}}", unique("term"));
-    schedule(&mut r, &key, n, BIG).await;
     let port = free_port();
-    let cfg = tally
-        .config(port, &key, "workers = 2\nbatch = 500")
-        .amqp(&proxy.url(&amqp_url(), ""))
+    let cfg = big_batches_through(&mut r, &tally, &key, n, port, &proxy)
+        .await
         .shutdown("3s")
         // publish_timeout longer than the shutdown: only the abort can end a held batch.
         .lease("20s", "10s")
@@ -211,12 +199,9 @@ async fn shutdown_during_outage(mode: Mode, fault: &str) {
     // The broker comes back and the next bridge delivers the rest.
     proxy.set(Mode::Pass);
     let bridge = Bridge::start(&cfg, port);
-    assert!(
-        wait_until(Duration::from_secs(60), || tally.distinct() >= n).await,
-        "{} of {n} delivered after the restart\n{}",
-        tally.distinct(),
-        bridge.log()
-    );
+    tally
+        .expect_distinct(n, Duration::from_secs(60), &bridge)
+        .await;
     let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
     report(
         fault,

@@ -2,20 +2,24 @@
 
 use crate::common;
 
+use std::fmt::Display;
 use std::time::{Duration, Instant};
 
+use common::outage::*;
 use common::proxy::{Mode, Proxy};
 use common::servers::RabbitServer;
 use common::tally::*;
 use common::*;
 
+const REDELIVERED: &str = "delay_bridge_messages_redelivered_total";
+const RETRIED: &str = "delay_bridge_messages_retried_total";
+const PUT_BACK: &str = "delay_bridge_messages_put_back_total";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_connection_cut_then_blackholed() {
     let n = 40_000;
-    let mut r = redis().await;
-    let tally = Tally::start(&amqp_url()).await;
+    let (mut r, tally, key) = fault_scene("cut").await;
     let proxy = Proxy::start(shared_amqp_addr()).await;
-    let key = format!("{}:{{faults}}", unique("cut"));
     schedule(&mut r, &key, n, 0).await;
     let port = free_port();
     // A 2 s heartbeat is what detects a blackhole (no RST, no FIN) in about 4 s.
@@ -23,21 +27,15 @@ async fn rabbitmq_connection_cut_then_blackholed() {
         .config(port, &key, "workers = 2\nbatch = 100")
         .amqp(&proxy.url(&amqp_url(), "heartbeat=2"))
         .to_string();
-    let bridge = Bridge::start(&cfg, port);
-    tally
-        .expect_distinct(n / 10, Duration::from_secs(30), &bridge)
-        .await;
+    let bridge = start_draining(&tally, &cfg, port, n / 10).await;
 
     // Cut: every connection reset, new ones refused.
     proxy.set(Mode::Drop);
-    let cut_at = Instant::now();
-    bridge.expect_readyz(503, Duration::from_secs(5)).await;
-    let detected = cut_at.elapsed();
-    let (_, inflight, _) = wait_sizes(&mut r, &key, Duration::from_secs(10), |s| s.1 == 0).await;
-    assert_eq!(inflight, 0, "unconfirmed batches go back to the source set");
+    let detected = time_readyz(&bridge, 503, Duration::from_secs(5)).await;
+    assert_given_back(&mut r, &key, Duration::from_secs(10), &bridge).await;
     let attempts_before = proxy.accepted();
-    let queued = assert_not_claiming(&mut r, &key, Duration::from_secs(3), &bridge).await;
-    assert!(queued > 0, "the cut must land mid-stream");
+    let mid_stream = "the cut must land mid-stream";
+    assert_held(&mut r, &key, Duration::from_secs(3), &bridge, mid_stream).await;
     let reconnects = proxy.accepted() - attempts_before;
     // Capped backoff (reconnect_max = 1s): a few attempts in 3 s, not a storm, not silence.
     assert!(
@@ -45,71 +43,46 @@ async fn rabbitmq_connection_cut_then_blackholed() {
         "{reconnects} reconnect attempts in 3 s"
     );
     proxy.set(Mode::Pass);
-    let healed_at = Instant::now();
-    bridge.expect_readyz(200, Duration::from_secs(10)).await;
-    let recovered = healed_at.elapsed();
+    let recovered = time_readyz(&bridge, 200, Duration::from_secs(10)).await;
     // reconnect_max = 1s caps the wait between attempts, however long the outage was.
     assert!(
         recovered < Duration::from_secs(5),
         "reconnected after {recovered:?}"
     );
-    let resumed_from = tally.distinct();
-    assert!(
-        wait_until(Duration::from_secs(30), || tally.distinct()
-            >= resumed_from + n / 10)
-        .await,
-        "no progress after the cut healed\n{}",
-        bridge.log()
-    );
+    expect_progress(&tally, tally.distinct(), n / 10, &bridge).await;
 
     // Blackhole: connections stay open but nothing moves either way.
     proxy.set(Mode::Stall);
-    let stalled_at = Instant::now();
-    bridge.expect_readyz(503, Duration::from_secs(15)).await;
-    let blackhole_detected = stalled_at.elapsed();
-    let (_, inflight, _) = wait_sizes(&mut r, &key, Duration::from_secs(10), |s| s.1 == 0).await;
-    assert_eq!(
-        inflight,
-        0,
-        "unconfirmed batches go back to the source set\n{}",
-        bridge.log()
-    );
-    let queued = assert_not_claiming(&mut r, &key, Duration::from_secs(2), &bridge).await;
-    assert!(queued > 0, "the blackhole must land mid-stream");
+    let blackhole_detected = time_readyz(&bridge, 503, Duration::from_secs(15)).await;
+    assert_given_back(&mut r, &key, Duration::from_secs(10), &bridge).await;
+    let mid_stream = "the blackhole must land mid-stream";
+    assert_held(&mut r, &key, Duration::from_secs(2), &bridge, mid_stream).await;
     proxy.set(Mode::Pass);
     bridge.expect_readyz(200, Duration::from_secs(10)).await;
 
-    tally
-        .expect_distinct(n, Duration::from_secs(120), &bridge)
-        .await;
-    let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
-    let put_back = bridge
-        .metric("delay_bridge_messages_put_back_total", &[])
-        .await;
-    report(
-        "amqp_cut_and_blackhole",
-        n,
-        0,
-        &tally,
-        &format!(
-            "put_back={put_back} cut_detected_ms={} reconnected_ms={} blackhole_detected_ms={}",
-            detected.as_millis(),
-            recovered.as_millis(),
-            blackhole_detected.as_millis()
-        ),
-    );
-    assert_eq!(sizes, (0, 0, 0));
+    let sizes = delivered_and_drained(&tally, n, &bridge, &mut r, &key).await;
+    let figures: [(&str, &dyn Display); 4] = [
+        ("put_back", &bridge.metric(PUT_BACK, &[]).await),
+        ("cut_detected_ms", &detected.as_millis()),
+        ("reconnected_ms", &recovered.as_millis()),
+        ("blackhole_detected_ms", &blackhole_detected.as_millis()),
+    ];
+    report_drained("amqp_cut_and_blackhole", n, &tally, sizes, &figures);
     finish(bridge, &mut r, &key).await;
     tally.cleanup().await;
+}
+
+/// [`fault_scene`] with the tally on a private node, `rabbit`.
+async fn scene_on(rabbit: &RabbitServer, prefix: &str) -> (Conn, Tally, String) {
+    let tally = Tally::start(&rabbit.url()).await;
+    (redis().await, tally, fault_key(prefix))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_restarted_mid_drain() {
     let n = 20_000;
     let mut rabbit = RabbitServer::start().await;
-    let mut r = redis().await;
-    let tally = Tally::start(&rabbit.url()).await;
-    let key = format!("{}:{{faults}}", unique("rmq-restart"));
+    let (mut r, tally, key) = scene_on(&rabbit, "rmq-restart").await;
     // Due over 20 s: `rabbitmqctl stop` takes a second or two, long enough for the bridge
     // to forward a backlog that is all due at once.
     schedule_over(&mut r, &key, n, Duration::from_secs(20)).await;
@@ -118,100 +91,57 @@ async fn rabbitmq_restarted_mid_drain() {
         .config(port, &key, "workers = 2\nbatch = 100")
         .amqp(&rabbit.url())
         .to_string();
-    let bridge = Bridge::start(&cfg, port);
-    tally
-        .expect_distinct(n / 5, Duration::from_secs(30), &bridge)
-        .await;
+    let bridge = start_draining(&tally, &cfg, port, n / 5).await;
     rabbit.stop().await;
     let stopped_at = Instant::now();
     bridge.expect_readyz(503, Duration::from_secs(5)).await;
-    let (_, inflight, _) = wait_sizes(&mut r, &key, Duration::from_secs(10), |s| s.1 == 0).await;
-    assert_eq!(inflight, 0, "unconfirmed batches go back to the source set");
-    let queued = assert_not_claiming(&mut r, &key, Duration::from_secs(1), &bridge).await;
-    assert!(queued > 0, "the restart must land mid-drain");
+    assert_given_back(&mut r, &key, Duration::from_secs(10), &bridge).await;
+    let mid_drain = "the restart must land mid-drain";
+    assert_held(&mut r, &key, Duration::from_secs(1), &bridge, mid_drain).await;
     rabbit.restart().await;
     bridge.expect_readyz(200, Duration::from_secs(15)).await;
     let outage = stopped_at.elapsed();
-    tally
-        .expect_distinct(n, Duration::from_secs(120), &bridge)
-        .await;
-    let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
-    let put_back = bridge
-        .metric("delay_bridge_messages_put_back_total", &[])
-        .await;
-    report(
-        "rabbitmq_restart",
-        n,
-        0,
-        &tally,
-        &format!(
-            "put_back={put_back} outage_ms={} consumer_side_redeliveries={}",
-            outage.as_millis(),
-            tally.broker_redeliveries()
-        ),
-    );
-    assert_eq!(sizes, (0, 0, 0));
+    let sizes = delivered_and_drained(&tally, n, &bridge, &mut r, &key).await;
+    let figures: [(&str, &dyn Display); 3] = [
+        ("put_back", &bridge.metric(PUT_BACK, &[]).await),
+        ("outage_ms", &outage.as_millis()),
+        ("consumer_side_redeliveries", &tally.broker_redeliveries()),
+    ];
+    report_drained("rabbitmq_restart", n, &tally, sizes, &figures);
     stop_and_clean(bridge, &mut r, &key).await;
 }
-
-/// Bodies padded to 8 KiB: two batches of 500 (8 MB) overflow the socket buffers of a
-/// stalled connection (4 MB at most on Linux), so the publish itself blocks, not only its
-/// confirmation.
-const BIG: usize = 8192;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_shorter_than_a_stalled_publish() {
     let n = 5_000;
-    let mut r = redis().await;
-    let tally = Tally::start(&amqp_url()).await;
+    let (mut r, tally, key) = fault_scene("slow").await;
     let proxy = Proxy::start(shared_amqp_addr()).await;
-    let key = format!("{}:{{faults}}", unique("slow"));
-    schedule(&mut r, &key, n, BIG).await;
     let port = free_port();
     // No heartbeat: the broker looks alive, only slow.
-    let cfg = tally
-        .config(port, &key, "workers = 2\nbatch = 500")
-        .amqp(&proxy.url(&amqp_url(), ""))
+    let cfg = big_batches_through(&mut r, &tally, &key, n, port, &proxy)
+        .await
         .to_string();
-    let bridge = Bridge::start(&cfg, port);
-    tally
-        .expect_distinct(n / 10, Duration::from_secs(30), &bridge)
-        .await;
+    let bridge = start_draining(&tally, &cfg, port, n / 10).await;
     proxy.set(Mode::Stall);
     let stalled_at = Instant::now();
     // Hold the broker until the stall outlasts the 2 s lease and leases start expiring
     // (or publishes start timing out, whichever the bridge does first).
     let end = Instant::now() + Duration::from_secs(30);
     let name = [("trigger", "faults")];
-    let mut redelivered = 0.0;
-    let mut retried = 0.0;
+    let (mut redelivered, mut retried) = (0.0, 0.0);
     while Instant::now() < end
         && (stalled_at.elapsed() < Duration::from_secs(3) || redelivered + retried == 0.0)
     {
-        redelivered = bridge
-            .metric("delay_bridge_messages_redelivered_total", &name)
-            .await;
-        retried = bridge
-            .metric("delay_bridge_messages_retried_total", &name)
-            .await;
+        [redelivered, retried] = bridge.metrics([REDELIVERED, RETRIED], &name).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let stall = stalled_at.elapsed();
     proxy.set(Mode::Pass);
-    tally
-        .expect_distinct(n, Duration::from_secs(120), &bridge)
-        .await;
-    let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
-    let redelivered = bridge
-        .metric("delay_bridge_messages_redelivered_total", &name)
-        .await;
-    let retried = bridge
-        .metric("delay_bridge_messages_retried_total", &name)
-        .await;
-    // Messages whose confirmation was still owed when their channel closed go back without
-    // an attempt: the broker may have them too.
-    let put_back = bridge
-        .metric("delay_bridge_messages_put_back_total", &name)
+    let sizes = delivered_and_drained(&tally, n, &bridge, &mut r, &key).await;
+    // Put back: messages whose confirmation was still owed when their channel closed go back
+    // without an attempt: the broker may have them too.
+    let [redelivered, retried, put_back] = bridge
+        .metrics([REDELIVERED, RETRIED, PUT_BACK], &name)
         .await;
     report(
         "lease_shorter_than_publish",
@@ -245,9 +175,7 @@ async fn lease_shorter_than_a_stalled_publish() {
 async fn a_message_the_broker_refuses_is_dead_lettered_and_the_rest_flows() {
     let n = 300;
     let rabbit = RabbitServer::start_with("max_message_size = 4096").await;
-    let mut r = redis().await;
-    let tally = Tally::start(&rabbit.url()).await;
-    let key = format!("{}:{{faults}}", unique("refused"));
+    let (mut r, tally, key) = scene_on(&rabbit, "refused").await;
     schedule(&mut r, &key, n, 0).await;
     // Due in the middle of the backlog, so that it shares a batch with small messages.
     let big = body(999_999, 5000);
@@ -277,10 +205,10 @@ async fn a_message_the_broker_refuses_is_dead_lettered_and_the_rest_flows() {
     let scraped = bridge.scrape().await;
     let retries: Vec<&str> = scraped
         .lines()
-        .filter(|l| l.starts_with("delay_bridge_messages_retried_total") && !l.ends_with(" 0"))
+        .filter(|l| l.starts_with(RETRIED) && !l.ends_with(" 0"))
         .collect();
     assert_eq!(
-        metric_value(&scraped, "delay_bridge_messages_retried_total", &name),
+        metric_value(&scraped, RETRIED, &name),
         1.0,
         "only the big one paid an attempt (its first): {retries:?}\n{}",
         bridge.log()
@@ -296,9 +224,7 @@ async fn a_message_the_broker_refuses_is_dead_lettered_and_the_rest_flows() {
 async fn a_resource_alarm_pauses_the_sink_without_burning_attempts() {
     let n = 200;
     let rabbit = RabbitServer::start().await;
-    let mut r = redis().await;
-    let tally = Tally::start(&rabbit.url()).await;
-    let key = format!("{}:{{faults}}", unique("alarm"));
+    let (mut r, tally, key) = scene_on(&rabbit, "alarm").await;
     let port = free_port();
     // One attempt is all a message gets: a timeout counted as an attempt would dead-letter it.
     let cfg = tally
@@ -306,8 +232,9 @@ async fn a_resource_alarm_pauses_the_sink_without_burning_attempts() {
         .amqp(&rabbit.url())
         .max_attempts(1)
         .to_string();
-    let bridge = Bridge::start(&cfg, port);
-    bridge.expect_readyz(200, Duration::from_secs(30)).await;
+    let bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(30))
+        .await;
     schedule(&mut r, &key, n / 2, 0).await;
     tally
         .expect_distinct(n / 2, Duration::from_secs(30), &bridge)
@@ -325,32 +252,21 @@ async fn a_resource_alarm_pauses_the_sink_without_burning_attempts() {
         "a blocked connection is a sink that is down\n{}",
         bridge.log()
     );
-    let (_, inflight, _) = wait_sizes(&mut r, &key, Duration::from_secs(15), |s| s.1 == 0).await;
-    assert_eq!(
-        inflight,
-        0,
-        "unconfirmed messages went back\n{}",
-        bridge.log()
-    );
-    let queued = assert_not_claiming(&mut r, &key, Duration::from_secs(2), &bridge).await;
-    assert!(queued > 0, "the alarm must hold messages back");
+    assert_given_back(&mut r, &key, Duration::from_secs(15), &bridge).await;
+    let held = "the alarm must hold messages back";
+    assert_held(&mut r, &key, Duration::from_secs(2), &bridge, held).await;
     let name = [("trigger", "faults")];
     let sink = [("sink", "rabbit")];
     assert_eq!(bridge.metric("delay_bridge_sink_up", &sink).await, 0.0);
 
     rabbit.ctl(&["set_vm_memory_high_watermark", "0.4"]).await;
-    assert!(
-        wait_until(Duration::from_secs(60), || tally.distinct() >= n).await,
-        "{} of {n} delivered after the alarm cleared\n{}",
-        tally.distinct(),
-        bridge.log()
-    );
+    // Delivered once the alarm cleared.
+    tally
+        .expect_distinct(n, Duration::from_secs(60), &bridge)
+        .await;
     let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
     assert_eq!(sizes, (0, 0, 0), "nothing dead-lettered");
-    for metric in [
-        "delay_bridge_messages_retried_total",
-        "delay_bridge_messages_dead_lettered_total",
-    ] {
+    for metric in [RETRIED, "delay_bridge_messages_dead_lettered_total"] {
         assert_eq!(bridge.metric(metric, &name).await, 0.0, "{metric}");
     }
     report(
@@ -358,12 +274,7 @@ async fn a_resource_alarm_pauses_the_sink_without_burning_attempts() {
         n,
         0,
         &tally,
-        &format!(
-            "put_back={}",
-            bridge
-                .metric("delay_bridge_messages_put_back_total", &[])
-                .await
-        ),
+        &format!("put_back={}", bridge.metric(PUT_BACK, &[]).await),
     );
     stop_and_clean(bridge, &mut r, &key).await;
 }
@@ -376,10 +287,8 @@ async fn a_resource_alarm_pauses_the_sink_without_burning_attempts() {
 async fn the_broker_holds_at_most_max_unconfirmed_messages_unconfirmed() {
     let n = 2_000;
     let window = 40;
-    let mut r = redis().await;
-    let tally = Tally::start(&amqp_url()).await;
+    let (mut r, tally, key) = fault_scene("window").await;
     let proxy = Proxy::start(shared_amqp_addr()).await;
-    let key = format!("{}:{{faults}}", unique("window"));
     let port = free_port();
     // A publish timeout far beyond the test: no confirmation times out, nothing is retried.
     let cfg = tally

@@ -18,6 +18,15 @@ async fn hash_store(key: &str, claim_bytes: usize) -> Store {
     store(key).await.with_hash_bodies(claim_bytes)
 }
 
+/// A fresh key named after `prefix` whose bodies live in a hash: the key, its store (claims
+/// of up to 1 MiB) and its keys.
+async fn hash_queue(prefix: &str) -> (String, Store, QueueKeys) {
+    let key = unique(prefix);
+    let s = hash_store(&key, 1 << 20).await;
+    let k = s.keys().clone();
+    (key, s, k)
+}
+
 /// The producer's schedule (body and id in one transaction), as `enqueue --id` does it.
 async fn produce(s: &Store, id: &str, body: &[u8], due: i64) {
     s.schedule_by_id(id.as_bytes(), body, due).await.unwrap();
@@ -44,9 +53,7 @@ fn hash_trigger(name: &str, key: &str, capture: &AmqpCapture, extra: &str) -> St
 #[tokio::test]
 async fn an_id_added_again_while_in_flight_keeps_its_new_body() {
     let mut r = redis().await;
-    let key = unique("hash-readd");
-    let s = hash_store(&key, 1 << 20).await;
-    let k = s.keys().clone();
+    let (key, s, k) = hash_queue("hash-readd").await;
     let now = redis_now(&mut r).await;
 
     produce(&s, "order-1", b"v1", now - 10).await;
@@ -135,9 +142,7 @@ async fn one_claim_returns_at_most_its_byte_budget_but_always_one_member() {
 async fn ids_are_scheduled_cancelled_and_rescheduled_and_bodies_arrive_byte_exact() {
     let mut r = redis().await;
     let capture = AmqpCapture::start("hash").await;
-    let key = unique("hash-e2e");
-    let s = hash_store(&key, 1 << 20).await;
-    let k = s.keys().clone();
+    let (key, s, k) = hash_queue("hash-e2e").await;
     let port = free_port();
     let config = base_config(port) + &hash_trigger("hash", &key, &capture, "workers = 2");
     let now = redis_now(&mut r).await;
@@ -179,22 +184,16 @@ async fn ids_are_scheduled_cancelled_and_rescheduled_and_bodies_arrive_byte_exac
     // Cancel and reschedule by id only.
     let out = cli(&["cancel", "-t", "hash", "--id", "cancelled"], &config, &[]);
     assert_eq!(out.code, 0, "{}", out.text());
-    let _: i64 = redis::cmd("ZADD")
-        .arg(&k.source)
-        .arg("XX")
-        .arg(now + 100)
-        .arg("later")
-        .query_async(&mut r)
-        .await
-        .unwrap();
-    let _: i64 = redis::cmd("ZADD")
-        .arg(&k.source)
-        .arg("XX")
-        .arg(now + 3_600_000)
-        .arg("parked")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    for (due, id) in [(now + 100, "later"), (now + 3_600_000, "parked")] {
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&k.source)
+            .arg("XX")
+            .arg(due)
+            .arg(id)
+            .query_async(&mut r)
+            .await
+            .unwrap();
+    }
 
     let bridge = Bridge::start(&config, port);
     bridge
@@ -228,10 +227,8 @@ async fn ids_are_scheduled_cancelled_and_rescheduled_and_bodies_arrive_byte_exac
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_and_oversized_bodies_are_dead_lettered_with_their_reason_and_requeued() {
     let mut r = redis().await;
+    let (key, s, k) = hash_queue("hash-dead").await;
     let capture = AmqpCapture::start("hashdead").await;
-    let key = unique("hash-dead");
-    let s = hash_store(&key, 1 << 20).await;
-    let k = s.keys().clone();
     let port = free_port();
     let config =
         base_config(port) + &hash_trigger("hashdead", &key, &capture, "max_message_bytes = 16");
@@ -250,14 +247,8 @@ async fn missing_and_oversized_bodies_are_dead_lettered_with_their_reason_and_re
     bridge
         .expect_arrivals(1, Duration::from_secs(30), || capture.count())
         .await;
-    let (dead, sizes) = poll(
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        async || queue_sizes(&mut r, &key).await,
-        |s| s.2 == 2,
-    )
-    .await;
-    assert!(dead, "sizes {sizes:?}\n{}", bridge.log());
+    let sizes = wait_sizes(&mut r, &key, Duration::from_secs(10), |s| s.2 == 2).await;
+    assert_eq!(sizes.2, 2, "sizes {sizes:?}\n{}", bridge.log());
     bridge.terminate(Duration::from_secs(10)).await;
 
     let out = cli(&["dead-letter", "list", "-t", "hashdead"], &config, &[]);
@@ -328,14 +319,8 @@ async fn sigkill_mid_drain_in_hash_mode_loses_nothing_and_leaves_no_body() {
     let options = "workers = 2\nbatch = 20\nlease = \"2s\"\npublish_timeout = \"1s\"";
     let cfg = base_config(port) + &hash_trigger("hashkill", &key, &capture, options);
     let bridge = sigkill_mid_drain(Bridge::start(&cfg, port), &capture, n, "hash sigkill").await;
-    let (drained, sizes) = poll(
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        async || queue_sizes(&mut r, &key).await,
-        |s| (s.0, s.1) == (0, 0),
-    )
-    .await;
-    assert!(drained, "{sizes:?}");
+    let sizes = wait_drained(&mut r, &key, Duration::from_secs(10)).await;
+    assert_eq!((sizes.0, sizes.1), (0, 0), "{sizes:?}");
     let bodies: i64 = redis::cmd("HLEN")
         .arg(&k.bodies)
         .query_async(&mut r)

@@ -15,9 +15,7 @@ const READY: Duration = Duration::from_secs(20);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_members_and_scores_are_delivered_kept_or_dead_lettered() {
     let (mut r, capture, key) = amqp_scene("odd.rk", "delay", "odd").await;
-    let port = free_port();
-    let config = base_config(port) + &amqp_trigger("odd", &key, &capture, "workers = 2\nbatch = 8");
-    let bridge = Bridge::start(&config, port).ready(READY).await;
+    let bridge = ready_amqp_bridge("odd", &key, &capture, "workers = 2\nbatch = 8", READY).await;
 
     let now = redis_now(&mut r).await;
     let huge = vec![b'x'; 10 * 1024 * 1024];

@@ -401,12 +401,8 @@ async fn two_replicas_on_one_ingress_queue_store_each_message_once() {
     let tally = capture.tally();
     assert!(tally.values().all(|&c| c == 1), "a message arrived twice");
     let label = [("trigger", "two")];
-    let ta = a
-        .metric("delay_bridge_ingress_messages_total", &label)
-        .await;
-    let tb = b
-        .metric("delay_bridge_ingress_messages_total", &label)
-        .await;
+    let stored = "delay_bridge_ingress_messages_total";
+    let [ta, tb] = metric_of_each([&a, &b], stored, &label).await;
     assert_eq!(ta + tb, n as f64);
     println!("two replicas: {n} messages, stored {ta} + {tb}, each delivered once");
     broker.delete().await;

@@ -8,7 +8,6 @@ use std::time::Duration;
 use common::kafka::*;
 use common::*;
 use rdkafka::config::ClientConfig;
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 const PARTITIONS: i32 = 3;
@@ -26,13 +25,7 @@ async fn produce(topic: &str, records: Vec<Out>) {
         .unwrap();
     let mut sends = Vec::new();
     for (key, value, headers) in &records {
-        let mut h = OwnedHeaders::new();
-        for (name, v) in headers {
-            h = h.insert(Header {
-                key: name,
-                value: Some(v.as_bytes()),
-            });
-        }
+        let h = owned_headers(headers);
         let record = FutureRecord::to(topic).key(key).payload(value).headers(h);
         sends.push(producer.send(record, Duration::from_secs(10)));
     }

@@ -8,7 +8,6 @@ use common::kafka::*;
 use common::*;
 use delay_bridge::keys::QueueKeys;
 use rdkafka::config::ClientConfig;
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 /// Writes one record (key, value, headers) to `topic`, awaited.
@@ -18,14 +17,10 @@ async fn produce(topic: &str, key: &str, value: &str, headers: &[(&str, &str)]) 
         .set("message.timeout.ms", "10000")
         .create()
         .unwrap();
-    let mut h = OwnedHeaders::new();
-    for (name, v) in headers {
-        h = h.insert(Header {
-            key: name,
-            value: Some(v.as_bytes()),
-        });
-    }
-    let record = FutureRecord::to(topic).key(key).payload(value).headers(h);
+    let record = FutureRecord::to(topic)
+        .key(key)
+        .payload(value)
+        .headers(owned_headers(headers));
     producer
         .send(record, Duration::from_secs(10))
         .await

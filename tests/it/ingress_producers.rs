@@ -63,6 +63,22 @@ impl Snippet {
     }
 }
 
+/// What arrived of the snippet's three messages: the two not cancelled, and no third within
+/// half a second more.
+async fn the_two_not_cancelled<T: std::fmt::Debug>(
+    bridge: &Bridge,
+    count: impl Fn() -> usize,
+    snapshot: impl Fn() -> Vec<T>,
+) -> Vec<T> {
+    bridge
+        .expect_arrivals(2, Duration::from_secs(20), count)
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = snapshot();
+    assert_eq!(got.len(), 2, "{got:?}");
+    got
+}
+
 /// A bridge with an ingress; the snippet publishes a delayed message, one due now, and one
 /// it then cancels by its id.
 async fn delivers_through_the_ingress(snippet: &Snippet) {
@@ -85,12 +101,7 @@ async fn delivers_through_the_ingress(snippet: &Snippet) {
         .await;
     let out = cli(&["cancel", "-t", "snippet", "order-never"], &config, &[]);
     assert_eq!(out.code, 0, "{}", out.text());
-    bridge
-        .expect_arrivals(2, Duration::from_secs(20), || capture.count())
-        .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let got = capture.snapshot();
-    assert_eq!(got.len(), 2, "{got:?}");
+    let got = the_two_not_cancelled(&bridge, || capture.count(), || capture.snapshot()).await;
     let now = got.iter().find(|m| m.body == "now \"quoted\" ✓".as_bytes());
     let later = got
         .iter()
@@ -151,12 +162,7 @@ async fn the_kafkajs_snippet_delivers_through_the_ingress() {
     )
     .await;
     assert!(cancelled, "{}", out.text());
-    bridge
-        .expect_arrivals(2, Duration::from_secs(20), || capture.count())
-        .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let got = capture.snapshot();
-    assert_eq!(got.len(), 2, "{got:?}");
+    let got = the_two_not_cancelled(&bridge, || capture.count(), || capture.snapshot()).await;
     let later = got
         .iter()
         .find(|r| r.body == b"later")

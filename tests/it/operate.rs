@@ -20,8 +20,12 @@ async fn due_of(r: &mut Conn, key: &str, member: &str) -> i64 {
     due as i64
 }
 
-fn config_for(key: &str, extra: &str) -> String {
-    base_config(free_port()) + &trigger("ops", key, "rabbit", &format!("exchange = \"x\"\n{extra}"))
+/// A fresh queue key in the `{ops}` hash slot, and a config whose trigger `ops` drains it
+/// (with `extra` lines in the trigger).
+fn ops_queue(prefix: &str, extra: &str) -> (String, String) {
+    let key = format!("{}:{{ops}}", unique(prefix));
+    let trigger = trigger("ops", &key, "rabbit", &format!("exchange = \"x\"\n{extra}"));
+    (base_config(free_port()) + &trigger, key)
 }
 
 fn run(args: &[&str], config: &str) -> Output {
@@ -60,8 +64,7 @@ fn browse_all(config: &str, extra: &[&str], limit: usize) -> (Vec<String>, usize
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn browse_pages_through_ties_and_survives_a_claimed_cursor() {
     let mut r = redis().await;
-    let key = format!("{}:{{ops}}", unique("browse"));
-    let config = config_for(&key, "");
+    let (config, key) = ops_queue("browse", "");
     let now = redis_now(&mut r).await;
     // 250 members on 25 due times: ten share each, so pages end mid-tie.
     let members: Vec<(i64, String)> = (0..250)
@@ -123,9 +126,7 @@ async fn browse_pages_through_ties_and_survives_a_claimed_cursor() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forecast_show_promote_reschedule_and_purge() {
     let mut r = redis().await;
-    let key = format!("{}:{{ops}}", unique("act"));
-    let keys = QueueKeys::derive(&key).unwrap();
-    let config = config_for(&key, "");
+    let (config, key) = ops_queue("act", "");
     let now = redis_now(&mut r).await;
     let schedule: Vec<(i64, &str)> = vec![
         (now - 5_000, "late-1"),
@@ -137,6 +138,7 @@ async fn forecast_show_promote_reschedule_and_purge() {
     ];
     zadd_all(&mut r, &key, schedule.iter().cloned()).await;
     // far-1 failed twice already (its attempt entry names its due time).
+    let keys = QueueKeys::derive(&key).unwrap();
     hset(
         &mut r,
         &keys.attempts,
@@ -269,9 +271,8 @@ async fn purge_a_range(r: &mut Conn, key: &str, config: &str, now: i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hash_mode_browses_bodies_and_purge_keeps_a_body_still_needed() {
     let mut r = redis().await;
-    let key = format!("{}:{{ops}}", unique("hash"));
+    let (config, key) = ops_queue("hash", "payload = \"hash\"\n");
     let keys = QueueKeys::derive(&key).unwrap();
-    let config = config_for(&key, "payload = \"hash\"\n");
     let now = redis_now(&mut r).await;
     for (id, body) in [("a", "body of a"), ("b", "body of b")] {
         let _: () = redis::cmd("HSET")
@@ -314,8 +315,7 @@ async fn hash_mode_browses_bodies_and_purge_keeps_a_body_still_needed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn time_arguments_take_rfc3339_now_and_offsets() {
     let mut r = redis().await;
-    let key = format!("{}:{{ops}}", unique("when"));
-    let config = config_for(&key, "");
+    let (config, key) = ops_queue("when", "");
     let out = run(&["enqueue", "--at", "2030-01-01T00:00:00Z", "rfc"], &config);
     assert_eq!(out.code, 0, "{}", out.text());
     assert_eq!(due_of(&mut r, &key, "rfc").await, 1_893_456_000_000);
@@ -382,8 +382,7 @@ fn redis_down_is_one_line_naming_the_address_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browsed_member_pastes_into_show() {
     let mut r = redis().await;
-    let key = format!("{}:{{ops}}", unique("paste"));
-    let config = config_for(&key, "");
+    let (config, key) = ops_queue("paste", "");
     let member = r#"{"x":"paste-test"}"#;
     let due = redis_now(&mut r).await + 60_000;
     zadd(&mut r, &key, due, member).await;

@@ -4,8 +4,10 @@
 
 use crate::common;
 
+use std::fmt::Display;
 use std::time::{Duration, Instant};
 
+use common::outage::*;
 use common::rabbit_cluster::{RabbitCluster, FORMING};
 use common::servers::RabbitServer;
 use common::tally::*;
@@ -18,6 +20,9 @@ use lapin::{Connection, ConnectionProperties};
 /// The bridge's connection name for sink `rabbit`, as RabbitMQ lists it.
 const BRIDGE: &str = "delay-bridge/rabbit";
 
+const RETRIED: &str = "delay_bridge_messages_retried_total";
+const PUT_BACK: &str = "delay_bridge_messages_put_back_total";
+
 /// Polls `/metrics` until `delay_bridge_messages_forwarded_total` exceeds `above`; returns
 /// whether it did within `timeout`.
 async fn forwarded_beyond(bridge: &Bridge, above: f64, timeout: Duration) -> bool {
@@ -29,23 +34,54 @@ async fn forwarded_beyond(bridge: &Bridge, above: f64, timeout: Duration) -> boo
         .0
 }
 
+/// A fresh queue key in the `{cluster}` hash slot.
+fn cluster_key(prefix: &str) -> String {
+    format!("{}:{{cluster}}", unique(prefix))
+}
+
+/// The tally's config for a bridge on the cluster at `urls`, declaring the quorum queue.
+fn quorum_config(tally: &Tally, port: u16, key: &str, urls: &[String]) -> String {
+    tally
+        .config(port, key, "workers = 2\nbatch = 100")
+        .amqp_cluster(urls, &tally.quorum_queue())
+        .to_string()
+}
+
+/// A config whose sink on `rabbit` declares exchange `{name}-ex` and `queue` (with
+/// `queue_options`) bound with `routing_key`, and whose trigger `name` publishes `key` there.
+fn declaring_config(
+    port: u16,
+    rabbit: &RabbitServer,
+    (name, key): (&str, &str),
+    (queue, queue_options): (&str, &str),
+    routing_key: &str,
+) -> String {
+    let declare = format!(
+        "[{{ exchange = \"{name}-ex\", queue = \"{queue}\", {queue_options}binding_key = \"{routing_key}\" }}]"
+    );
+    let to = format!("exchange = \"{name}-ex\"\nrouting_key = \"{routing_key}\"");
+    ConfigToml::base(port)
+        .set_str("sinks.rabbit", "url", &rabbit.url())
+        .set("sinks.rabbit", "declare", &declare)
+        .to_string()
+        + &trigger(name, key, "rabbit", &to)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_the_bridge_is_on_killed_mid_stream_loses_nothing() {
     let n = 20_000;
     let cluster = RabbitCluster::start(3).await;
     let urls = cluster.urls();
     let mut r = redis().await;
-    let key = format!("{}:{{cluster}}", unique("kill"));
+    let key = cluster_key("kill");
     // The consumer reads from the survivors only: it starts once the bridge has picked its
     // node (and declared the queue).
     let tally = Tally::quorum();
     let port = free_port();
-    let cfg = tally
-        .config(port, &key, "workers = 2\nbatch = 100")
-        .amqp_cluster(&urls, &tally.quorum_queue())
-        .to_string();
-    let bridge = Bridge::start(&cfg, port);
-    bridge.expect_readyz(200, Duration::from_secs(60)).await;
+    let cfg = quorum_config(&tally, port, &key, &urls);
+    let bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(60))
+        .await;
     let on = cluster
         .wait_connection_on(BRIDGE, &[0, 1, 2], Duration::from_secs(30))
         .await
@@ -88,27 +124,16 @@ async fn the_node_the_bridge_is_on_killed_mid_stream_loses_nothing() {
         .expect_distinct(n, Duration::from_secs(180), &bridge)
         .await;
     let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
-    let put_back = bridge
-        .metric("delay_bridge_messages_put_back_total", &[])
-        .await;
-    let retried = bridge
-        .metric("delay_bridge_messages_retried_total", &[])
-        .await;
-    report(
-        "rabbitmq_cluster_node_killed",
-        n,
-        0,
-        &tally,
-        &format!(
-            "formed_ms={} failover_ms={} killed_node_led_the_queue={} put_back={put_back} \
-             retried={retried} consumer_side_redeliveries={}",
-            cluster.formed_in.as_millis(),
-            failover.as_millis(),
-            leader == Some(on),
-            tally.broker_redeliveries()
-        ),
-    );
-    assert_eq!(sizes, (0, 0, 0));
+    let [put_back, retried] = bridge.metrics([PUT_BACK, RETRIED], &[]).await;
+    let figures: [(&str, &dyn Display); 6] = [
+        ("formed_ms", &cluster.formed_in.as_millis()),
+        ("failover_ms", &failover.as_millis()),
+        ("killed_node_led_the_queue", &(leader == Some(on))),
+        ("put_back", &put_back),
+        ("retried", &retried),
+        ("consumer_side_redeliveries", &tally.broker_redeliveries()),
+    ];
+    report_drained("rabbitmq_cluster_node_killed", n, &tally, sizes, &figures);
     finish(bridge, &mut r, &key).await;
 }
 
@@ -120,13 +145,10 @@ async fn the_first_address_down_at_start_is_skipped() {
     cluster.nodes[0].kill().await;
     cluster.expect_running(&[1, 2], FORMING).await;
     let mut r = redis().await;
-    let key = format!("{}:{{cluster}}", unique("first-down"));
+    let key = cluster_key("first-down");
     let tally = Tally::on_cluster(&urls[1..]);
     let port = free_port();
-    let cfg = tally
-        .config(port, &key, "workers = 2\nbatch = 100")
-        .amqp_cluster(&urls, &tally.quorum_queue())
-        .to_string();
+    let cfg = quorum_config(&tally, port, &key, &urls);
     // The first node tried is random: start bridges until one begins with the dead address
     // (a third of them do; twenty misses in a row happen once in 3,000 runs).
     let down = format!("127.0.0.1:{}/", cluster.nodes[0].port);
@@ -141,8 +163,9 @@ async fn the_first_address_down_at_start_is_skipped() {
     let (mut bridge, ready) = loop {
         starts += 1;
         let started = Instant::now();
-        let bridge = Bridge::start(&cfg, port);
-        bridge.expect_readyz(200, Duration::from_secs(60)).await;
+        let bridge = Bridge::start(&cfg, port)
+            .ready(Duration::from_secs(60))
+            .await;
         let ready = started.elapsed();
         if tried_the_dead_node(&bridge) || starts == 20 {
             break (bridge, ready);
@@ -160,18 +183,18 @@ async fn the_first_address_down_at_start_is_skipped() {
         .expect_distinct(n, Duration::from_secs(120), &bridge)
         .await;
     let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
-    report(
+    let figures: [(&str, &dyn Display); 3] = [
+        ("formed_ms", &cluster.formed_in.as_millis()),
+        ("ready_ms", &ready.as_millis()),
+        ("bridges_started", &starts),
+    ];
+    report_drained(
         "rabbitmq_cluster_first_address_down",
         n,
-        0,
         &tally,
-        &format!(
-            "formed_ms={} ready_ms={} bridges_started={starts}",
-            cluster.formed_in.as_millis(),
-            ready.as_millis()
-        ),
+        sizes,
+        &figures,
     );
-    assert_eq!(sizes, (0, 0, 0));
     bridge.assert_alive();
     stop_and_clean(bridge, &mut r, &key).await;
 }
@@ -182,15 +205,13 @@ async fn every_node_down_then_back_claims_nothing_meanwhile_and_resumes() {
     let mut cluster = RabbitCluster::start(3).await;
     let urls = cluster.urls();
     let mut r = redis().await;
-    let key = format!("{}:{{cluster}}", unique("all-down"));
+    let key = cluster_key("all-down");
     let tally = Tally::on_cluster(&urls);
     let port = free_port();
-    let cfg = tally
-        .config(port, &key, "workers = 2\nbatch = 100")
-        .amqp_cluster(&urls, &tally.quorum_queue())
-        .to_string();
-    let bridge = Bridge::start(&cfg, port);
-    bridge.expect_readyz(200, Duration::from_secs(60)).await;
+    let cfg = quorum_config(&tally, port, &key, &urls);
+    let bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(60))
+        .await;
     // The first half is due now: forwarding while the nodes go down one by one.
     schedule(&mut r, &key, n / 2, 0).await;
     tally
@@ -203,8 +224,7 @@ async fn every_node_down_then_back_claims_nothing_meanwhile_and_resumes() {
     }
     let down_at = Instant::now();
     bridge.expect_readyz(503, Duration::from_secs(15)).await;
-    let (_, inflight, _) = wait_sizes(&mut r, &key, Duration::from_secs(15), |s| s.1 == 0).await;
-    assert_eq!(inflight, 0, "unconfirmed batches go back to the source set");
+    assert_given_back(&mut r, &key, Duration::from_secs(15), &bridge).await;
     // The second half falls due while no node is up.
     let now = redis_now(&mut r).await;
     zadd_all(
@@ -218,15 +238,11 @@ async fn every_node_down_then_back_claims_nothing_meanwhile_and_resumes() {
         queued >= (n / 2) as i64,
         "{queued} due while every node is down"
     );
-    let retried_before = bridge
-        .metric("delay_bridge_messages_retried_total", &[])
-        .await;
+    let retried_before = bridge.metric(RETRIED, &[]).await;
 
     // One node back: the only address that answers, so the bridge must rotate to it.
     cluster.nodes[2].restart().await;
-    let back_at = Instant::now();
-    bridge.expect_readyz(200, Duration::from_secs(30)).await;
-    let reconnected = back_at.elapsed();
+    let reconnected = time_readyz(&bridge, 200, Duration::from_secs(30)).await;
     // A quorum queue of three replicas confirms only with a majority: a second node.
     cluster.nodes[1].restart().await;
     cluster.expect_running(&[1, 2], FORMING).await;
@@ -238,9 +254,7 @@ async fn every_node_down_then_back_claims_nothing_meanwhile_and_resumes() {
     let mut retried = Vec::new();
     for reason in ["timeout", "nack"] {
         let labels = [("trigger", "faults"), ("reason", reason)];
-        let count = bridge
-            .metric("delay_bridge_messages_retried_total", &labels)
-            .await;
+        let count = bridge.metric(RETRIED, &labels).await;
         retried.push(format!("retried_{reason}={count}"));
     }
     report(
@@ -301,18 +315,10 @@ async fn a_declared_queue_of_another_type_stops_the_bridge() {
     ] {
         let queue = unique("typed-q");
         declare_queue(&rabbit, &queue, existing).await;
-        let key = format!("{}:{{cluster}}", unique("typed"));
+        let key = cluster_key("typed");
         schedule(&mut r, &key, 10, 0).await;
         let port = free_port();
-        let cfg = ConfigToml::base(port)
-            .set_str("sinks.rabbit", "url", &rabbit.url())
-            .set(
-                "sinks.rabbit",
-                "declare",
-                &format!("[{{ exchange = \"typed-ex\", queue = \"{queue}\", {configured}binding_key = \"t\" }}]"),
-            )
-            .to_string()
-            + &trigger("typed", &key, "rabbit", "exchange = \"typed-ex\"\nrouting_key = \"t\"");
+        let cfg = declaring_config(port, &rabbit, ("typed", &key), (&queue, configured), "t");
         let mut bridge = Bridge::start(&cfg, port);
         let code = bridge.wait_exit(Duration::from_secs(30)).await;
         let log = bridge.log();
@@ -352,18 +358,11 @@ async fn a_stream_declared_by_the_bridge_gets_every_message() {
     let n = 500;
     let rabbit = RabbitServer::start().await;
     let mut r = redis().await;
-    let key = format!("{}:{{cluster}}", unique("stream"));
+    let key = cluster_key("stream");
     let queue = unique("stream-q");
     let port = free_port();
-    let cfg = ConfigToml::base(port)
-        .set_str("sinks.rabbit", "url", &rabbit.url())
-        .set(
-            "sinks.rabbit",
-            "declare",
-            &format!("[{{ exchange = \"stream-ex\", queue = \"{queue}\", queue_type = \"stream\", binding_key = \"s\" }}]"),
-        )
-        .to_string()
-        + &trigger("stream", &key, "rabbit", "exchange = \"stream-ex\"\nrouting_key = \"s\"");
+    let stream = "queue_type = \"stream\", ";
+    let cfg = declaring_config(port, &rabbit, ("stream", &key), (&queue, stream), "s");
     let bridge = Bridge::start(&cfg, port)
         .ready(Duration::from_secs(30))
         .await;

@@ -102,12 +102,20 @@ impl Topic {
         assert!(done, "{} of {n} arrived\n{}", self.distinct(), bridge.log());
     }
 
-    /// The trigger lines that publish to this exchange with `routing_key`.
-    fn destination(&self, routing_key: &str) -> String {
-        format!(
+    /// Trigger `name` on `key`, publishing to this exchange with `routing_key` (and `lines`).
+    fn trigger(&self, name: &str, key: &str, routing_key: &str, lines: &str) -> String {
+        let to = format!(
             "exchange = \"{}\"\nrouting_key = \"{routing_key}\"\n",
             self.exchange
-        )
+        );
+        trigger(name, key, "rabbit", &(to + lines))
+    }
+
+    /// Starts a bridge on `cfg` and waits until `first` bodies arrived within `timeout`.
+    async fn bridge_past(&self, cfg: &str, port: u16, first: usize, timeout: Duration) -> Bridge {
+        let bridge = Bridge::start(cfg, port);
+        self.expect_distinct(first, timeout, &bridge).await;
+        bridge
     }
 }
 
@@ -139,18 +147,64 @@ async fn broker_with_user(rabbit: &RabbitServer, exchange: &str, topic: &str) ->
     rabbit
         .ctl(&["set_permissions", "-p", "/", "bridge", ".*", ".*", ".*"])
         .await;
-    rabbit
-        .ctl(&[
-            "set_topic_permissions",
-            "-p",
-            "/",
-            "bridge",
-            exchange,
-            topic,
-            topic,
-        ])
-        .await;
+    set_topic_permissions(rabbit, exchange, topic).await;
     format!("amqp://bridge:bridge-pw@{}/%2f", rabbit.addr())
+}
+
+/// Lets user `bridge` publish to `exchange` with the routing keys matching `pattern` only.
+async fn set_topic_permissions(rabbit: &RabbitServer, exchange: &str, pattern: &str) {
+    let args = [
+        "set_topic_permissions",
+        "-p",
+        "/",
+        "bridge",
+        exchange,
+        pattern,
+        pattern,
+    ];
+    rabbit.ctl(&args).await;
+}
+
+/// A fresh queue key in the `{refusals}` hash slot.
+fn refusal_key(prefix: &str) -> String {
+    format!("{}:{{refusals}}", unique(prefix))
+}
+
+/// Schedules `poison` at the head of `key` (due a minute ago), `count` members made by `ok`
+/// just behind it, and as many on `other`: one batch holds the poison and its neighbours.
+async fn poison_first(
+    r: &mut Conn,
+    (key, other): (&str, &str),
+    poison: &str,
+    count: i64,
+    ok: impl Fn(i64) -> String,
+) {
+    let now = redis_now(r).await;
+    zadd(r, key, now - 60_000, poison).await;
+    for i in 0..count {
+        zadd(r, key, now - 50_000 + i, ok(i)).await;
+        zadd(r, other, now - 50_000 + i, format!("other-{i}")).await;
+    }
+}
+
+/// The reason `member` of `key` was dead-lettered, within `timeout`.
+async fn dead_within(
+    r: &mut Conn,
+    key: &str,
+    member: &str,
+    timeout: Duration,
+    bridge: &Bridge,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + timeout;
+    wait_dead_reason(r, key, member.as_bytes(), deadline)
+        .await
+        .unwrap_or_else(|| panic!("not dead-lettered\n{}", bridge.log()))
+}
+
+/// Asserts that nothing of `key` is dead-lettered.
+async fn assert_none_dead(r: &mut Conn, key: &str, bridge: &Bridge) {
+    let dead = zcard(r, &format!("{key}:dead")).await;
+    assert_eq!(dead, 0, "{}", bridge.log());
 }
 
 /// The end of every test here: no panic in the bridge's log, the bridge stopped, its keys gone.
@@ -176,46 +230,22 @@ async fn a_routing_key_outside_the_permissions_is_refused_alone_and_the_rest_flo
     let topic = Topic::start(&rabbit.url(), "allowed.#").await;
     let url = broker_with_user(&rabbit, &topic.exchange, "^allowed\\..*").await;
     let mut r = redis().await;
-    let key = format!("{}:{{refusals}}", unique("acl"));
-    let other = format!("{}:{{refusals}}", unique("acl-other"));
-    let now = redis_now(&mut r).await;
+    let key = refusal_key("acl");
+    let other = refusal_key("acl-other");
     let poison = envelope("poison", "denied.x");
     // The poison is the head: claimed first, in one batch with the allowed ones.
-    zadd(&mut r, &key, now - 60_000, &poison).await;
-    for i in 0..10 {
-        zadd(
-            &mut r,
-            &key,
-            now - 50_000 + i,
-            envelope(&format!("ok-{i}"), "allowed.x"),
-        )
-        .await;
-        zadd(&mut r, &other, now - 50_000 + i, format!("other-{i}")).await;
-    }
+    let ok = |i| envelope(&format!("ok-{i}"), "allowed.x");
+    poison_first(&mut r, (&key, &other), &poison, 10, ok).await;
     let port = free_port();
     let lines = "format = \"envelope\"\nworkers = 1\nbatch = 100\nmax_attempts = 2\n\
                  backoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\n";
     let cfg = ConfigToml::base(port).amqp_sink("rabbit", &url).to_string()
-        + &trigger(
-            "acl",
-            &key,
-            "rabbit",
-            &(topic.destination("allowed.default") + lines),
-        )
-        + &trigger(
-            "other",
-            &other,
-            "rabbit",
-            &(topic.destination("allowed.other") + "workers = 1\n"),
-        );
-    let bridge = Bridge::start(&cfg, port);
-    topic
-        .expect_distinct(20, Duration::from_secs(30), &bridge)
+        + &topic.trigger("acl", &key, "allowed.default", lines)
+        + &topic.trigger("other", &other, "allowed.other", "workers = 1\n");
+    let bridge = topic
+        .bridge_past(&cfg, port, 20, Duration::from_secs(30))
         .await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let reason = wait_dead_reason(&mut r, &key, poison.as_bytes(), deadline)
-        .await
-        .unwrap_or_else(|| panic!("not dead-lettered\n{}", bridge.log()));
+    let reason = dead_within(&mut r, &key, &poison, Duration::from_secs(30), &bridge).await;
     assert_eq!(reason["reason"], "broker_refused", "{reason}");
     assert_eq!(reason["attempts"], 2, "{reason}");
     let detail = reason["detail"].as_str().unwrap_or_default();
@@ -248,8 +278,8 @@ async fn a_routing_key_outside_the_permissions_is_refused_alone_and_the_rest_flo
 async fn headers_over_the_frame_size_are_dead_lettered_without_cutting_the_connection() {
     let capture = AmqpCapture::start("frame").await;
     let mut r = redis().await;
-    let key = format!("{}:{{refusals}}", unique("frame"));
-    let other = format!("{}:{{refusals}}", unique("frame-other"));
+    let key = refusal_key("frame");
+    let other = refusal_key("frame-other");
     // Three-character names (but `bcc`, which envelopes may not carry).
     let names: Vec<String> = (36 * 36..)
         .map(|i: u32| {
@@ -267,18 +297,8 @@ async fn headers_over_the_frame_size_are_dead_lettered_without_cutting_the_conne
         r#"{{"body": "poison", "headers": {{{}}}}}"#,
         names.join(", ")
     );
-    let now = redis_now(&mut r).await;
-    zadd(&mut r, &key, now - 60_000, &poison).await;
-    for i in 0..20 {
-        zadd(
-            &mut r,
-            &key,
-            now - 50_000 + i,
-            format!(r#"{{"body": "ok-{i}"}}"#),
-        )
-        .await;
-        zadd(&mut r, &other, now - 50_000 + i, format!("other-{i}")).await;
-    }
+    let ok = |i| format!(r#"{{"body": "ok-{i}"}}"#);
+    poison_first(&mut r, (&key, &other), &poison, 20, ok).await;
     let port = free_port();
     let cfg = ConfigToml::base(port).to_string()
         + &amqp_trigger(
@@ -292,10 +312,7 @@ async fn headers_over_the_frame_size_are_dead_lettered_without_cutting_the_conne
     bridge
         .expect_arrivals(40, Duration::from_secs(30), || capture.count())
         .await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let reason = wait_dead_reason(&mut r, &key, poison.as_bytes(), deadline)
-        .await
-        .unwrap_or_else(|| panic!("not dead-lettered\n{}", bridge.log()));
+    let reason = dead_within(&mut r, &key, &poison, Duration::from_secs(10), &bridge).await;
     assert_eq!(reason["reason"], "too_large", "{reason}");
     assert_eq!(reason["attempts"], 1, "{reason}");
     assert!(
@@ -321,19 +338,13 @@ async fn an_exchange_deleted_mid_stream_dead_letters_nothing_and_resumes() {
     let n = 400;
     let topic = Topic::start(&amqp_url(), "#").await;
     let mut r = redis().await;
-    let key = format!("{}:{{refusals}}", unique("deleted"));
+    let key = refusal_key("deleted");
     schedule_over(&mut r, &key, n, Duration::from_secs(6)).await;
     let port = free_port();
-    let cfg = ConfigToml::base(port).to_string()
-        + &trigger(
-            "deleted",
-            &key,
-            "rabbit",
-            &(topic.destination("k") + "workers = 2\nmax_attempts = 1\npublish_timeout = \"2s\""),
-        );
-    let bridge = Bridge::start(&cfg, port);
-    topic
-        .expect_distinct(20, Duration::from_secs(20), &bridge)
+    let lines = "workers = 2\nmax_attempts = 1\npublish_timeout = \"2s\"";
+    let cfg = ConfigToml::base(port).to_string() + &topic.trigger("deleted", &key, "k", lines);
+    let bridge = topic
+        .bridge_past(&cfg, port, 20, Duration::from_secs(20))
         .await;
     topic.delete_exchange().await;
     // Long enough for every message to fall due and be tried against the missing exchange.
@@ -342,12 +353,7 @@ async fn an_exchange_deleted_mid_stream_dead_letters_nothing_and_resumes() {
         topic.distinct() < n,
         "the exchange was deleted before the end"
     );
-    assert_eq!(
-        zcard(&mut r, &format!("{key}:dead")).await,
-        0,
-        "{}",
-        bridge.log()
-    );
+    assert_none_dead(&mut r, &key, &bridge).await;
     topic.declare().await;
     topic
         .expect_distinct(n, Duration::from_secs(60), &bridge)
@@ -367,33 +373,17 @@ async fn permissions_revoked_for_every_key_dead_letter_nothing_and_resume() {
     let topic = Topic::start(&rabbit.url(), "#").await;
     let url = broker_with_user(&rabbit, &topic.exchange, ".*").await;
     let mut r = redis().await;
-    let key = format!("{}:{{refusals}}", unique("revoked"));
+    let key = refusal_key("revoked");
     schedule(&mut r, &key, 20, 0).await;
     let port = free_port();
     let cfg = ConfigToml::base(port).amqp_sink("rabbit", &url).to_string()
-        + &trigger(
-            "revoked",
-            &key,
-            "rabbit",
-            &(topic.destination("k") + "workers = 2\nmax_attempts = 1\n"),
-        );
-    let bridge = Bridge::start(&cfg, port);
-    topic
-        .expect_distinct(20, Duration::from_secs(20), &bridge)
+        + &topic.trigger("revoked", &key, "k", "workers = 2\nmax_attempts = 1\n");
+    let bridge = topic
+        .bridge_past(&cfg, port, 20, Duration::from_secs(20))
         .await;
     // No routing key is allowed any more; the bridge's channels are made anew (a channel
     // caches what it was allowed).
-    rabbit
-        .ctl(&[
-            "set_topic_permissions",
-            "-p",
-            "/",
-            "bridge",
-            &topic.exchange,
-            "^$",
-            "^$",
-        ])
-        .await;
+    set_topic_permissions(&rabbit, &topic.exchange, "^$").await;
     let connections = rabbit
         .ctl_output(&["list_connections", "user", "pid"])
         .await
@@ -416,24 +406,9 @@ async fn permissions_revoked_for_every_key_dead_letter_nothing_and_resume() {
         .await;
     assert!(refused, "/readyz says why\n{}", bridge.log());
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        zcard(&mut r, &format!("{key}:dead")).await,
-        0,
-        "{}",
-        bridge.log()
-    );
+    assert_none_dead(&mut r, &key, &bridge).await;
     assert!(topic.distinct() < n);
-    rabbit
-        .ctl(&[
-            "set_topic_permissions",
-            "-p",
-            "/",
-            "bridge",
-            &topic.exchange,
-            ".*",
-            ".*",
-        ])
-        .await;
+    set_topic_permissions(&rabbit, &topic.exchange, ".*").await;
     topic
         .expect_distinct(n, Duration::from_secs(60), &bridge)
         .await;
@@ -458,7 +433,7 @@ async fn permissions_revoked_for_every_key_dead_letter_nothing_and_resume() {
 async fn a_wrong_password_is_named_a_refused_login() {
     let mut url = url::Url::parse(&amqp_url()).unwrap();
     url.set_password(Some("not-the-password")).unwrap();
-    let key = format!("{}:{{refusals}}", unique("login"));
+    let key = refusal_key("login");
     let port = free_port();
     let cfg = ConfigToml::base(port)
         .amqp_sink("rabbit", url.as_str())

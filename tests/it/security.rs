@@ -168,13 +168,17 @@ const AMQP: Credentials = Credentials {
 };
 
 /// [`forward_once`] with user `name`'s credentials given each way: in the URL, as the URL
-/// without the password plus `password_file`, and as the URL in the environment.
+/// without the password plus a password file (the password, then `line_end`), and as the URL
+/// in the environment; `capture` receives the three messages.
 async fn forward_each_way(
     c: &Credentials,
     (name, password): (&str, &str),
-    password_file: &std::path::Path,
+    line_end: &str,
     capture: &AmqpCapture,
 ) {
+    let dir = tempfile::tempdir().unwrap();
+    let password_file = dir.path().join(format!("{}-password", c.what));
+    std::fs::write(&password_file, format!("{password}{line_end}")).unwrap();
     let url = |password| user_url(&(c.url)(), name, password);
     let full_url = url(Some(password));
     for via in [Via::Url, Via::File, Via::Env] {
@@ -203,6 +207,7 @@ async fn forward_each_way(
         let what = format!("{} {via:?}", c.what);
         forward_once(&config, env, port, password, &what).await;
     }
+    assert_eq!(capture.count(), 3, "one message forwarded each way");
 }
 
 /// Starts a bridge, forwards one message through it and checks that `secret` appears in
@@ -242,14 +247,9 @@ async fn forward_once(config: &str, env: &[(&str, &str)], port: u16, secret: &st
 async fn redis_acl_user_by_url_file_and_env_and_a_wrong_password_fails_clearly() {
     let user = RedisUser::create().await;
     let capture = AmqpCapture::start("sec.redis").await;
-    let dir = tempfile::tempdir().unwrap();
-    let pw_file = dir.path().join("redis-password");
-    // Editors add a trailing newline; it is not part of the password.
-    std::fs::write(&pw_file, format!("{}\n", user.password)).unwrap();
-
     let credentials = (user.name.as_str(), user.password.as_str());
-    forward_each_way(&REDIS, credentials, &pw_file, &capture).await;
-    assert_eq!(capture.count(), 3);
+    // Editors add a trailing newline; it is not part of the password.
+    forward_each_way(&REDIS, credentials, "\n", &capture).await;
 
     // A wrong password: refuses to start with a clear message, no panic, the password not echoed.
     let wrong = hostile_password();
@@ -318,12 +318,8 @@ async fn redis_requirepass_needs_the_password_and_takes_it_from_a_file() {
 async fn rabbitmq_user_by_url_file_and_env_and_a_wrong_password_fails_clearly() {
     let user = RabbitUser::create();
     let capture = AmqpCapture::start("sec.amqp").await;
-    let dir = tempfile::tempdir().unwrap();
-    let pw_file = dir.path().join("amqp-password");
-    std::fs::write(&pw_file, format!("{}\r\n", user.password)).unwrap();
     let credentials = (user.name.as_str(), user.password.as_str());
-    forward_each_way(&AMQP, credentials, &pw_file, &capture).await;
-    assert_eq!(capture.count(), 3);
+    forward_each_way(&AMQP, credentials, "\r\n", &capture).await;
 
     let wrong = hostile_password();
     let (config, port) = config_with_url("sinks.rabbit", &user.url(Some(&wrong)), &capture);

@@ -9,34 +9,48 @@ use common::*;
 /// How long a bridge may take to become ready.
 const READY: Duration = Duration::from_secs(15);
 
+/// Claims that found nothing due.
+const EMPTY_CLAIMS: &str = "delay_bridge_empty_claims_total";
+/// Workers woken by a keyspace notification.
+const WAKEUPS: &str = "delay_bridge_notify_wakeups_total";
+/// 1 while keyspace notifications are subscribed.
+const SUBSCRIBED: &str = "delay_bridge_keyspace_notifications_enabled";
+
+/// Trigger `name` (with `options`) on a fresh key, and a bridge ready to drain it: Redis, the
+/// capture, the key and the bridge.
+async fn started(name: &str, options: &str) -> (Conn, AmqpCapture, String, Bridge) {
+    let (r, capture, key) = amqp_scene(name, "delay", name).await;
+    let bridge = ready_amqp_bridge(name, &key, &capture, options, READY).await;
+    (r, capture, key, bridge)
+}
+
+/// Trigger lines: eight workers, the guard intervals without and with notifications.
+fn eight_workers(guard: &str, notified_guard: &str) -> String {
+    format!(
+        "workers = 8\nguard_interval = \"{guard}\"\nnotified_guard_interval = \"{notified_guard}\""
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notification_wakes_the_idle_worker_long_before_the_guard() {
-    let (mut r, capture, key) = amqp_scene("wake", "delay", "wake").await;
-    let port = free_port();
-    let cfg = base_config(port) + &amqp_trigger("wake", &key, &capture, "guard_interval = \"60s\"");
-    let bridge = Bridge::start(&cfg, port).ready(READY).await;
+    let (mut r, capture, key, bridge) = started("wake", "guard_interval = \"60s\"").await;
     let labels = [("trigger", "wake")];
     // Subscribed, the first (empty) claims made: the idle worker sleeps on a 60 s guard.
     let (settled, _) = bridge
         .wait_scrape(Duration::from_secs(5), |b| {
-            metric_value(b, "delay_bridge_keyspace_notifications_enabled", &[]) == 1.0
-                && metric_value(b, "delay_bridge_empty_claims_total", &labels) >= 1.0
+            metric_value(b, SUBSCRIBED, &[]) == 1.0 && metric_value(b, EMPTY_CLAIMS, &labels) >= 1.0
         })
         .await;
     assert!(settled, "{}", bridge.log());
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let woken_before = bridge
-        .metric("delay_bridge_notify_wakeups_total", &labels)
-        .await;
+    let woken_before = bridge.metric(WAKEUPS, &labels).await;
     schedule_now(&mut r, &key, ["wake up"]).await;
     assert!(
         wait_until(Duration::from_secs(20), || capture.count() == 1).await,
         "not delivered before the 60 s guard: {}",
         bridge.log()
     );
-    let woken = bridge
-        .metric("delay_bridge_notify_wakeups_total", &labels)
-        .await;
+    let woken = bridge.metric(WAKEUPS, &labels).await;
     assert!(
         woken > woken_before,
         "delivered because a notification woke the worker"
@@ -46,22 +60,13 @@ async fn a_notification_wakes_the_idle_worker_long_before_the_guard() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_trigger_claims_once_per_guard_tick_not_once_per_worker() {
-    let (mut r, capture, key) = amqp_scene("idle", "delay", "idle").await;
-    let port = free_port();
-    let options = "workers = 8\nguard_interval = \"1s\"\nnotified_guard_interval = \"1s\"";
-    let cfg = base_config(port) + &amqp_trigger("idle", &key, &capture, options);
-    let bridge = Bridge::start(&cfg, port).ready(READY).await;
+    let (mut r, _capture, key, bridge) = started("idle", &eight_workers("1s", "1s")).await;
     let labels = [("trigger", "idle")];
     // Let the start-up claims pass.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let before = bridge
-        .metric("delay_bridge_empty_claims_total", &labels)
-        .await;
+    let before = bridge.metric(EMPTY_CLAIMS, &labels).await;
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let during = bridge
-        .metric("delay_bridge_empty_claims_total", &labels)
-        .await
-        - before;
+    let during = bridge.metric(EMPTY_CLAIMS, &labels).await - before;
     // Guard ticks are jittered into [0.75 s, 1 s]: at most 8 in 6 s, however many workers.
     assert!(
         (5.0..=9.0).contains(&during),
@@ -75,32 +80,23 @@ async fn an_empty_trigger_claims_once_per_guard_tick_not_once_per_worker() {
 /// one per worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscribed_idle_trigger_sleeps_the_notified_guard() {
-    let (mut r, capture, key) = amqp_scene("notified", "delay", "notified").await;
-    let port = free_port();
-    let options = "workers = 8\nguard_interval = \"500ms\"\nnotified_guard_interval = \"60s\"";
-    let cfg = base_config(port) + &amqp_trigger("notified", &key, &capture, options);
-    let bridge = Bridge::start(&cfg, port).ready(READY).await;
+    let (mut r, capture, key, bridge) = started("notified", &eight_workers("500ms", "60s")).await;
     let labels = [("trigger", "notified")];
     let (subscribed, _) = bridge
         .wait_scrape(Duration::from_secs(5), |b| {
-            metric_value(b, "delay_bridge_keyspace_notifications_enabled", &[]) == 1.0
+            metric_value(b, SUBSCRIBED, &[]) == 1.0
         })
         .await;
     assert!(subscribed, "{}", bridge.log());
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let start = bridge
-        .metric("delay_bridge_empty_claims_total", &labels)
-        .await;
+    let start = bridge.metric(EMPTY_CLAIMS, &labels).await;
     // The first worker's claim, and one more once subscribed (a write may have been missed).
     assert!(
         (1.0..=3.0).contains(&start),
         "{start} empty claims at the start of 8 workers"
     );
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let idle = bridge
-        .metric("delay_bridge_empty_claims_total", &labels)
-        .await
-        - start;
+    let idle = bridge.metric(EMPTY_CLAIMS, &labels).await - start;
     assert_eq!(idle, 0.0, "empty claims in 4 s on a 500 ms guard_interval");
     // A notification still wakes it at once.
     schedule_now(&mut r, &key, ["after a quiet spell"]).await;

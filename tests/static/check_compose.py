@@ -51,6 +51,8 @@ try:
 except ImportError:  # pragma: no cover - depends on the machine
     yaml = None
 
+from report import verdict
+
 DEFAULT_ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = Path("docker/compose.yaml")
 DOCKERFILE = Path("docker/Dockerfile")
@@ -112,30 +114,30 @@ class Checker:
 
     def load_yaml(self, rel: Path):
         """Parsed document, or None when missing, invalid or PyYAML is absent."""
-        text = self.read_text(rel)
-        if text is None or yaml is None:
-            return None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            self.fail(f"{rel}: invalid YAML: {err}")
-            return None
-        if not isinstance(data, dict):
-            self.fail(f"{rel}: expected a mapping at the top level")
-            return None
-        return data
+        parse = None if yaml is None else yaml.safe_load
+        errors = () if yaml is None else yaml.YAMLError
+        return self.load_mapping(
+            rel, parse, errors, "invalid YAML", "a mapping at the top level"
+        )
 
     def load_dashboard(self) -> dict | None:
-        text = self.read_text(DASHBOARD)
-        if text is None:
+        return self.load_mapping(
+            DASHBOARD, json.loads, json.JSONDecodeError, "invalid JSON", "a JSON object"
+        )
+
+    def load_mapping(self, rel: Path, parse, errors, invalid: str, expected: str) -> dict | None:
+        """`rel` read and parsed by `parse`, or None with the problem noted (None, too, when
+        there is no parser); `errors` are the exceptions `parse` raises on bad input."""
+        text = self.read_text(rel)
+        if text is None or parse is None:
             return None
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            self.fail(f"{DASHBOARD}: invalid JSON: {err}")
+            data = parse(text)
+        except errors as err:
+            self.fail(f"{rel}: {invalid}: {err}")
             return None
         if not isinstance(data, dict):
-            self.fail(f"{DASHBOARD}: expected a JSON object")
+            self.fail(f"{rel}: expected {expected}")
             return None
         return data
 
@@ -690,13 +692,7 @@ def main(argv: list[str]) -> int:
     checker.check_provisioning(mounts)
     checker.check_dashboard(checker.load_dashboard())
 
-    if checker.errors:
-        for err in checker.errors:
-            print(f"error: {err}", file=sys.stderr)
-        print(f"compose: {len(checker.errors)} problem(s)", file=sys.stderr)
-        return 1
-    print("compose: ok")
-    return 0
+    return verdict("compose", checker.errors)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import yaml  # type: ignore[import-untyped]
 
+from report import verdict
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = Path(".github/workflows")
 # Paths in `run` scripts that must exist in the repository.
@@ -162,13 +164,7 @@ def main() -> int:
             checker.check_ci(rel, workflow)
         if path.name == "release.yml":
             checker.check_release(rel, workflow)
-    if checker.errors:
-        for err in checker.errors:
-            print(f"error: {err}", file=sys.stderr)
-        print(f"workflows: {len(checker.errors)} problem(s)", file=sys.stderr)
-        return 1
-    print("workflows: ok")
-    return 0
+    return verdict("workflows", checker.errors)
 
 
 if __name__ == "__main__":

@@ -300,19 +300,14 @@ async fn audit_lines_metrics_and_reload(api: &mut Api, bridge: &Bridge) {
         "members in audit lines"
     );
     assert!(log.contains("refused: no valid bearer token"));
-    let counted = bridge
-        .metric(
-            "delay_bridge_admin_requests_total",
-            &[("action", "read"), ("code", "401")],
-        )
-        .await;
-    assert_eq!(counted, 1.0);
-    let purges = bridge
-        .metric(
-            "delay_bridge_admin_requests_total",
-            &[("action", "purge"), ("code", "200")],
-        )
-        .await;
+    let requests = async |action: &str, code: &str| {
+        let labels = [("action", action), ("code", code)];
+        bridge
+            .metric("delay_bridge_admin_requests_total", &labels)
+            .await
+    };
+    assert_eq!(requests("read", "401").await, 1.0);
+    let purges = requests("purge", "200").await;
     assert_eq!(purges, 5.0, "three purges and two dry runs");
 
     let reload = api

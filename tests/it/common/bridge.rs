@@ -204,6 +204,20 @@ impl Bridge {
         metric_value(&body, name, labels)
     }
 
+    /// Several samples from one scrape of `/metrics`, in the order of `names` (as
+    /// [`metric`](Self::metric): 0 if absent, NaN if `/metrics` does not answer).
+    pub async fn metrics<const N: usize>(
+        &self,
+        names: [&str; N],
+        labels: &[(&str, &str)],
+    ) -> [f64; N] {
+        let body = self.get("/metrics").await.map(|(_, body)| body);
+        names.map(|name| match &body {
+            Some(body) => metric_value(body, name, labels),
+            None => f64::NAN,
+        })
+    }
+
     /// Scrapes `/metrics` until `f` holds or `timeout` passes; returns whether it held and the
     /// last body scraped.
     pub async fn wait_scrape<F: FnMut(&str) -> bool>(
@@ -280,4 +294,17 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     Some((status, body))
+}
+
+/// The same sample of `/metrics` from each of `bridges` (as [`Bridge::metric`]).
+pub async fn metric_of_each<const N: usize>(
+    bridges: [&Bridge; N],
+    name: &str,
+    labels: &[(&str, &str)],
+) -> [f64; N] {
+    let mut values = [0.0; N];
+    for (value, bridge) in values.iter_mut().zip(bridges) {
+        *value = bridge.metric(name, labels).await;
+    }
+    values
 }

@@ -55,6 +55,18 @@ pub async fn create_topic(brokers: &str, topic: &str, partitions: i32) {
     .unwrap();
 }
 
+/// Record headers from `(name, value)` pairs, in order.
+pub fn owned_headers<V: AsRef<[u8]>>(headers: &[(&str, V)]) -> OwnedHeaders {
+    headers
+        .iter()
+        .fold(OwnedHeaders::new(), |h, (name, value)| {
+            h.insert(Header {
+                key: name,
+                value: Some(value.as_ref()),
+            })
+        })
+}
+
 /// Deletes `topic`, ignoring errors (cleanup).
 pub async fn delete_topic(brokers: &str, topic: &str) {
     let admin: Result<AdminClient<DefaultClientContext>, _> = ClientConfig::new()

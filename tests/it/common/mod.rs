@@ -20,6 +20,7 @@
 //! | [`redis_cluster`] | a private Redis Cluster, three masters with a replica each (`use common::redis_cluster::...`) |
 //! | [`rabbit_cluster`] | a private RabbitMQ cluster of such nodes (`use common::rabbit_cluster::...`) |
 //! | [`proxy`] | a fault-injecting TCP proxy (`use common::proxy::...`) |
+//! | [`outage`] | the steps fault tests share: detection timed, what went back, progress, the drain (`use common::outage::*`) |
 //! | [`tally`] | fault-test bookkeeping on a durable queue (`use common::tally::*`) |
 //! | [`kafka`] | Kafka topics and a capturing consumer (`use common::kafka::*`) |
 //! | [`ingress`] | an ingress's exchange, a confirming publisher on it, its queue's depth (`use common::ingress::*`) |
@@ -37,6 +38,7 @@ pub mod http;
 pub mod ingress;
 pub mod kafka;
 pub mod metrics;
+pub mod outage;
 pub mod proxy;
 pub mod rabbit_cluster;
 mod reads;

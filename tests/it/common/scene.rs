@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use super::{cleanup_keys, redis, unique, wait_until, AmqpCapture, Bridge, Conn};
+use super::{
+    amqp_trigger, base_config, cleanup_keys, free_port, redis, unique, wait_until, AmqpCapture,
+    Bridge, Conn,
+};
 
 /// A connection to the shared Redis, a capture of what reaches RabbitMQ with `routing_key`,
 /// and a fresh queue key `PREFIX-N:{TAG}` (its keys in one hash slot).
@@ -11,6 +14,20 @@ pub async fn amqp_scene(routing_key: &str, prefix: &str, tag: &str) -> (Conn, Am
     let capture = AmqpCapture::start(routing_key).await;
     let key = format!("{}:{{{tag}}}", unique(prefix));
     (r, capture, key)
+}
+
+/// A bridge on [`base_config`] with one trigger, `name`, forwarding `key` to `capture` (with
+/// `extra` lines in the trigger), ready within `timeout`.
+pub async fn ready_amqp_bridge(
+    name: &str,
+    key: &str,
+    capture: &AmqpCapture,
+    extra: &str,
+    timeout: Duration,
+) -> Bridge {
+    let port = free_port();
+    let config = base_config(port) + &amqp_trigger(name, key, capture, extra);
+    Bridge::start(&config, port).ready(timeout).await
 }
 
 /// The end of most end-to-end tests: no panic in the bridge's log, the bridge stopped, and

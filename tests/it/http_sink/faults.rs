@@ -8,20 +8,19 @@ use common::webhook::*;
 use common::*;
 use delay_bridge::keys::QueueKeys;
 
-use super::{expect_settled, http_config, new_key, FAST_RETRY};
+use super::{expect_settled, http_bridge, http_config, new_key, FAST_RETRY};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_down_for_10s_dead_letters_nothing_and_gets_everything_after() {
     let mut r = redis().await;
     let mut hook = Webhook::ok().await;
     let key = new_key("down");
-    let port = free_port();
     // Two attempts: a failure counted against the messages would dead-letter them.
     let lines = format!(
         "url = {}\nmax_attempts = 2\n{FAST_RETRY}",
         quoted(&hook.url("/"))
     );
-    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port)
+    let bridge = http_bridge(&key, &lines)
         .ready(Duration::from_secs(20))
         .await;
     schedule(&mut r, &key, 20, 0).await;
@@ -61,12 +60,11 @@ async fn sigkill_mid_stream_loses_nothing() {
     let key = new_key("kill");
     let n = 2000;
     schedule(&mut r, &key, n, 0).await;
-    let port = free_port();
     let lines = format!(
         "url = {}\nworkers = 2\nbatch = 20\nlease = \"2s\"\npublish_timeout = \"1s\"",
         quoted(&hook.url("/"))
     );
-    let mut bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    let mut bridge = http_bridge(&key, &lines);
     assert!(
         wait_until(Duration::from_secs(30), || hook.count() >= 300).await,
         "{}",
@@ -90,10 +88,9 @@ async fn an_endpoint_whose_name_does_not_resolve_is_the_sinks_failure() {
     let mut r = redis().await;
     let key = new_key("nxdomain");
     schedule_now(&mut r, &key, ["a", "b", "c"]).await;
-    let port = free_port();
     let lines =
         format!("url = \"http://no-such-host.invalid/hook\"\nmax_attempts = 1\n{FAST_RETRY}");
-    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    let bridge = http_bridge(&key, &lines);
     let (said, answer) = bridge
         .wait_http("/readyz", Duration::from_secs(20), |status, body| {
             status == 503 && body.contains("no-such-host.invalid")

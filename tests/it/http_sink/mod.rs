@@ -22,6 +22,12 @@ pub(super) fn http_config(port: u16, settings: &[(&str, &str)], key: &str, lines
         + &trigger("hooks", key, "hooks", lines)
 }
 
+/// A bridge on a free port with [`http_config`]'s sink and trigger.
+pub(super) fn http_bridge(key: &str, lines: &str) -> Bridge {
+    let port = free_port();
+    Bridge::start(&http_config(port, &[], key, lines), port)
+}
+
 /// A fresh key with a hash tag.
 pub(super) fn new_key(tag: &str) -> String {
     format!("{}:{{{tag}}}", unique("delay"))
@@ -43,9 +49,8 @@ async fn a_2xx_delivers_every_message_once_with_the_bridge_headers() {
     let key = new_key("ok");
     let n = 50;
     schedule(&mut r, &key, n, 0).await;
-    let port = free_port();
     let lines = format!("url = {}\nbatch = 10", quoted(&hook.url("/orders")));
-    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port)
+    let bridge = http_bridge(&key, &lines)
         .ready(Duration::from_secs(20))
         .await;
     expect_settled(&mut r, &key, 0, &bridge).await;
@@ -98,9 +103,8 @@ async fn a_503_is_retried_and_then_delivered() {
     let key = new_key("retry");
     let n = 10;
     schedule(&mut r, &key, n, 0).await;
-    let port = free_port();
     let lines = format!("url = {}\n{FAST_RETRY}", quoted(&hook.url("/")));
-    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    let bridge = http_bridge(&key, &lines);
     expect_settled(&mut r, &key, 0, &bridge).await;
     let tally = hook.tally();
     for i in 0..n {
@@ -137,9 +141,8 @@ async fn a_400_is_dead_lettered_with_an_excerpt_of_the_answer() {
     let key = new_key("bad");
     let n = 3;
     schedule(&mut r, &key, n, 0).await;
-    let port = free_port();
     let lines = format!("url = {}\n{FAST_RETRY}", quoted(&hook.url("/")));
-    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    let bridge = http_bridge(&key, &lines);
     expect_settled(&mut r, &key, n as i64, &bridge).await;
     for i in 0..n {
         let why = dead_reason(&mut r, &key, body(i, 0)).await.unwrap();
@@ -170,12 +173,11 @@ async fn retry_after_is_honoured() {
     let key = new_key("later");
     let n = 3;
     schedule(&mut r, &key, n, 0).await;
-    let port = free_port();
     let lines = format!(
         "url = {}\nbackoff_initial = \"100ms\"\nbackoff_max = \"30s\"",
         quoted(&hook.url("/"))
     );
-    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    let bridge = http_bridge(&key, &lines);
     expect_settled(&mut r, &key, 0, &bridge).await;
     for i in 0..n {
         let at: Vec<_> = hook
@@ -242,10 +244,9 @@ async fn a_slow_answer_does_not_hold_the_fast_ones_of_its_batch() {
     let key = new_key("early");
     let n = 10;
     schedule(&mut r, &key, n, 0).await;
-    let port = free_port();
     // One worker, one batch of all ten.
     let lines = format!("url = {}\nworkers = 1\nbatch = 10", quoted(&hook.url("/")));
-    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    let bridge = http_bridge(&key, &lines);
     assert!(
         wait_until(Duration::from_secs(20), || hook.count() == n).await,
         "{}",

@@ -3,6 +3,7 @@
 
 use crate::common;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::tls::{Pki, ServerCert};
@@ -11,7 +12,7 @@ use common::*;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::{expect_settled, http_config, new_key, FAST_RETRY};
+use super::{expect_settled, http_bridge, http_config, new_key, FAST_RETRY};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allowed_urls_refuses_the_urls_it_does_not_list() {
@@ -37,13 +38,12 @@ async fn allowed_urls_refuses_the_urls_it_does_not_list() {
         envelope("to-metadata", Some("http://169.254.169.254/latest".into())),
     ];
     schedule_now(&mut r, &key, messages.iter()).await;
-    let port = free_port();
     let lines = format!(
         "url = {}\nformat = \"envelope\"\nallowed_urls = [{}]\n{FAST_RETRY}",
         quoted(&hook.url("/default")),
         quoted(&hook.url("/allowed"))
     );
-    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    let bridge = http_bridge(&key, &lines);
     expect_settled(&mut r, &key, 3, &bridge).await;
     for refused in &messages[2..] {
         let why = dead_reason(&mut r, &key, refused).await.unwrap();
@@ -150,18 +150,21 @@ async fn over_tls_with_the_test_ca_and_http2() {
     let n = 5;
     schedule(&mut r, &key, n, 0).await;
     let port = free_port();
-    let cfg = ConfigToml::base(port)
-        .without("sinks.rabbit")
-        .http_sink("hooks", &[])
-        .set_str("sinks.hooks.tls", "ca_file", pki.ca().to_str().unwrap())
-        .to_string()
-        + &trigger(
-            "hooks",
-            &key,
-            "hooks",
-            &format!("url = {}", quoted(&hook.url("/tls"))),
-        );
-    let bridge = Bridge::start(&cfg, port);
+    // A config whose sink trusts the authority `ca` signed.
+    let cfg = |ca: PathBuf| {
+        ConfigToml::base(port)
+            .without("sinks.rabbit")
+            .http_sink("hooks", &[])
+            .set_str("sinks.hooks.tls", "ca_file", ca.to_str().unwrap())
+            .to_string()
+            + &trigger(
+                "hooks",
+                &key,
+                "hooks",
+                &format!("url = {}", quoted(&hook.url("/tls"))),
+            )
+    };
+    let bridge = Bridge::start(&cfg(pki.ca()), port);
     expect_settled(&mut r, &key, 0, &bridge).await;
     assert_eq!(hook.tally().len(), n);
     for rq in hook.received() {
@@ -175,23 +178,8 @@ async fn over_tls_with_the_test_ca_and_http2() {
 
     // An endpoint whose certificate the sink does not trust is unreachable, not the
     // messages' fault: they wait in Redis, and readiness says why.
-    let cfg = ConfigToml::base(port)
-        .without("sinks.rabbit")
-        .http_sink("hooks", &[])
-        .set_str(
-            "sinks.hooks.tls",
-            "ca_file",
-            pki.other_ca().to_str().unwrap(),
-        )
-        .to_string()
-        + &trigger(
-            "hooks",
-            &key,
-            "hooks",
-            &format!("url = {}", quoted(&hook.url("/tls"))),
-        );
     schedule_now(&mut r, &key, ["untrusted"]).await;
-    let bridge = Bridge::start(&cfg, port);
+    let bridge = Bridge::start(&cfg(pki.other_ca()), port);
     let (said, answer) = bridge
         .wait_http("/readyz", Duration::from_secs(20), |status, body| {
             status == 503 && body.contains("unreachable")
@@ -214,12 +202,11 @@ async fn url_pointer_takes_each_url_from_the_body_within_allowed_urls() {
     let refused = to("http://127.0.0.1:1/x");
     let missing = r#"{"no":"target"}"#.to_string();
     schedule_now(&mut r, &key, [&allowed, &refused, &missing]).await;
-    let port = free_port();
     let lines = format!(
         "url_pointer = \"/target\"\nallowed_urls = [{}]\n{FAST_RETRY}",
         quoted(&hook.url("/p"))
     );
-    let bridge = Bridge::start(&http_config(port, &[], &key, &lines), port);
+    let bridge = http_bridge(&key, &lines);
     expect_settled(&mut r, &key, 2, &bridge).await;
     let reason = |why: Option<serde_json::Value>| why.unwrap()["reason"].clone();
     assert_eq!(

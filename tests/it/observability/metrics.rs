@@ -19,18 +19,12 @@ async fn forwarding_n_messages_moves_counters_and_histograms_by_exactly_n() {
         .await;
     let fwd = [("trigger", "obs"), ("sink", "rabbit")];
     let obs = [("trigger", "obs")];
-    assert_eq!(
-        bridge
-            .metric("delay_bridge_messages_forwarded_total", &fwd)
-            .await,
-        0.0
-    );
-    assert_eq!(
-        bridge
-            .metric("delay_bridge_lateness_seconds_count", &obs)
-            .await,
-        0.0
-    );
+    for (name, labels) in [
+        ("delay_bridge_messages_forwarded_total", &fwd[..]),
+        ("delay_bridge_lateness_seconds_count", &obs[..]),
+    ] {
+        assert_eq!(bridge.metric(name, labels).await, 0.0, "{name}");
+    }
 
     // 10 members overdue by at least 6 s and 20 due shortly: all must be counted, and the
     // overdue ones must show up as late by at least their age.

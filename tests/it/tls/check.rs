@@ -26,12 +26,24 @@ fn file_line(key: &str, path: &Path) -> String {
     format!("{key} = {}\n", quoted(path.to_str().unwrap()))
 }
 
+/// The TLS lines of a client: the test CA, the client certificate and `key_file`.
+fn client_files(pki: &Pki, key_file: &std::path::Path) -> String {
+    file_line("ca_file", &pki.ca())
+        + &file_line("cert_file", &pki.client_cert())
+        + &file_line("key_file", key_file)
+}
+
+/// A copy of the client's private key, `name` in the PKI's folder.
+fn key_copy(pki: &Pki, name: &str) -> std::path::PathBuf {
+    let copy = pki.dir().join(name);
+    std::fs::copy(pki.client_key(), &copy).unwrap();
+    copy
+}
+
 #[test]
 fn check_accepts_tls_files_and_warns_when_verification_is_off() {
     let pki = Pki::new();
-    let files = file_line("ca_file", &pki.ca())
-        + &file_line("cert_file", &pki.client_cert())
-        + &file_line("key_file", &pki.client_key());
+    let files = client_files(&pki, &pki.client_key());
     let (code, text) = check(&check_config(&rediss(&files), &amqps(&files)));
     assert_eq!(code, 0, "{text}");
     assert!(!text.contains("insecure"), "{text}");
@@ -56,12 +68,9 @@ fn check_accepts_tls_files_and_warns_when_verification_is_off() {
 fn check_warns_about_a_private_key_others_can_read_and_never_prints_it() {
     use std::os::unix::fs::PermissionsExt;
     let pki = Pki::new();
-    let shared = pki.dir().join("shared.key");
-    std::fs::copy(pki.client_key(), &shared).unwrap();
+    let shared = key_copy(&pki, "shared.key");
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let files = file_line("ca_file", &pki.ca())
-        + &file_line("cert_file", &pki.client_cert())
-        + &file_line("key_file", &shared);
+    let files = client_files(&pki, &shared);
     let (code, text) = check(&check_config(&rediss(&files), MINIMAL_SINK));
     assert_eq!(code, 0, "{text}");
     let warning = text
@@ -80,11 +89,8 @@ fn check_warns_about_a_private_key_others_can_read_and_never_prints_it() {
 #[test]
 fn tls_files_are_read_once_when_the_configuration_is_loaded() {
     let pki = Pki::new();
-    let key = pki.dir().join("read-once.key");
-    std::fs::copy(pki.client_key(), &key).unwrap();
-    let files = file_line("ca_file", &pki.ca())
-        + &file_line("cert_file", &pki.client_cert())
-        + &file_line("key_file", &key);
+    let key = key_copy(&pki, "read-once.key");
+    let files = client_files(&pki, &key);
     let path = pki.dir().join("read-once.toml");
     std::fs::write(&path, check_config(&rediss(&files), MINIMAL_SINK)).unwrap();
     let config = delay_bridge::config::load(&path).unwrap();
