@@ -9,15 +9,16 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use super::ceiling::{Ceiling, Window};
-use super::process::{free_port, histogram_bound, BridgeProcess};
+use super::process::{free_port, histogram_bound, metric_sum, BridgeProcess};
 use super::redis_ops::{self, CommandCounter};
 use super::report::{
-    Crash, Forward, Idle, Lateness, Machine, PhaseError, Rate, Report, Rss, Settings,
+    Crash, Forward, Idle, Lateness, Machine, PhaseError, Rate, Report, Rss, Settings, Wakes,
 };
 use super::tally::quantile;
 use super::{Bench, BridgeToml, Phase};
 
 mod ceilings;
+mod herd;
 mod load;
 
 /// How long the bridge may take to connect to Redis and the broker.
@@ -117,10 +118,18 @@ impl Bench {
                 &[true]
             };
             for &on in modes {
-                match self.lateness(on).await {
-                    Ok(r) => report.lateness.push(r),
-                    Err(e) => fail(if on { "lateness" } else { "lateness-no-notify" }, e),
+                for &rate in &self.args.rate {
+                    match self.lateness(on, rate).await {
+                        Ok(r) => report.lateness.push(r),
+                        Err(e) => fail(if on { "lateness" } else { "lateness-no-notify" }, e),
+                    }
                 }
+            }
+        }
+        if run(Phase::Herd) {
+            match self.herd().await {
+                Ok(r) => report.herd = Some(r),
+                Err(e) => fail("herd", e),
             }
         }
         if run(Phase::Idle) {
@@ -180,7 +189,7 @@ impl Bench {
             shape: self.args.shape().label(),
             workers: self.trigger.workers,
             batch: self.trigger.batch,
-            rate: self.args.rate,
+            rates: self.args.rate.clone(),
             duration_s: self.args.duration.as_secs_f64(),
         }
     }

@@ -3,6 +3,18 @@
 
 use super::*;
 
+/// The bridge's empty claims and forwarded messages so far, over all its triggers.
+async fn wake_counts(bridge: &BridgeProcess) -> Option<(u64, u64)> {
+    wake_counts_in(&bridge.metrics().await?)
+}
+
+/// [`wake_counts`] from a scrape.
+fn wake_counts_in(metrics: &str) -> Option<(u64, u64)> {
+    let empty = metric_sum(metrics, "delay_bridge_empty_claims_total")?;
+    let forwarded = metric_sum(metrics, "delay_bridge_messages_forwarded_total")?;
+    Some((empty as u64, forwarded as u64))
+}
+
 impl Bench {
     /// Drains `--crash-messages` due at once with the bench trigger's settings, SIGKILLing the
     /// bridge `--kills` times mid-drain and starting it again at once; the members a killed
@@ -55,7 +67,11 @@ impl Bench {
         })
     }
 
-    pub(super) async fn lateness(&self, notifications: bool) -> anyhow::Result<Lateness> {
+    pub(super) async fn lateness(
+        &self,
+        notifications: bool,
+        rate: u64,
+    ) -> anyhow::Result<Lateness> {
         let mut conn = self.conn.clone();
         let flags = if notifications {
             delay_bridge::redis_checks::with_needed_flags(&self.original_flags)
@@ -66,15 +82,15 @@ impl Bench {
         if flags != self.original_flags {
             redis_ops::set_notify_flags(&mut conn, &flags).await?;
         }
-        let result = self.steady_load(notifications).await;
+        let result = self.steady_load(notifications, rate).await;
         if flags != self.original_flags {
             redis_ops::set_notify_flags(&mut conn, &self.original_flags).await?;
         }
         result
     }
 
-    async fn steady_load(&self, notifications: bool) -> anyhow::Result<Lateness> {
-        let (rate, duration) = (self.args.rate, self.args.duration);
+    async fn steady_load(&self, notifications: bool, rate: u64) -> anyhow::Result<Lateness> {
+        let duration = self.args.duration;
         eprintln!(
             "bench: steady load, {rate} msg/s for {duration:?}, notifications {}",
             if notifications { "on" } else { "off" }
@@ -92,6 +108,8 @@ impl Bench {
         let base = self.next_base();
         self.tally.reset(base, capacity);
         let cpu_before = bridge.cpu_seconds()?;
+        // The start-up's claims are not the load's.
+        let counts_before = wake_counts(&bridge).await;
         let mut conn = self.conn.clone();
         let mut rng = rand::rngs::StdRng::from_entropy();
         let mut tick = tokio::time::interval(Duration::from_millis(2));
@@ -126,9 +144,14 @@ impl Bench {
             .await
             .with_context(|| bridge.log_tail())?;
         let cpu = bridge.cpu_seconds()? - cpu_before;
-        let confirm_p99 = bridge.metrics().await.and_then(|m| {
-            histogram_bound(&m, "delay_bridge_lateness_seconds", 0.99).map(|s| s * 1000.0)
+        let metrics = bridge.metrics().await;
+        let confirm_p99 = metrics.as_deref().and_then(|m| {
+            histogram_bound(m, "delay_bridge_lateness_seconds", 0.99).map(|s| s * 1000.0)
         });
+        let empty_claims = match (counts_before, metrics.as_deref().and_then(wake_counts_in)) {
+            (Some((e0, f0)), Some((e1, f1))) => Some(Wakes::new(e1 - e0, f1 - f0)),
+            _ => None,
+        };
         bridge.stop(STOP_TIMEOUT).await?;
         redis_ops::unlink_queue(&mut conn, &key).await?;
         let s = self.tally.summary(|_| true);
@@ -136,6 +159,7 @@ impl Bench {
         let e = self.tally.summary(|i| early[i as usize]);
         Ok(Lateness {
             notifications,
+            rate,
             messages: sent,
             duplicates: s.duplicates,
             p50_ms: ms(0.5),
@@ -146,6 +170,7 @@ impl Bench {
             early_p99_ms: quantile(&e.late_us, 0.99).unwrap_or(0) as f64 / 1000.0,
             guard_interval_ms: guard.as_secs_f64() * 1000.0,
             cpu_seconds: cpu,
+            empty_claims,
         })
     }
 

@@ -88,6 +88,9 @@ impl Report {
         for l in &self.lateness {
             rows.extend(lateness_rows(l));
         }
+        if let Some(h) = &self.herd {
+            rows.extend(h.rows(broker));
+        }
         if let Some(i) = &self.idle {
             rows.extend(idle_rows(i));
         }
@@ -219,11 +222,11 @@ impl Report {
 /// histogram's bound, the max.
 fn lateness_rows(l: &Lateness) -> Vec<Row> {
     let mut rows = Vec::new();
-    let label = if l.notifications {
-        "notifications on"
-    } else {
-        "notifications off"
-    };
+    let label = format!(
+        "notifications {}, {} msg/s",
+        if l.notifications { "on" } else { "off" },
+        l.rate
+    );
     rows.push(Row {
         measurement: format!("lateness p50 ({label}, {} msgs)", l.messages),
         bridge: format!("{:.1} ms", l.p50_ms),
@@ -269,6 +272,18 @@ fn lateness_rows(l: &Lateness) -> Vec<Row> {
         max.result = verdict(l.max_ms <= LATE_MAX_MS);
     }
     rows.push(max);
+    if let Some(w) = &l.empty_claims {
+        rows.push(Row {
+            measurement: format!(
+                "empty claims per forwarded message ({label}: {} empty, {} forwarded)",
+                w.empty_claims, w.forwarded
+            ),
+            bridge: format!("{:.2}", w.per_message),
+            goal: format!("<= {EMPTY_CLAIMS_PER_MESSAGE}"),
+            result: verdict(w.per_message <= EMPTY_CLAIMS_PER_MESSAGE),
+            ..Row::default()
+        });
+    }
     rows
 }
 
