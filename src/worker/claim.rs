@@ -65,11 +65,13 @@ impl Worker {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         self.batch.adapt(batch.items.len(), took);
-        // A full claim (or one that left due members it could have taken) says more is due:
-        // this worker claims again at once and wakes one more; a short one, that the backlog
-        // is drained.
-        let more = batch.items.len() >= asked
-            || batch.next_head_ms.is_some_and(|h| h <= batch.now_ms as f64);
+        // More is due when the reply's next head (the earliest member a claim could take) is
+        // due already: the claim was full, or a byte budget stopped it. This worker claims
+        // again at once and wakes one more. Otherwise the claim took every member due, however
+        // full it was (due members left behind in flight are claimed when their copy settles).
+        let more = batch
+            .next_head_ms
+            .is_some_and(|head| head <= batch.now_ms as f64);
         self.t
             .note_head(&batch, claimed_at, more && !batch.items.is_empty());
         if batch.skipped > 0 {
