@@ -35,6 +35,10 @@ pub enum Phase {
     Idle,
     /// The bridge SIGKILLed `--kills` times while draining `--crash-messages` due at once.
     Crash,
+    /// `--herd` members due at the same millisecond in one trigger while another trigger on
+    /// the same sink receives `--herd-trickle` messages per second: the herd's drain rate
+    /// and the trickle's lateness.
+    Herd,
     /// AMQP and Kafka: `--ingress-messages` delayed messages waiting in the ingress queue
     /// (topic) taken in by the bridge, next to a plain consumer draining the same backlog,
     /// then delivered (intake rate, end-to-end lateness).
@@ -78,9 +82,10 @@ pub struct BenchArgs {
     /// What the stored payload is: `raw` (the body) or `envelope` (a JSON envelope around it).
     #[arg(long, value_enum, default_value = "raw")]
     pub format: shape::FormatArg,
-    /// Steady load: messages scheduled per second.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub rate: u64,
+    /// Steady load: messages scheduled per second; several (comma-separated) run the steady
+    /// load once at each rate, e.g. `--rate 5,1000`.
+    #[arg(long, default_value = "2000", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate: Vec<u64>,
     /// Steady load: how long to schedule for.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
     pub duration: Duration,
@@ -125,6 +130,12 @@ pub struct BenchArgs {
     /// Messages waiting in the ingress queue (AMQP) or topic (Kafka) in the ingress phase.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub ingress_messages: u64,
+    /// Members due at the same millisecond in the herd phase's first trigger.
+    #[arg(long, default_value_t = 500_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub herd: u64,
+    /// Messages per second scheduled on the herd phase's second trigger while the herd drains.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub herd_trickle: u64,
     /// Phases to leave out (repeat or comma-separate).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub skip: Vec<Phase>,

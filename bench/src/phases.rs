@@ -9,15 +9,16 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use super::ceiling::{Ceiling, Window};
-use super::process::{free_port, histogram_bound, BridgeProcess};
+use super::process::{free_port, histogram_bound, metric_sum, BridgeProcess};
 use super::redis_ops::{self, CommandCounter};
 use super::report::{
-    Crash, Forward, Idle, Lateness, Machine, PhaseError, Rate, Report, Rss, Settings,
+    Crash, Forward, Idle, Lateness, Machine, PhaseError, Rate, Report, Rss, Settings, Wakes,
 };
 use super::tally::quantile;
 use super::{Bench, BridgeToml, Phase};
 
 mod ceilings;
+mod herd;
 mod kafka_cost;
 mod load;
 mod scheduled;
@@ -127,9 +128,11 @@ impl Bench {
                 &[true]
             };
             for &on in modes {
-                match self.lateness(on).await {
-                    Ok(r) => report.lateness.push(r),
-                    Err(e) => fail(if on { "lateness" } else { "lateness-no-notify" }, e),
+                for &rate in &self.args.rate {
+                    match self.lateness(on, rate).await {
+                        Ok(r) => report.lateness.push(r),
+                        Err(e) => fail(if on { "lateness" } else { "lateness-no-notify" }, e),
+                    }
                 }
             }
         }
@@ -137,6 +140,12 @@ impl Bench {
             match self.scheduled(n).await {
                 Ok(r) => report.scheduled = Some(r),
                 Err(e) => fail("scheduled", e),
+            }
+        }
+        if run(Phase::Herd) {
+            match self.herd().await {
+                Ok(r) => report.herd = Some(r),
+                Err(e) => fail("herd", e),
             }
         }
         if run(Phase::Idle) {
@@ -196,7 +205,7 @@ impl Bench {
             shape: self.args.shape().label(),
             workers: self.trigger.workers,
             batch: self.trigger.batch,
-            rate: self.args.rate,
+            rates: self.args.rate.clone(),
             duration_s: self.args.duration.as_secs_f64(),
         }
     }

@@ -249,6 +249,22 @@ async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body.to_string()))
 }
 
+/// The sum of a Prometheus counter or gauge over its label sets; None when absent.
+pub fn metric_sum(text: &str, name: &str) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        if !(rest.starts_with('{') || rest.starts_with(' ')) {
+            continue;
+        }
+        let value: f64 = rest.rsplit_once(' ')?.1.parse().ok()?;
+        *found.get_or_insert(0.0) += value;
+    }
+    found
+}
+
 /// Upper bound of the bucket holding the `q` quantile of a Prometheus histogram, summed over
 /// its label sets; None without observations.
 pub fn histogram_bound(text: &str, name: &str, q: f64) -> Option<f64> {
@@ -304,6 +320,15 @@ mod tests {
         assert_eq!(histogram_bound(text, "h", 0.45), Some(0.002));
         assert_eq!(histogram_bound(text, "h", 0.99), Some(f64::INFINITY));
         assert_eq!(histogram_bound("", "h", 0.5), None);
+    }
+
+    #[test]
+    fn counters_are_summed_over_their_labels() {
+        let text =
+            "# HELP c x\nc_total{trigger=\"a\"} 2\nc_total{trigger=\"b\"} 3\nc_total_more 9\nd 1\n";
+        assert_eq!(metric_sum(text, "c_total"), Some(5.0));
+        assert_eq!(metric_sum(text, "d"), Some(1.0));
+        assert_eq!(metric_sum(text, "e"), None);
     }
 
     #[test]

@@ -3,11 +3,13 @@
 use serde::Serialize;
 
 mod cost;
+mod herd;
 mod ingress;
 mod rows;
 mod scheduled;
 
 pub use cost::KafkaCost;
+pub use herd::Herd;
 pub use ingress::IngressRun;
 pub use scheduled::{ScheduledRun, ScheduledSide};
 
@@ -36,6 +38,8 @@ pub struct Report {
     pub lateness: Vec<Lateness>,
     /// `--scheduled`: the steady load beside a large future schedule.
     pub scheduled: Option<ScheduledRun>,
+    /// A herd due at once beside a trickle on another trigger of the same sink.
+    pub herd: Option<Herd>,
     /// Nothing due.
     pub idle: Option<Idle>,
     /// The bridge SIGKILLed mid-drain.
@@ -74,8 +78,8 @@ pub struct Settings {
     pub workers: usize,
     /// Claim batch of the bench trigger (and publish window of the ceiling).
     pub batch: usize,
-    /// Steady load, messages per second.
-    pub rate: u64,
+    /// Steady load, messages per second (a run at each).
+    pub rates: Vec<u64>,
     /// Steady load duration, seconds.
     pub duration_s: f64,
 }
@@ -139,6 +143,8 @@ pub struct Forward {
 pub struct Lateness {
     /// Keyspace notifications on (or the guard interval only).
     pub notifications: bool,
+    /// Messages scheduled per second.
+    pub rate: u64,
     /// Messages scheduled and received.
     pub messages: u64,
     /// Messages received more than once.
@@ -160,6 +166,31 @@ pub struct Lateness {
     pub guard_interval_ms: f64,
     /// Bridge CPU seconds during the load.
     pub cpu_seconds: f64,
+    /// The bridge's claims that found nothing due during the load
+    /// (`delay_bridge_empty_claims_total`), and the messages it forwarded meanwhile.
+    pub empty_claims: Option<Wakes>,
+}
+
+/// The bridge's own counts over a window of its run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Wakes {
+    /// Claims that found nothing due.
+    pub empty_claims: u64,
+    /// Messages confirmed by the broker.
+    pub forwarded: u64,
+    /// empty_claims / forwarded.
+    pub per_message: f64,
+}
+
+impl Wakes {
+    /// `empty_claims` while `forwarded` messages went out.
+    pub fn new(empty_claims: u64, forwarded: u64) -> Self {
+        Self {
+            empty_claims,
+            forwarded,
+            per_message: empty_claims as f64 / forwarded.max(1) as f64,
+        }
+    }
 }
 
 /// The bridge with nothing due.
@@ -253,6 +284,8 @@ const KAFKA_MIN_RATIO: f64 = 0.8;
 const CLUSTER_MIN_RATIO: f64 = 0.8;
 const KAFKA_MIN_RATE: f64 = 100_000.0;
 const LATE_P99_MS: f64 = 5.0;
+/// Claims that found nothing due, per message forwarded under a steady load.
+const EMPTY_CLAIMS_PER_MESSAGE: f64 = 1.0;
 const LATE_MAX_MS: f64 = 50.0;
 const IDLE_CMDS_PER_TRIGGER: f64 = 0.2;
 /// Idle CPU, as a share of one core.
@@ -288,7 +321,8 @@ impl Report {
         let mut out = format!(
             "delay-bridge bench: sink {}, {} messages of {} B ({}), workers {}, batch {}, steady {} msg/s for {}s\n\
              machine: {} CPUs, {}, Redis {}\n\n",
-            s.sink, s.messages, s.payload_bytes, s.shape, s.workers, s.batch, s.rate, s.duration_s,
+            s.sink, s.messages, s.payload_bytes, s.shape, s.workers, s.batch,
+            s.rates.iter().map(u64::to_string).collect::<Vec<_>>().join(" and "), s.duration_s,
             m.cpus, m.cpu_model, m.redis_version
         );
         let header = Row {

@@ -93,6 +93,14 @@ impl Tally {
             .distinct
     }
 
+    /// Distinct messages received so far among the phase's indexes `lo..hi`.
+    pub fn distinct_in(&self, lo: u64, hi: u64) -> u64 {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let hi = (hi as usize).min(s.seen.len());
+        let lo = (lo as usize).min(hi);
+        s.seen[lo..hi].iter().filter(|&&b| b).count() as u64
+    }
+
     /// The phase's counts; lateness of the messages whose index in the phase passes `select`, sorted.
     pub fn summary(&self, select: impl Fn(u64) -> bool) -> Summary {
         let mut out = {

@@ -97,7 +97,7 @@ impl Running {
             let (all, own) = (s.workers.clone(), workers.clone());
             shards[shard].defer_workers(Box::new(move |t: &Arc<Shard>| {
                 for id in ids {
-                    let run = worker::run(vec![t.clone()], id, stop.clone(), abort.clone());
+                    let run = worker::run_deferred(t.clone(), id, stop.clone(), abort.clone());
                     all.spawn(own.track_future(run));
                 }
             }));

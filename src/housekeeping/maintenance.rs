@@ -153,7 +153,7 @@ async fn recover(t: &Shard, stats: &QueueStats, cursor: &mut String) {
                 if r.recovered > 0 {
                     tracing::info!(trigger = %t.name(), recovered = r.recovered, "expired leases recovered");
                     t.metrics.redelivered(r.recovered);
-                    t.wake_all();
+                    t.wake();
                 }
                 if r.recovered < RECOVER_LIMIT as u64 {
                     return;

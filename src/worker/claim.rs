@@ -7,13 +7,16 @@ use super::{Claim, Worker, ERROR_BACKOFF, RATE_TICK};
 
 impl Worker {
     /// Claims the next batch, or says how long to wait: until the next head when there was
-    /// nothing due or the trigger is paused, for a backoff when the claim failed.
+    /// nothing due or the trigger is paused, for a backoff when the claim failed. A batch
+    /// says whether more is due.
     pub(super) async fn claim(&mut self) -> Claim {
         let asked = if std::mem::take(&mut self.witness) {
             self.batch.size.max(2)
         } else {
             self.batch.size
         };
+        // Every wake-up asked for so far is answered by this claim.
+        self.t.wakes.claiming();
         let started = Instant::now();
         let batch = match self.t.store.claim(asked, self.t.config.lease).await {
             Ok(batch) => batch,
@@ -62,21 +65,30 @@ impl Worker {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         self.batch.adapt(batch.items.len(), took);
-        self.t.note_head(&batch, claimed_at);
+        // More is due when the reply's next head (the earliest member a claim could take) is
+        // due already: the claim was full, or a byte budget stopped it. This worker claims
+        // again at once and wakes one more. Otherwise the claim took every member due, however
+        // full it was (due members left behind in flight are claimed when their copy settles).
+        let more = batch
+            .next_head_ms
+            .is_some_and(|head| head <= batch.now_ms as f64);
+        self.t
+            .note_head(&batch, claimed_at, more && !batch.items.is_empty());
         if batch.skipped > 0 {
             self.t
                 .held_back
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         if batch.items.is_empty() {
+            self.t.wakes.drained();
             return Claim::Nothing;
         }
-        let more_due = batch.items.len() >= asked
-            || batch.next_head_ms.is_some_and(|h| h <= batch.now_ms as f64);
-        if more_due {
+        if more {
             self.t.start_extra_workers();
-            self.t.backlog.notify_waiters();
+            self.t.wakes.help();
+        } else {
+            self.t.wakes.drained();
         }
-        Claim::Batch(batch, claimed_at)
+        Claim::Batch(batch, claimed_at, more)
     }
 }

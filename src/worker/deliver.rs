@@ -337,6 +337,6 @@ async fn settle(t: &Shard, abort: &CancellationToken, batch: &ClaimBatch, plan: 
         .swap(false, std::sync::atomic::Ordering::Relaxed);
     if settled.released > 0 || held_back {
         // A copy the producer added while this one was in flight may be claimable now.
-        t.wake_all();
+        t.wake();
     }
 }

@@ -21,6 +21,7 @@ mod publishing;
 mod route;
 mod settlement;
 mod shard;
+mod wake;
 
 use batch::AdaptiveBatch;
 use deliver::Verdict;
@@ -35,28 +36,26 @@ pub(crate) async fn run(
     stop: CancellationToken,
     abort: CancellationToken,
 ) {
-    let t = shards[0].clone();
-    let span = tracing::info_span!("worker", trigger = %t.name(), worker);
-    let batch = AdaptiveBatch::new(t.config.batch);
-    let now = Instant::now();
-    Worker {
-        id: worker,
-        t,
-        ready: vec![true; shards.len()],
-        guard_at: vec![now; shards.len()],
-        shards,
-        current: 0,
-        turn: None,
-        batch,
-        broken_batches: 0,
-        witness: false,
-        publishing: Publishing::default(),
-        redis_failures: Repeated::default(),
-        in_flight: JoinSet::new(),
-        stop,
-        abort,
+    let w = Worker::new(shards, worker, stop, abort);
+    let span = tracing::info_span!("worker", trigger = %w.t.name(), worker);
+    w.run().instrument(span).await
+}
+
+/// Runs one of a shard's deferred workers, started when the shard first had a backlog: like
+/// any idle worker, it claims once a wake-up asks it to (the claim that found the backlog
+/// asked for one more worker).
+pub(crate) async fn run_deferred(
+    shard: Arc<Shard>,
+    worker: usize,
+    stop: CancellationToken,
+    abort: CancellationToken,
+) {
+    let w = Worker::new(vec![shard], worker, stop, abort);
+    let span = tracing::info_span!("worker", trigger = %w.t.name(), worker);
+    async move {
+        w.idle().await;
+        w.run().await
     }
-    .run()
     .instrument(span)
     .await
 }
@@ -110,8 +109,8 @@ struct Worker {
 
 /// What a claim came to.
 enum Claim {
-    /// Members to deliver, claimed at this instant.
-    Batch(ClaimBatch, Instant),
+    /// Members to deliver, claimed at this instant, and whether more is due.
+    Batch(ClaimBatch, Instant, bool),
     /// Nothing to take (none due, or paused): wait idle.
     Nothing,
     /// A failed claim's backoff, or the rate limit's wait.
@@ -137,6 +136,34 @@ pub(crate) const ERROR_BACKOFF: Backoff = Backoff {
 };
 
 impl Worker {
+    fn new(
+        shards: Vec<Arc<Shard>>,
+        id: usize,
+        stop: CancellationToken,
+        abort: CancellationToken,
+    ) -> Self {
+        let t = shards[0].clone();
+        let batch = AdaptiveBatch::new(t.config.batch);
+        let now = Instant::now();
+        Worker {
+            id,
+            t,
+            ready: vec![true; shards.len()],
+            guard_at: vec![now; shards.len()],
+            shards,
+            current: 0,
+            turn: None,
+            batch,
+            broken_batches: 0,
+            witness: false,
+            publishing: Publishing::default(),
+            redis_failures: Repeated::default(),
+            in_flight: JoinSet::new(),
+            stop,
+            abort,
+        }
+    }
+
     /// The lifecycle, one batch at a time: publisher -> claim -> deliver (in its own task,
     /// which publishes and settles) -> claim again while it confirms.
     async fn run(mut self) {
@@ -157,8 +184,8 @@ impl Worker {
             let claimed = Box::pin(self.claim()).await;
             starting = false;
             self.turn = None;
-            let (batch, claimed_at) = match claimed {
-                Claim::Batch(batch, at) => (batch, at),
+            let (batch, claimed_at, more) = match claimed {
+                Claim::Batch(batch, at, more) => (batch, at, more),
                 Claim::Nothing => {
                     Box::pin(self.idle()).await;
                     continue;
@@ -169,6 +196,10 @@ impl Worker {
                 }
             };
             Box::pin(self.dispatch(publisher, batch, claimed_at)).await;
+            if !more {
+                // The claim took every member due: claiming again would find none.
+                Box::pin(self.idle()).await;
+            }
         }
         self.finish().await;
     }
@@ -194,7 +225,8 @@ impl Worker {
             let claimed = Box::pin(self.claim()).await;
             self.turn = None;
             match claimed {
-                Claim::Batch(batch, at) => {
+                Claim::Batch(batch, at, more) => {
+                    self.ready[self.current] = more;
                     Box::pin(self.dispatch(publisher, batch, at)).await;
                 }
                 Claim::Nothing => self.ready[self.current] = false,
@@ -218,8 +250,10 @@ impl Worker {
     fn pick(&mut self) -> bool {
         let now = Instant::now();
         for (i, t) in self.shards.iter().enumerate() {
-            let woken = futures_util::FutureExt::now_or_never(t.head_changed.notified()).is_some();
-            if woken || self.guard_at[i] <= now || t.next_due().is_some_and(|due| due <= now) {
+            if t.wakes.asked_alone()
+                || self.guard_at[i] <= now
+                || t.next_due().is_some_and(|due| due <= now)
+            {
                 self.ready[i] = true;
             }
         }
@@ -250,16 +284,15 @@ impl Worker {
             .map(|(t, &guard)| t.next_due().map_or(guard, |due| due.min(guard)))
             .min()
             .unwrap_or_else(Instant::now);
-        let woken = futures_util::future::select_all(
-            self.shards
-                .iter()
-                .map(|t| Box::pin(t.head_changed.notified())),
-        );
+        let woken =
+            futures_util::future::select_all(self.shards.iter().map(|t| Box::pin(t.wakes.woken())));
         tokio::select! {
             _ = tokio::time::sleep_until(wake_at) => {}
             (_, i, _) = woken => {
-                self.shards[i].metrics.woken();
-                self.ready[i] = true;
+                if self.shards[i].wakes.should_claim().is_some() {
+                    self.shards[i].metrics.woken();
+                    self.ready[i] = true;
+                }
             }
             _ = self.stop.cancelled() => {}
         }
@@ -363,35 +396,21 @@ impl Worker {
         }
     }
 
-    /// Waits until the head is due, the guard interval passes, a notification arrives,
-    /// or a peer found a backlog. Only the worker holding the gate watches the head.
+    /// Waits until a wake-up asks for a claim, or, for the worker holding the shard's gate,
+    /// until the head is due or the guard interval passes (see [`wake`]).
     async fn idle(&self) {
         let t = &self.t;
-        let backlog = t.backlog.notified();
-        tokio::pin!(backlog);
-        backlog.as_mut().enable();
-        let _gate = tokio::select! {
-            g = t.gate.lock() => g,
-            _ = &mut backlog => return,
-            _ = self.stop.cancelled() => return,
+        let _gate = match t.wakes.gate_or_wake(&self.stop).await {
+            Ok(gate) => gate,
+            Err(woken) => return t.count_wake(woken),
         };
-        if t.is_paused() {
-            let guard = Instant::now() + jitter_down(t.config.guard_interval);
-            // Producers keep writing to a paused queue: their notifications would only
-            // wake a claim that takes nothing. A resume is seen within the guard interval.
-            tokio::select! {
-                _ = tokio::time::sleep_until(guard) => {}
-                _ = self.stop.cancelled() => {}
-            }
-            return;
-        }
-        let guard = Instant::now() + jitter_down(t.guard());
-        let wake_at = t.next_due().map_or(guard, |due| due.min(guard));
-        tokio::select! {
-            _ = tokio::time::sleep_until(wake_at) => {}
-            _ = t.head_changed.notified() => t.metrics.woken(),
-            _ = &mut backlog => {}
-            _ = self.stop.cancelled() => {}
-        }
+        let guard = if t.is_paused() {
+            t.config.guard_interval
+        } else {
+            t.guard()
+        };
+        let guard_at = Instant::now() + jitter_down(guard);
+        let woken = t.wakes.watch(guard_at, || t.is_paused(), &self.stop).await;
+        t.count_wake(woken);
     }
 }

@@ -8,6 +8,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::settlement;
+use super::wake::{Wakes, Woken};
 use crate::config::{Destination, Trigger};
 use crate::health::Health;
 use crate::metrics::{Metrics, TriggerMetrics};
@@ -27,16 +28,10 @@ pub(crate) struct Shard {
     pub(crate) sink: Arc<Sink>,
     pub(crate) metrics: TriggerMetrics,
     pub(crate) health: Health,
-    /// Woken when the head of the queue may have moved earlier (keyspace notification).
-    pub(super) head_changed: Notify,
-    /// Woken when a claim left due members behind: every idle worker should help.
-    pub(super) backlog: Notify,
-    /// Only one idle worker per trigger waits on the head; the rest queue here.
-    pub(super) gate: tokio::sync::Mutex<()>,
-    /// When the earliest known member becomes due, in local monotonic time.
-    pub(super) next_due: std::sync::Mutex<Option<Instant>>,
+    /// Wake-ups of the idle workers and the head they expect next.
+    pub(super) wakes: Wakes,
     /// A claim left due members behind because earlier copies of them were in flight: the
-    /// next settled batch may have freed them, so it wakes the workers.
+    /// next settled batch may have freed them, so it wakes a worker.
     pub(super) held_back: std::sync::atomic::AtomicBool,
     /// Woken when this bridge dead-lettered a message, or the backlog gauges saw dead
     /// letters to forward: the dead-letter forwarder looks.
@@ -99,10 +94,7 @@ impl Shard {
                     sink: sink.clone(),
                     metrics: metrics.clone(),
                     health: health.clone(),
-                    head_changed: Notify::new(),
-                    backlog: Notify::new(),
-                    gate: tokio::sync::Mutex::new(()),
-                    next_due: std::sync::Mutex::new(None),
+                    wakes: Wakes::default(),
                     held_back: std::sync::atomic::AtomicBool::new(false),
                     dead_lettered: Notify::new(),
                     claimed: std::sync::atomic::AtomicBool::new(false),
@@ -143,9 +135,13 @@ impl Shard {
         }
     }
 
-    /// The head may have moved earlier (a producer wrote): the idle worker looks again.
+    /// Something may be due that was not (a producer wrote, a settle freed a member, leases
+    /// were recovered): one idle worker claims, unless a claim starts meanwhile. Nothing
+    /// while paused: a resume wakes a worker.
     pub(crate) fn wake(&self) {
-        self.head_changed.notify_one();
+        if !self.is_paused() {
+            self.wakes.ask();
+        }
     }
 
     /// A keyspace notification said the queue was written to (any write, or one that may
@@ -166,28 +162,23 @@ impl Shard {
         }
     }
 
-    /// Wakes every idle worker: there may be more due than one worker takes.
-    pub(crate) fn wake_all(&self) {
-        self.backlog.notify_waiters();
-        self.head_changed.notify_one();
+    /// Remembers the head reported by a claim, unless the claimer claims again at once
+    /// (`again`): the idle worker watching the head looks again if it moved earlier.
+    pub(super) fn note_head(&self, batch: &ClaimBatch, claimed_at: Instant, again: bool) {
+        let due = batch
+            .next_head_ms
+            .filter(|h| h.is_finite() && !again)
+            .map(|head| {
+                let wait_ms = (head - batch.now_ms as f64).max(0.0);
+                claimed_at + Duration::from_micros((wait_ms * 1000.0).min(1e15) as u64)
+            });
+        self.wakes.note_head(due);
     }
 
-    /// Remembers the head reported by a claim; wakes the idle waiter if it moved earlier.
-    pub(super) fn note_head(&self, batch: &ClaimBatch, claimed_at: Instant) {
-        let due = batch.next_head_ms.filter(|h| h.is_finite()).map(|head| {
-            let wait_ms = (head - batch.now_ms as f64).max(0.0);
-            claimed_at + Duration::from_micros((wait_ms * 1000.0).min(1e15) as u64)
-        });
-        let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
-        let earlier = match (*next, due) {
-            (Some(old), Some(new)) => new < old,
-            (None, Some(_)) => true,
-            _ => false,
-        };
-        *next = due;
-        drop(next);
-        if earlier {
-            self.head_changed.notify_one();
+    /// Counts an idle wait ended by a wake-up that asked for a claim (a notification, mostly).
+    pub(super) fn count_wake(&self, woken: Woken) {
+        if woken == Woken::Asked {
+            self.metrics.woken();
         }
     }
 
@@ -202,7 +193,7 @@ impl Shard {
     }
 
     pub(super) fn next_due(&self) -> Option<Instant> {
-        *self.next_due.lock().unwrap_or_else(|e| e.into_inner())
+        self.wakes.next_due()
     }
 
     /// Mirrors an operator's pause, seen by a claim or a stats call, in the gauge and
@@ -222,7 +213,7 @@ impl Shard {
         if was && !paused {
             // A resume is no keyspace event: an idle worker that last saw the pause
             // must not sleep its whole guard before it looks.
-            self.wake_all();
+            self.wakes.resumed();
         }
     }
 

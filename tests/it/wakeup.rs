@@ -147,3 +147,68 @@ async fn claims_never_exceed_the_batch_and_a_backlog_drains_fully() {
     );
     cleanup_keys(&mut r, &key).await;
 }
+
+/// A trickle on a trigger whose four workers all run (a backlog started them): each write
+/// wakes one worker, and a claim that takes the members due does not claim again, so the
+/// empty claims stay near one per message (the claim that learns a later member's due time),
+/// not one per worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickle_on_four_workers_costs_about_one_empty_claim_per_message() {
+    let (mut r, capture, key) = amqp_scene("trickle", "delay", "trickle").await;
+    let now = redis_now(&mut r).await;
+    // A backlog first: more than a batch due, so the other three workers start.
+    zadd_all(&mut r, &key, (0..400).map(|i| (now - 10, format!("b{i}")))).await;
+    let port = free_port();
+    let cfg =
+        base_config(port) + &amqp_trigger("trickle", &key, &capture, "workers = 4\nbatch = 16");
+    let bridge = Bridge::start(&cfg, port).ready(READY).await;
+    assert!(
+        wait_until(Duration::from_secs(30), || capture.count() == 400).await,
+        "{}",
+        bridge.log()
+    );
+    let labels = [("trigger", "trickle")];
+    let (subscribed, _) = bridge
+        .wait_scrape(Duration::from_secs(10), |b| {
+            metric_value(b, "delay_bridge_keyspace_notifications_enabled", &[]) == 1.0
+                && metric_value(b, "delay_bridge_messages_forwarded_total", &labels) == 400.0
+        })
+        .await;
+    assert!(subscribed, "{}", bridge.log());
+    let before = bridge
+        .metric("delay_bridge_empty_claims_total", &labels)
+        .await;
+    // 40 messages at about 10 a second, one write each: half due at once, half 50-250 ms
+    // after their write (their claim comes from the head's timer).
+    let n = 40;
+    for i in 0..n {
+        let now = redis_now(&mut r).await;
+        let due = if i % 2 == 0 { now } else { now + 50 + 5 * i };
+        zadd(&mut r, &key, due, format!("t{i}")).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || capture.count()
+            == 400 + n as usize)
+        .await,
+        "{}",
+        bridge.log()
+    );
+    let (settled, _) = bridge
+        .wait_scrape(Duration::from_secs(10), |b| {
+            metric_value(b, "delay_bridge_messages_forwarded_total", &labels) == 400.0 + n as f64
+        })
+        .await;
+    assert!(settled, "{}", bridge.log());
+    let empty = bridge
+        .metric("delay_bridge_empty_claims_total", &labels)
+        .await
+        - before;
+    // About 0.5 expected (one per message due later); four workers woken by each write
+    // made several per message.
+    assert!(
+        empty <= 1.5 * n as f64,
+        "{empty} empty claims for {n} messages on 4 workers"
+    );
+    cleanup_keys(&mut r, &key).await;
+}

@@ -14,6 +14,18 @@ pub(super) struct Steady {
     pub memory: Memory,
 }
 
+/// The bridge's empty claims and forwarded messages so far, over all its triggers.
+async fn wake_counts(bridge: &BridgeProcess) -> Option<(u64, u64)> {
+    wake_counts_in(&bridge.metrics().await?)
+}
+
+/// [`wake_counts`] from a scrape.
+fn wake_counts_in(metrics: &str) -> Option<(u64, u64)> {
+    let empty = metric_sum(metrics, "delay_bridge_empty_claims_total")?;
+    let forwarded = metric_sum(metrics, "delay_bridge_messages_forwarded_total")?;
+    Some((empty as u64, forwarded as u64))
+}
+
 impl Bench {
     /// Drains `--crash-messages` due at once with the bench trigger's settings, SIGKILLing the
     /// bridge `--kills` times mid-drain and starting it again at once; the members a killed
@@ -66,21 +78,27 @@ impl Bench {
         })
     }
 
-    pub(super) async fn lateness(&self, notifications: bool) -> anyhow::Result<Lateness> {
+    pub(super) async fn lateness(
+        &self,
+        notifications: bool,
+        rate: u64,
+    ) -> anyhow::Result<Lateness> {
         let key = self.new_key(if notifications {
             "steady"
         } else {
             "steady-off"
         });
-        Ok(self.steady(&[key], notifications).await?.lateness)
+        Ok(self.steady(&[key], notifications, rate).await?.lateness)
     }
 
-    /// The steady load on each of `keys` (which may hold members scheduled for later), one
-    /// trigger each, with keyspace notifications on or off for its duration.
+    /// The steady load, `rate` messages per second on each of `keys` (which may hold members
+    /// scheduled for later), one trigger each, with keyspace notifications on or off for its
+    /// duration.
     pub(super) async fn steady(
         &self,
         keys: &[String],
         notifications: bool,
+        rate: u64,
     ) -> anyhow::Result<Steady> {
         let mut conn = self.conn.clone();
         let flags = if notifications {
@@ -92,17 +110,22 @@ impl Bench {
         if flags != self.original_flags {
             redis_ops::set_notify_flags(&mut conn, &flags).await?;
         }
-        let result = self.steady_load(keys, notifications).await;
+        let result = self.steady_load(keys, notifications, rate).await;
         if flags != self.original_flags {
             redis_ops::set_notify_flags(&mut conn, &self.original_flags).await?;
         }
         result
     }
 
-    async fn steady_load(&self, keys: &[String], notifications: bool) -> anyhow::Result<Steady> {
-        // `--rate` on every key; message `seq` goes to key `seq % keys`.
+    async fn steady_load(
+        &self,
+        keys: &[String],
+        notifications: bool,
+        rate: u64,
+    ) -> anyhow::Result<Steady> {
+        // `rate` on every key; message `seq` goes to key `seq % keys`.
         let k = keys.len() as u64;
-        let (rate, duration) = (self.args.rate * k, self.args.duration);
+        let (rate, duration) = (rate * k, self.args.duration);
         eprintln!(
             "bench: steady load, {rate} msg/s for {duration:?}, notifications {}",
             if notifications { "on" } else { "off" }
@@ -113,6 +136,8 @@ impl Bench {
         let base = self.next_base();
         self.tally.reset(base, capacity);
         let cpu_before = bridge.cpu_seconds()?;
+        // The start-up's claims are not the load's.
+        let counts_before = wake_counts(&bridge).await;
         let mut conn = self.conn.clone();
         let mut rng = rand::rngs::StdRng::from_entropy();
         let mut tick = tokio::time::interval(Duration::from_millis(2));
@@ -156,6 +181,10 @@ impl Bench {
             histogram_bound(m, "delay_bridge_lateness_seconds", 0.99).map(|s| s * 1000.0)
         });
         let memory = bridge.memory()?;
+        let empty_claims = match (counts_before, metrics.as_deref().and_then(wake_counts_in)) {
+            (Some((e0, f0)), Some((e1, f1))) => Some(Wakes::new(e1 - e0, f1 - f0)),
+            _ => None,
+        };
         bridge.stop(STOP_TIMEOUT).await?;
         for key in keys {
             redis_ops::unlink_queue(&mut conn, key).await?;
@@ -165,6 +194,7 @@ impl Bench {
         let e = self.tally.summary(|i| early[i as usize]);
         let lateness = Lateness {
             notifications,
+            rate,
             messages: sent,
             duplicates: s.duplicates,
             p50_ms: ms(0.5),
@@ -175,6 +205,7 @@ impl Bench {
             early_p99_ms: quantile(&e.late_us, 0.99).unwrap_or(0) as f64 / 1000.0,
             guard_interval_ms: guard.as_secs_f64() * 1000.0,
             cpu_seconds: cpu,
+            empty_claims,
         };
         let per_key_p99_ms = (0..k)
             .map(|j| {

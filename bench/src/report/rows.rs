@@ -94,6 +94,9 @@ impl Report {
         if let Some(s) = &self.scheduled {
             rows.extend(s.rows());
         }
+        if let Some(h) = &self.herd {
+            rows.extend(h.rows(broker));
+        }
         if let Some(i) = &self.idle {
             rows.extend(idle_rows(i));
         }
@@ -225,11 +228,11 @@ impl Report {
 /// histogram's bound, the max.
 fn lateness_rows(l: &Lateness) -> Vec<Row> {
     let mut rows = Vec::new();
-    let label = if l.notifications {
-        "notifications on"
-    } else {
-        "notifications off"
-    };
+    let label = format!(
+        "notifications {}, {} msg/s",
+        if l.notifications { "on" } else { "off" },
+        l.rate
+    );
     rows.push(Row {
         measurement: format!("lateness p50 ({label}, {} msgs)", l.messages),
         bridge: format!("{:.1} ms", l.p50_ms),
@@ -275,6 +278,18 @@ fn lateness_rows(l: &Lateness) -> Vec<Row> {
         max.result = verdict(l.max_ms <= LATE_MAX_MS);
     }
     rows.push(max);
+    if let Some(w) = &l.empty_claims {
+        rows.push(Row {
+            measurement: format!(
+                "empty claims per forwarded message ({label}: {} empty, {} forwarded)",
+                w.empty_claims, w.forwarded
+            ),
+            bridge: format!("{:.2}", w.per_message),
+            goal: format!("<= {EMPTY_CLAIMS_PER_MESSAGE}"),
+            result: verdict(w.per_message <= EMPTY_CLAIMS_PER_MESSAGE),
+            ..Row::default()
+        });
+    }
     rows
 }
 
