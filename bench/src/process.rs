@@ -90,8 +90,7 @@ impl BridgeProcess {
 
     /// User plus system CPU time so far, in seconds.
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
-        cpu_seconds_from_stat(&stat, clock_ticks()).context("parsing /proc/PID/stat of the bridge")
+        cpu_seconds_of(self.pid()).context("the bridge's CPU time")
     }
 
     /// Current and peak resident memory.
@@ -184,6 +183,12 @@ impl Drop for BridgeProcess {
             let _ = self.child.wait();
         }
     }
+}
+
+/// User plus system CPU time of process `pid` so far, in seconds.
+pub fn cpu_seconds_of(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    cpu_seconds_from_stat(&stat, clock_ticks()).context("parsing /proc/PID/stat")
 }
 
 /// Kernel clock ticks per second for /proc times (USER_HZ, 100 on every common Linux).
