@@ -24,6 +24,7 @@ pub(crate) mod cli;
 pub mod config;
 pub(crate) mod envelope;
 pub(crate) mod health;
+pub(crate) mod housekeeping;
 pub(crate) mod http;
 pub(crate) mod ingress;
 pub mod keys;

@@ -36,8 +36,9 @@ pub enum Phase {
     Idle,
     /// The bridge SIGKILLed `--kills` times while draining `--crash-messages` due at once.
     Crash,
-    /// AMQP: `--ingress-messages` published to an ingress exchange with a delay, taken in by
-    /// the bridge and delivered (intake rate, end-to-end lateness).
+    /// AMQP and Kafka: `--ingress-messages` delayed messages waiting in the ingress queue
+    /// (topic) taken in by the bridge, next to a plain consumer draining the same backlog,
+    /// then delivered (intake rate, end-to-end lateness).
     Ingress,
 }
 
@@ -114,7 +115,7 @@ pub struct BenchArgs {
     /// messages arrived since the last restart, so all of them land mid-drain.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub kills: u32,
-    /// Messages published to the ingress exchange in the ingress phase (AMQP).
+    /// Messages waiting in the ingress queue (AMQP) or topic (Kafka) in the ingress phase.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub ingress_messages: u64,
     /// RabbitMQ ceilings: confirm-mode channels of the raw publishers (amqprs, amqplib).

@@ -133,6 +133,7 @@ impl Ceiling {
                                 routing_key: None,
                                 properties: None,
                                 url: None,
+                                topic: None,
                             })
                             .collect();
                         let outcomes = publisher

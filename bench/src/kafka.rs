@@ -86,6 +86,11 @@ impl KafkaBench {
         })
     }
 
+    /// The brokers' bootstrap list.
+    pub fn brokers(&self) -> &str {
+        &self.brokers
+    }
+
     /// The `[sinks.bench]` section for a bridge producing here.
     pub fn sink_toml(&self) -> String {
         format!(

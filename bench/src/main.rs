@@ -238,12 +238,12 @@ impl Bench {
         let resolved = probe(false).and_then(|(_, mut c)| {
             let trigger = c.triggers.swap_remove(0);
             let sink = c.sinks.remove(&trigger.sink).context("the bench sink")?;
-            let destination = trigger.destination.clone().context("the bench route")?;
+            let destination = trigger.destination.clone();
             let backlog = match &broker {
-                Broker::Amqp(_) => probe(true)?.1.triggers.swap_remove(0).destination,
+                Broker::Amqp(_) => Some(probe(true)?.1.triggers.swap_remove(0).destination),
                 Broker::Kafka(_) | Broker::Http(_) => None,
             };
-            Ok((trigger, sink, destination, backlog))
+            Ok((trigger.settings().clone(), sink, destination, backlog))
         });
         let (trigger, sink, destination, backlog_destination) = match resolved {
             Ok(r) => r,

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{AdminConfig, TriggerConfig};
+use crate::config::{AdminConfig, Trigger, TriggerConfig};
 use crate::metrics::Metrics;
 use crate::store::StoreError;
 
@@ -24,7 +24,7 @@ pub(crate) use history::History;
 #[derive(Clone)]
 pub(crate) struct AdminTrigger {
     /// Its configuration (name, key, sink, payload mode, rate limit).
-    pub config: std::sync::Arc<TriggerConfig>,
+    pub config: std::sync::Arc<Trigger>,
     /// Its queue over its shards.
     pub queue: crate::queue::Queue,
 }

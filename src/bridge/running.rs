@@ -8,8 +8,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::{AdminTrigger, AdminTriggers};
-use crate::config::{Config, TriggerConfig};
+use crate::config::{Config, Trigger};
 use crate::health::Health;
+use crate::housekeeping;
 use crate::metrics::Metrics;
 use crate::queue::Queue;
 use crate::redis_conn::Conn;
@@ -37,7 +38,7 @@ pub(super) struct Services {
 }
 
 struct Entry {
-    config: Arc<TriggerConfig>,
+    config: Arc<Trigger>,
     /// The trigger's queue over its shards.
     queue: Queue,
     /// One per shard.
@@ -67,7 +68,7 @@ impl Running {
     }
 
     /// Starts `tc`'s workers; [`Self::publish`] adds it to the housekeeping.
-    pub(super) fn start(&mut self, tc: &TriggerConfig) -> Result<(), String> {
+    pub(super) fn start(&mut self, tc: &Trigger) -> Result<(), String> {
         let s = &self.shared;
         let sink = s.sinks.get(&tc.sink).ok_or_else(|| {
             format!(
@@ -104,7 +105,7 @@ impl Running {
         if tc.dead_letter.is_some() {
             for shard in &shards {
                 let forward =
-                    worker::forward_dead_letters(shard.clone(), stop.clone(), abort.clone());
+                    housekeeping::forward_dead_letters(shard.clone(), stop.clone(), abort.clone());
                 s.workers.spawn(workers.track_future(forward));
             }
         }
@@ -161,7 +162,7 @@ impl Running {
         self.housekeeping_stop.cancel();
         self.housekeeping_stop = self.shared.stop.child_token();
         let triggers = self.all_shards();
-        self.shared.tasks.spawn(worker::maintain(
+        self.shared.tasks.spawn(housekeeping::maintain(
             triggers,
             backlog_interval,
             self.housekeeping_stop.clone(),
@@ -171,7 +172,7 @@ impl Running {
             .values()
             .map(|e| (e.queue.clone(), e.shards[0].clone()))
             .collect();
-        self.shared.tasks.spawn(worker::watch_unserved(
+        self.shared.tasks.spawn(housekeeping::watch_unserved(
             queues,
             backlog_interval,
             self.housekeeping_stop.clone(),
@@ -236,7 +237,7 @@ impl Running {
                 ));
             }
         }
-        let wanted: BTreeMap<&str, &TriggerConfig> =
+        let wanted: BTreeMap<&str, &Trigger> =
             new.triggers.iter().map(|t| (t.name.as_str(), t)).collect();
         let (mut added, mut removed, mut replaced) = (Vec::new(), Vec::new(), Vec::new());
         let names: Vec<String> = self.entries.keys().cloned().collect();
@@ -246,7 +247,9 @@ impl Running {
                     self.stop(&name, new.shutdown.timeout);
                     removed.push(name);
                 }
-                Some(tc) if section(*tc) != section(&*self.entries[&name].config) => {
+                Some(tc)
+                    if section(tc.settings()) != section(self.entries[&name].config.settings()) =>
+                {
                     self.stop(&name, new.shutdown.timeout);
                     self.start(tc)?;
                     replaced.push(name);
@@ -267,13 +270,13 @@ impl Running {
     }
 
     /// The triggers of `new` that are not running as they are configured there.
-    pub(super) fn changed<'a>(&self, new: &'a Config) -> Vec<&'a TriggerConfig> {
+    pub(super) fn changed<'a>(&self, new: &'a Config) -> Vec<&'a Trigger> {
         new.triggers
             .iter()
             .filter(|tc| {
                 self.entries
                     .get(&tc.name)
-                    .is_none_or(|e| section(*tc) != section(&*e.config))
+                    .is_none_or(|e| section(tc.settings()) != section(e.config.settings()))
             })
             .collect()
     }

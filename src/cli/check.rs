@@ -2,7 +2,7 @@
 //! the sinks, each trigger with its keys, the shard map of a cluster, members stranded on
 //! keys no longer served.
 
-use crate::config::{Config, SinkConfig, TriggerConfig};
+use crate::config::{Config, SinkConfig, Trigger, TriggerConfig};
 use crate::keys::QueueKeys;
 use crate::secret::redact_url;
 
@@ -99,7 +99,7 @@ fn sink_line(sink: &SinkConfig) -> String {
 }
 
 /// What `check` says of a trigger: its keys, options and destination.
-fn trigger_line(config: &Config, t: &TriggerConfig) {
+fn trigger_line(config: &Config, t: &Trigger) {
     let keys = QueueKeys::derive(&t.key).expect("validated");
     let mut payload = match t.payload {
         crate::config::PayloadMode::Inline => String::new(),
@@ -124,6 +124,9 @@ fn trigger_line(config: &Config, t: &TriggerConfig) {
     if let Some(allowed) = &t.allowed_routing_keys {
         payload.push_str(&format!(" allowed_routing_keys={allowed:?}"));
     }
+    if let Some(allowed) = &t.allowed_topics {
+        payload.push_str(&format!(" allowed_topics={allowed:?}"));
+    }
     if let Some((per_second, burst)) = t.rate() {
         payload.push_str(&format!(
             " rate_limit={per_second}/s burst={burst} (bucket in {})",
@@ -142,10 +145,7 @@ fn trigger_line(config: &Config, t: &TriggerConfig) {
             crate::redis_conn::slot(keys.source.as_bytes())
         ));
     }
-    let dest = t
-        .destination
-        .as_ref()
-        .map_or_else(String::new, ToString::to_string);
+    let dest = &t.destination;
     say!(
         "trigger {}: key={} inflight={} dead={}{payload} -> sink {} {dest} workers={} batch={} lease={} guard_interval={} \
          notified_guard_interval={} publish_timeout={} max_attempts={} backoff={}..{} max_message_bytes={}",

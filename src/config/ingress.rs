@@ -238,17 +238,6 @@ fn amqp_problems(t: &TriggerConfig, ingress: &IngressConfig) -> Vec<(String, Str
     out
 }
 
-/// Kafka's rule for topic names: 1 to 249 of `[A-Za-z0-9._-]`, not `.` or `..`.
-fn kafka_topic(name: &str) -> Option<String> {
-    let valid = (1..=249).contains(&name.len())
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    (!valid).then(|| "a Kafka topic: 1 to 249 of A-Z, a-z, 0-9, `.`, `_`, `-`".into())
-}
-
 /// The problems of a Kafka trigger's ingress.
 fn kafka_problems(t: &TriggerConfig, ingress: &IngressConfig) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -259,8 +248,8 @@ fn kafka_problems(t: &TriggerConfig, ingress: &IngressConfig) -> Vec<(String, St
         ));
         return out;
     };
-    if let Some(why) = kafka_topic(topic) {
-        out.push(("ingress.topic".into(), why));
+    if let Some(why) = crate::envelope::kafka_topic_problem(topic) {
+        out.push(("ingress.topic".into(), why.into()));
     }
     for (field, other) in [
         ("topic", &t.topic),

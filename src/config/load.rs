@@ -11,7 +11,7 @@ use super::problem::{ConfigError, Problem};
 use super::validate::{validate, Parsed};
 use super::{
     AdminConfig, Config, LogConfig, MetricsConfig, RedisConfig, ShutdownConfig, SinkConfig,
-    TriggerConfig,
+    Trigger, TriggerConfig,
 };
 
 /// Environment variables with this prefix override the file; `__` separates levels.
@@ -46,16 +46,24 @@ pub fn load_from(figment: Figment, path: &Path) -> Result<Config, ConfigError> {
         loader.push(&key, message);
     }
     if loader.problems.is_empty() {
-        for ((t, d), dl) in parsed
-            .config
-            .triggers
-            .iter_mut()
-            .zip(validated.destinations)
-            .zip(validated.dead_letters)
-        {
-            t.destination = d;
-            t.dead_letter = dl;
+        let routes = validated
+            .destinations
+            .into_iter()
+            .zip(validated.dead_letters);
+        for (settings, (destination, dead_letter)) in parsed.triggers.into_iter().zip(routes) {
+            // Validation resolves every destination or says why: none is missing here.
+            let Some(destination) = destination else {
+                loader.push(
+                    &format!("triggers.{}", settings.name),
+                    "its destination could not be resolved".into(),
+                );
+                continue;
+            };
+            let trigger = Trigger::new(settings, destination, dead_letter);
+            parsed.config.triggers.push(trigger);
         }
+    }
+    if loader.problems.is_empty() {
         super::tls::keep_clients(&mut parsed.config, validated.tls_clients);
         Ok(parsed.config)
     } else {
@@ -89,6 +97,7 @@ impl Loader {
                 sinks: Default::default(),
                 triggers: Vec::new(),
             },
+            triggers: Vec::new(),
             trigger_index: Vec::new(),
             broken_sinks: Vec::new(),
             broken_redis: false,
@@ -152,7 +161,7 @@ impl Loader {
                         if let Some(t) =
                             self.value::<TriggerConfig>(&format!("triggers[{i}]"), &item)
                         {
-                            c.triggers.push(t);
+                            parsed.triggers.push(t);
                             parsed.trigger_index.push(i);
                         }
                     }

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::{KafkaKey, SinkConfig, TriggerConfig};
+use super::{KafkaKey, SinkConfig, TopicPatterns, TriggerConfig};
 
 /// Where a trigger's messages go; a publisher is built with it, so a route can only ever
 /// meet a sink of its own kind.
@@ -84,13 +84,24 @@ pub enum AmqpRouting {
     Pointer(String),
 }
 
-/// A topic and what each record's key is.
+/// A topic, what each record's key is, and the topics a record may choose.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KafkaRoute {
     /// Topic name.
     pub topic: String,
     /// Record key.
     pub key: KafkaKey,
+    /// `allowed_topics`: the topics a record's own topic must match (`None`: no own topics).
+    pub allowed_topics: Option<TopicPatterns>,
+}
+
+impl KafkaRoute {
+    /// Whether a record may be produced to its own topic `topic`.
+    pub fn allows(&self, topic: &str) -> bool {
+        self.allowed_topics
+            .as_ref()
+            .is_some_and(|p| p.allows(topic))
+    }
 }
 
 impl std::fmt::Display for Destination {
@@ -145,7 +156,7 @@ pub(super) fn resolve(
 }
 
 /// The trigger fields that belong to one type of sink: (field, set, sink type).
-fn sink_fields(t: &TriggerConfig) -> [(&'static str, bool, &'static str); 10] {
+fn sink_fields(t: &TriggerConfig) -> [(&'static str, bool, &'static str); 11] {
     [
         ("url", t.url.is_some(), "http"),
         ("url_pointer", t.url_pointer.is_some(), "http"),
@@ -165,6 +176,7 @@ fn sink_fields(t: &TriggerConfig) -> [(&'static str, bool, &'static str); 10] {
         ),
         ("topic", t.topic.is_some(), "kafka"),
         ("kafka_key", t.kafka_key.is_some(), "kafka"),
+        ("allowed_topics", t.allowed_topics.is_some(), "kafka"),
     ]
 }
 
@@ -203,11 +215,32 @@ fn amqp_route(t: &TriggerConfig, problems: &mut Vec<(&'static str, String)>) -> 
     })
 }
 
-/// The Kafka route of `t`: the topic (required, not empty) and the key.
+/// The Kafka route of `t`: the topic (required, not empty), the key and the topics a
+/// record may choose.
 fn kafka_route(
     t: &TriggerConfig,
     problems: &mut Vec<(&'static str, String)>,
 ) -> Option<KafkaRoute> {
+    let allowed_topics = match t.allowed_topics.as_deref().map(TopicPatterns::new) {
+        None => None,
+        Some(Ok(patterns)) => {
+            // A record produced to the ingress topic would be taken in again, and again.
+            let ingress = t.ingress.as_ref().and_then(|i| i.topic.as_deref());
+            if let Some(topic) = ingress.filter(|topic| patterns.allows(topic)) {
+                problems.push((
+                    "allowed_topics",
+                    format!(
+                        "allows the ingress topic `{topic}`: records produced there would come back to the ingress"
+                    ),
+                ));
+            }
+            Some(patterns)
+        }
+        Some(Err(whys)) => {
+            problems.extend(whys.into_iter().map(|why| ("allowed_topics", why)));
+            None
+        }
+    };
     match &t.topic {
         None => {
             problems.push(("topic", "required for a kafka sink".into()));
@@ -220,6 +253,7 @@ fn kafka_route(
         Some(topic) => Some(KafkaRoute {
             topic: topic.clone(),
             key: t.kafka_key.unwrap_or_default(),
+            allowed_topics,
         }),
     }
 }
@@ -348,6 +382,7 @@ pub(super) fn resolve_dead_letter(
                 Some(topic) => Some(Destination::Kafka(KafkaRoute {
                     topic: topic.clone(),
                     key: t.kafka_key.unwrap_or_default(),
+                    allowed_topics: None,
                 })),
                 None => None,
             }

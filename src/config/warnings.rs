@@ -26,7 +26,7 @@ impl Config {
                     ));
                 }
             }
-            let Some(Destination::Amqp(route)) = &t.destination else {
+            let Destination::Amqp(route) = &t.destination else {
                 continue;
             };
             let own_keys = t.format == MessageFormat::Envelope

@@ -1,9 +1,12 @@
-//! The delay headers producers set: `x-delay` (milliseconds from now) and `x-delay-until` (epoch milliseconds), read as the delayed-message plugin reads `x-delay`.
+//! The delay headers producers set: `x-delay` (milliseconds from now) and `x-delay-until` (epoch milliseconds), read as the delayed-message plugin reads `x-delay`; on Kafka also `x-delay-topic`, the topic the record is due on.
 
 /// Milliseconds from the bridge's receipt until the message is due.
 pub(crate) const HEADER_DELAY: &str = "x-delay";
 /// The epoch millisecond the message is due at (wins over `x-delay` when both are set).
 pub(crate) const HEADER_DELAY_UNTIL: &str = "x-delay-until";
+/// Kafka: the topic the record is produced to when due, instead of the trigger's (subject to
+/// the trigger's `allowed_topics`).
+pub(crate) const HEADER_DELAY_TOPIC: &str = "x-delay-topic";
 /// Longest delay, and latest due time, taken: about 285,000 years in milliseconds, so that
 /// every due time stays an exact integer in a Redis score (a double).
 pub(crate) const MAX_MS: i64 = 1 << 53;

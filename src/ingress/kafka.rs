@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::FuturesOrdered;
+use futures_util::StreamExt;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -13,7 +15,10 @@ use super::{Ended, Ingress};
 use crate::config::IngressConfig;
 use crate::repeat::Repeated;
 use crate::sink::kafka::KafkaSink;
+use crate::store::StoreError;
 
+/// Records being stored at once (each one Redis call).
+const STORES_AT_ONCE: usize = 64;
 /// How often the consumer lag is read.
 const LAG_EVERY: Duration = Duration::from_secs(5);
 /// How often the offsets of stored records are committed unless the sink's properties say
@@ -104,19 +109,28 @@ async fn session(
     tracing::info!(trigger = name, topic, "ingress: reading");
     let mut errors = Repeated::default();
     let mut lag = tokio::time::interval(LAG_EVERY);
+    // Records being stored, in the order they were read: an offset is stored only once every
+    // record read before it is in Redis too. Those still storing when the session ends are
+    // read again by the group, and stored once (their id is topic/partition/offset).
+    let mut storing = FuturesOrdered::new();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return Ok(()),
+            Some(stored) = storing.next(), if !storing.is_empty() => {
+                let stored: Result<BorrowedMessage<'_>, StoreError> = stored;
+                let m = stored.map_err(Ended::Redis)?;
+                if let Err(e) = consumer.store_offset_from_message(&m) {
+                    // Revoked meanwhile: the next owner reads it again, and finds it stored.
+                    tracing::debug!(trigger = name, error = %e, "ingress: offset not stored");
+                }
+            }
             _ = lag.tick() => read_lag(ctx, consumer).await,
-            m = consumer.recv() => match m {
+            m = consumer.recv(), if storing.len() < STORES_AT_ONCE => match m {
                 Ok(m) => {
                     errors.recovered();
-                    let incoming = incoming(&m);
-                    ctx.store(&incoming).await.map_err(Ended::Redis)?;
-                    if let Err(e) = consumer.store_offset_from_message(&m) {
-                        // Revoked meanwhile: the next owner reads it again, and finds it stored.
-                        tracing::debug!(trigger = name, error = %e, "ingress: offset not stored");
-                    }
+                    storing.push_back(async move {
+                        ctx.store(&incoming(&m)).await.map(|()| m)
+                    });
                 }
                 Err(e) => {
                     if let Some(unlogged) = errors.failed() {

@@ -25,6 +25,8 @@ pub(crate) struct Incoming {
     /// Why the envelope would not publish (`bad_envelope`): the publisher's own check, run
     /// now so the message is refused while the producer's broker still knows it.
     pub refused: Option<String>,
+    /// Kafka: the topic the record asked to be produced to (`x-delay-topic`), if any.
+    pub topic: Option<String>,
 }
 
 /// The delivery's body, routing key and properties as an envelope, with its id and due time.
@@ -92,6 +94,7 @@ pub(crate) fn incoming(body: &[u8], routing_key: &str, props: &BasicProperties) 
         envelope,
         due,
         refused,
+        topic: None,
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::TriggerConfig;
+use crate::config::{Destination, Trigger};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::queue::Queue;
@@ -24,7 +24,7 @@ use message::Incoming;
 
 /// What an ingress of one trigger works with.
 pub(crate) struct Ingress {
-    config: Arc<TriggerConfig>,
+    config: Arc<Trigger>,
     queue: Queue,
     /// The trigger's shards, in the queue's order: the one written to is woken.
     shards: Vec<Arc<Shard>>,
@@ -57,7 +57,7 @@ impl From<lapin::Error> for Ended {
 impl Ingress {
     /// The ingress of `config`'s trigger, storing into `queue` and waking `shards`.
     pub(crate) fn new(
-        config: Arc<TriggerConfig>,
+        config: Arc<Trigger>,
         queue: Queue,
         shards: Vec<Arc<Shard>>,
         metrics: Metrics,
@@ -108,6 +108,20 @@ impl Ingress {
                 reason: "bad_envelope",
                 detail: why,
             };
+        }
+        // Checked now too (the worker checks again when it is due): the producer learns of it
+        // while its record is fresh, not when it was due.
+        if let Some(topic) = &m.topic {
+            let allowed = match &self.config.destination {
+                Destination::Kafka(route) => route.allows(topic),
+                _ => false,
+            };
+            if !allowed {
+                return Ingest::Dead {
+                    reason: "topic_not_allowed",
+                    detail: topic,
+                };
+            }
         }
         match &m.due {
             Ok(Due::In(ms)) => Ingest::In(*ms),

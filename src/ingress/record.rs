@@ -1,9 +1,9 @@
-//! A Kafka record made into what the bridge stores: the envelope that produces it later with its key and headers, its id (topic/partition/offset), and when it is due.
+//! A Kafka record made into what the bridge stores: the envelope that produces it later with its key and headers (to its own topic if it names one), its id (topic/partition/offset), and when it is due.
 
 use base64::Engine;
 use serde_json::{Map, Value};
 
-use super::delay::{self, Raw, HEADER_DELAY, HEADER_DELAY_UNTIL};
+use super::delay::{self, Raw, HEADER_DELAY, HEADER_DELAY_TOPIC, HEADER_DELAY_UNTIL};
 use super::message::Incoming;
 use crate::envelope;
 
@@ -20,7 +20,8 @@ pub(crate) struct At<'a> {
 
 /// The record's value, key and headers as an envelope, with its id and due time. Header
 /// values are kept as text (base64 when not UTF-8; a null value as `""`); of several headers
-/// with one name, the last.
+/// with one name, the last. `x-delay-topic` becomes the envelope's `topic` (a value that is
+/// not UTF-8 or null cannot name a topic and is refused as `bad_envelope`).
 pub(crate) fn incoming(
     at: At<'_>,
     key: Option<&[u8]>,
@@ -39,6 +40,11 @@ pub(crate) fn incoming(
             })
     };
     let due = delay::due(header(HEADER_DELAY), header(HEADER_DELAY_UNTIL));
+    let topic = headers
+        .iter()
+        .rev()
+        .find(|(n, _)| *n == HEADER_DELAY_TOPIC)
+        .map(|(_, v)| String::from_utf8_lossy(v.unwrap_or_default()).into_owned());
     let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
     let mut e = Map::new();
     let value = value.unwrap_or_default();
@@ -53,7 +59,7 @@ pub(crate) fn incoming(
     };
     let kept: Map<String, Value> = headers
         .iter()
-        .filter(|(name, _)| *name != HEADER_DELAY && *name != HEADER_DELAY_UNTIL)
+        .filter(|(name, _)| ![HEADER_DELAY, HEADER_DELAY_UNTIL, HEADER_DELAY_TOPIC].contains(name))
         .map(|(name, v)| {
             let text = match v.map(|v| (v, std::str::from_utf8(v))) {
                 Some((_, Ok(t))) => t.to_string(),
@@ -66,6 +72,9 @@ pub(crate) fn incoming(
     if !kept.is_empty() {
         e.insert("headers".into(), Value::Object(kept));
     }
+    if let Some(topic) = &topic {
+        e.insert("topic".into(), topic.clone().into());
+    }
     let id = format!("{}/{}/{}", at.topic, at.partition, at.offset);
     e.insert("id".into(), id.clone().into());
     let envelope = Value::Object(e).to_string().into_bytes();
@@ -75,6 +84,7 @@ pub(crate) fn incoming(
         envelope,
         due,
         refused,
+        topic,
     }
 }
 
@@ -119,6 +129,33 @@ mod tests {
         assert_eq!(text("none").as_deref(), Some(""));
         assert_eq!(text("dup").as_deref(), Some("2"));
         assert_eq!(text("x-delay"), None);
+        assert_eq!((i.topic, p.topic.as_deref()), (None, None));
+    }
+
+    #[test]
+    fn x_delay_topic_becomes_the_envelopes_topic_and_is_not_passed_on() {
+        let headers = [
+            ("x-delay-topic", Some(&b"first"[..])),
+            ("x-delay-topic", Some(&b"orders.eu"[..])),
+            ("tenant", Some(&b"t-1"[..])),
+        ];
+        let i = incoming(AT, Some(b"k"), Some(b"v"), &headers);
+        assert_eq!(i.topic.as_deref(), Some("orders.eu"), "the last one");
+        assert_eq!(i.refused, None);
+        let e = envelope::parse(&i.envelope, envelope::Broker::Kafka).unwrap();
+        assert_eq!(e.properties.topic.as_deref(), Some("orders.eu"));
+        let names: Vec<&str> = e
+            .properties
+            .headers
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(names, ["tenant"]);
+        for bad in [None, Some(&b"\xff"[..]), Some(&b""[..]), Some(&b"a b"[..])] {
+            let i = incoming(AT, None, None, &[("x-delay-topic", bad)]);
+            let why = i.refused.unwrap_or_default();
+            assert!(why.starts_with("topic: a Kafka topic"), "{bad:?}: {why}");
+        }
     }
 
     #[test]

@@ -283,7 +283,7 @@ impl std::error::Error for LayoutRefused {}
 /// Takes the keys of every trigger of `triggers` on `conn` (see [`Queue::take_layout`]);
 /// refused with every trigger's reason at once.
 pub(crate) async fn take_layouts<'a>(
-    triggers: impl IntoIterator<Item = &'a crate::config::TriggerConfig>,
+    triggers: impl IntoIterator<Item = &'a crate::config::Trigger>,
     conn: &crate::redis_conn::Conn,
 ) -> Result<(), LayoutRefused> {
     layouts(triggers, conn, true).await
@@ -291,14 +291,14 @@ pub(crate) async fn take_layouts<'a>(
 
 /// What [`take_layouts`] would say, changing nothing (for `check`).
 pub(crate) async fn take_layouts_dry<'a>(
-    triggers: impl IntoIterator<Item = &'a crate::config::TriggerConfig>,
+    triggers: impl IntoIterator<Item = &'a crate::config::Trigger>,
     conn: &crate::redis_conn::Conn,
 ) -> Result<(), LayoutRefused> {
     layouts(triggers, conn, false).await
 }
 
 async fn layouts<'a>(
-    triggers: impl IntoIterator<Item = &'a crate::config::TriggerConfig>,
+    triggers: impl IntoIterator<Item = &'a crate::config::Trigger>,
     conn: &crate::redis_conn::Conn,
     take: bool,
 ) -> Result<(), LayoutRefused> {

@@ -48,6 +48,10 @@ pub enum PublishError {
     /// The message's own routing key is not in the trigger's `allowed_routing_keys`.
     #[error("routing key `{0}` is not allowed by allowed_routing_keys")]
     RouteNotAllowed(String),
+    /// The message's own Kafka topic is not matched by the trigger's `allowed_topics` (or the
+    /// trigger has none).
+    #[error("topic `{0}` is not allowed by allowed_topics")]
+    TopicNotAllowed(String),
     /// Claimed after its expiry (`expire_after`, or the envelope's `expires_at_ms`).
     #[error("expired before it could be delivered")]
     Expired,
@@ -178,6 +182,7 @@ const KAFKA_REASONS: &[&str] = &[
     "too_large",
     "missing_body",
     "bad_envelope",
+    "topic_not_allowed",
     "expired",
     "kafka_message_size_too_large",
     "kafka_invalid_message_size",
@@ -208,6 +213,7 @@ impl PublishError {
             PublishError::MissingBody => "missing_body".into(),
             PublishError::BadEnvelope(_) => "bad_envelope".into(),
             PublishError::RouteNotAllowed(_) => "route_not_allowed".into(),
+            PublishError::TopicNotAllowed(_) => "topic_not_allowed".into(),
             PublishError::Expired => "expired".into(),
             PublishError::Aborted => "shutdown".into(),
             PublishError::Blocked => "blocked".into(),
@@ -241,7 +247,8 @@ impl PublishError {
             | PublishError::BadPayload(why)
             | PublishError::FrameTooLarge(why)
             | PublishError::Returned(why)
-            | PublishError::RouteNotAllowed(why) => why,
+            | PublishError::RouteNotAllowed(why)
+            | PublishError::TopicNotAllowed(why) => why,
             PublishError::Kafka { message, .. } => message,
             _ => return None,
         };
@@ -280,6 +287,7 @@ impl PublishError {
             | PublishError::MissingBody
             | PublishError::BadEnvelope(_)
             | PublishError::RouteNotAllowed(_)
+            | PublishError::TopicNotAllowed(_)
             | PublishError::UrlNotAllowed(_)
             | PublishError::AddressNotAllowed(_)
             | PublishError::Expired => Disposition::DeadLetter,

@@ -34,6 +34,8 @@ pub struct OutMessage<'a> {
     pub properties: Option<&'a Properties>,
     /// HTTP: this message's URL, when it chose its own (envelope or `url_pointer`).
     pub url: Option<&'a str>,
+    /// Kafka: this message's topic, when it chose its own (checked against `allowed_topics`).
+    pub topic: Option<&'a str>,
 }
 
 /// Proof that the broker confirmed one message. Only the sinks construct it (the

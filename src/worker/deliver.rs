@@ -245,6 +245,7 @@ async fn publish(
             routing_key: p.routing_key.as_deref(),
             properties: p.properties.as_ref(),
             url: p.url.as_deref(),
+            topic: p.topic.as_deref(),
         })
         .collect();
     let started = Instant::now();

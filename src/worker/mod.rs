@@ -9,28 +9,23 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::{jitter_down, Backoff};
-use crate::config::Destination;
 use crate::repeat::Repeated;
-use crate::sink::{PublishError, Publisher, Sink};
+use crate::sink::Publisher;
 use crate::store::ClaimBatch;
 
 mod batch;
 mod claim;
 mod deliver;
-mod forward;
-mod maintenance;
 mod prepare;
+mod publishing;
 mod route;
 mod settlement;
 mod shard;
-mod unserved;
 
 use batch::AdaptiveBatch;
 use deliver::Verdict;
-pub(crate) use forward::forward_dead_letters;
-pub(crate) use maintenance::maintain;
+pub(crate) use publishing::Publishing;
 pub(crate) use shard::Shard;
-pub(crate) use unserved::watch_unserved;
 
 /// Runs one worker over `shards` (one, or several that no other worker serves) until
 /// `stop`; `abort` cuts short the wait for confirmations at the shutdown deadline.
@@ -113,37 +108,6 @@ struct Worker {
     abort: CancellationToken,
 }
 
-/// A publisher kept while it is usable and asked of the sink again when it is not, with
-/// the current run of failures to get one.
-#[derive(Default)]
-struct Publishing {
-    current: Option<Publisher>,
-    failures: Repeated,
-}
-
-impl Publishing {
-    /// The usable publisher, or a new one for `destination`: `Ok(None)` when `stop` fired
-    /// first, `Err` when the sink could not give one (the caller counts it in `failures`).
-    async fn get(
-        &mut self,
-        sink: &Sink,
-        destination: &Destination,
-        stop: &CancellationToken,
-    ) -> Result<Option<Publisher>, PublishError> {
-        if let Some(p) = self.current.as_ref().filter(|p| p.is_usable()) {
-            return Ok(Some(p.clone()));
-        }
-        self.current = None;
-        let p = tokio::select! {
-            p = sink.publisher(destination) => p?,
-            _ = stop.cancelled() => return Ok(None),
-        };
-        self.failures.recovered();
-        self.current = Some(p.clone());
-        Ok(Some(p))
-    }
-}
-
 /// What a claim came to.
 enum Claim {
     /// Members to deliver, claimed at this instant.
@@ -167,7 +131,7 @@ pub const MAX_IN_FLIGHT: usize = 4;
 /// per message.
 const RATE_TICK: Duration = Duration::from_millis(10);
 
-pub(super) const ERROR_BACKOFF: Backoff = Backoff {
+pub(crate) const ERROR_BACKOFF: Backoff = Backoff {
     initial: Duration::from_millis(100),
     max: Duration::from_secs(5),
 };

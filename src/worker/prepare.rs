@@ -1,4 +1,4 @@
-//! One claimed member made ready to publish: its body, its envelope's properties, its routing key, and the checks that keep it from the broker (missing, malformed, expired, too large, a routing key not allowed).
+//! One claimed member made ready to publish: its body, its envelope's properties, its routing key, topic or URL, and the checks that keep it from the broker (missing, malformed, expired, too large, a routing key, topic or URL not allowed).
 
 use std::borrow::Cow;
 
@@ -19,6 +19,8 @@ pub(super) struct Prepared<'a> {
     pub properties: Option<Properties>,
     /// HTTP: the message's own URL (envelope or JSON Pointer), if any.
     pub url: Option<String>,
+    /// Kafka: the message's own topic (envelope), if any, allowed by `allowed_topics`.
+    pub topic: Option<String>,
 }
 
 /// Makes `c` ready to publish, or says why it must not be: `now_ms` is the claim's time on
@@ -94,6 +96,17 @@ pub(super) fn prepare<'a>(
         }
         _ => None,
     };
+    let topic = match destination {
+        Destination::Kafka(route) => match properties.as_ref().and_then(|p| p.topic.clone()) {
+            // Never produced to a topic the trigger does not allow: not even asked of the
+            // broker, which may create topics it is asked about.
+            Some(topic) if !route.allows(&topic) => {
+                return Err(PublishError::TopicNotAllowed(topic));
+            }
+            own => own,
+        },
+        _ => None,
+    };
     if body.len() > cfg.max_message_bytes {
         return Err(PublishError::TooLarge);
     }
@@ -102,5 +115,6 @@ pub(super) fn prepare<'a>(
         routing_key,
         properties,
         url,
+        topic,
     })
 }

@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::settlement;
-use crate::config::{Destination, TriggerConfig};
+use crate::config::{Destination, Trigger};
 use crate::health::Health;
 use crate::metrics::{Metrics, TriggerMetrics};
 use crate::queue::Queue;
@@ -18,15 +18,15 @@ use crate::store::{ClaimBatch, Store, StoreError};
 
 /// Everything the workers of one trigger share.
 pub(crate) struct Shard {
-    pub(super) config: Arc<TriggerConfig>,
+    pub(crate) config: Arc<Trigger>,
     pub(super) destination: Destination,
     /// This shard's queue (the whole queue of an unsharded trigger).
-    pub(super) store: Store,
+    pub(crate) store: Store,
     /// The shard's position among the trigger's shards.
-    pub(super) shard: usize,
-    pub(super) sink: Arc<Sink>,
-    pub(super) metrics: TriggerMetrics,
-    pub(super) health: Health,
+    pub(crate) shard: usize,
+    pub(crate) sink: Arc<Sink>,
+    pub(crate) metrics: TriggerMetrics,
+    pub(crate) health: Health,
     /// Woken when the head of the queue may have moved earlier (keyspace notification).
     pub(super) head_changed: Notify,
     /// Woken when a claim left due members behind: every idle worker should help.
@@ -40,12 +40,12 @@ pub(crate) struct Shard {
     pub(super) held_back: std::sync::atomic::AtomicBool,
     /// Woken when this bridge dead-lettered a message, or the backlog gauges saw dead
     /// letters to forward: the dead-letter forwarder looks.
-    pub(super) dead_lettered: Notify,
+    pub(crate) dead_lettered: Notify,
     /// Set when a worker claimed members: the housekeeping watches their leases.
-    pub(super) claimed: std::sync::atomic::AtomicBool,
+    pub(crate) claimed: std::sync::atomic::AtomicBool,
     /// Set when a keyspace notification said the queue was written to: the housekeeping
     /// reads again the sizes of a queue it last saw empty.
-    pub(super) written: std::sync::atomic::AtomicBool,
+    pub(crate) written: std::sync::atomic::AtomicBool,
     /// The shard was paused when last seen.
     pub(super) paused: std::sync::atomic::AtomicBool,
     /// Starts this shard's other workers: they start when a claim first leaves more due than
@@ -63,16 +63,13 @@ impl Shard {
     /// metrics. Fails when the configuration was not loaded (no resolved destination) or its
     /// destination is not of the sink's kind.
     pub(crate) fn shards(
-        config: &Arc<TriggerConfig>,
+        config: &Arc<Trigger>,
         queue: &Queue,
         sink: Arc<Sink>,
         metrics: &Metrics,
         health: Health,
     ) -> Result<Vec<Arc<Self>>, String> {
-        let destination = config
-            .destination
-            .clone()
-            .ok_or_else(|| format!("trigger {}: destination not resolved", config.name))?;
+        let destination = config.destination.clone();
         for d in std::iter::once(&destination).chain(&config.dead_letter) {
             if !sink.serves(d) {
                 return Err(format!(
@@ -170,7 +167,7 @@ impl Shard {
     }
 
     /// Wakes every idle worker: there may be more due than one worker takes.
-    pub(super) fn wake_all(&self) {
+    pub(crate) fn wake_all(&self) {
         self.backlog.notify_waiters();
         self.head_changed.notify_one();
     }
@@ -196,7 +193,7 @@ impl Shard {
 
     /// Longest idle sleep: `notified_guard_interval` while keyspace notifications reach the
     /// bridge (they are the wake-up; the guard is a safety net), else `guard_interval`.
-    pub(super) fn guard(&self) -> Duration {
+    pub(crate) fn guard(&self) -> Duration {
         if self.health.notifications_live() {
             self.config.notified_guard()
         } else {
@@ -210,7 +207,7 @@ impl Shard {
 
     /// Mirrors an operator's pause, seen by a claim or a stats call, in the gauge and
     /// `/readyz`; the first to see a change logs it, and a resume wakes the workers.
-    pub(super) fn note_paused(&self, paused: bool) {
+    pub(crate) fn note_paused(&self, paused: bool) {
         self.metrics.paused(self.shard, paused);
         if self.health.set_paused(self.name(), paused) {
             if paused {
@@ -267,7 +264,7 @@ impl Shard {
 
     /// Counts a failed Redis call. A lost or slow Redis is logged by [`Health`], once for
     /// every caller; `true` when the error is this trigger's own and the caller logs it.
-    pub(super) fn redis_error(&self, e: &StoreError) -> bool {
+    pub(crate) fn redis_error(&self, e: &StoreError) -> bool {
         let kind = e.kind();
         self.metrics.redis_error(kind);
         if matches!(kind, "connection" | "timeout") {

@@ -123,7 +123,7 @@ shutdown: timeout=duration
 sinks.r: url=string urls=list password_file=string declare=table reconnect_max=duration channels=count max_unconfirmed=count
 sinks.k: brokers=string properties=table sasl_password_file=string
 triggers: name=string key=string sink=string exchange=string routing_key=string routing_key_pointer=string payload=enum workers=count batch=count lease=duration guard_interval=duration notified_guard_interval=duration publish_timeout=duration max_attempts=count backoff_initial=duration backoff_max=duration max_message_bytes=count rate_limit=string rate_burst=count dead_letter_exchange=string dead_letter_routing_key=string
-kafka_triggers: topic=string kafka_key=enum dead_letter_topic=string
+kafka_triggers: topic=string kafka_key=enum dead_letter_topic=string allowed_topics=list
 ";
 
 /// Out-of-range numbers and values that parse but cannot work, a line each:
@@ -165,6 +165,9 @@ kafka_triggers: dead_letter_topic = ""
 kafka_triggers: exchange = "x"
 kafka_triggers: topic = ""
 kafka_triggers: routing_key_pointer = "/type"
+kafka_triggers: allowed_topics = ["orders("]
+kafka_triggers: allowed_topics = ["x)|(.*"]
+triggers: allowed_topics = ["x"]
 redis: url = "http://127.0.0.1"
 redis: url = "not a url"
 redis: connect_timeout = "0s"

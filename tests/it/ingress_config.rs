@@ -28,6 +28,10 @@ fn check_prints_the_ingress_and_the_rules_name_their_keys() {
         out.contains("trigger kt ingress: kafka topic=in group=delay-bridge.kt"),
         "{out}"
     );
+    let own = "allowed_topics = ['orders\\..*']\n[triggers.ingress]\ntopic = \"in\"";
+    let (code, out) = check(&format!("{kafka}{own}"));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(r#"allowed_topics=["orders\\..*"]"#), "{out}");
     for (lines, key, why) in [
         (
             "[triggers.ingress]\nexchange = \"d\"",
@@ -48,6 +52,16 @@ fn check_prints_the_ingress_and_the_rules_name_their_keys() {
             "[triggers.ingress]\ntopic = \"a b\"",
             "triggers[0].ingress.topic",
             "249",
+        ),
+        (
+            "allowed_topics = ['i.']\n[triggers.ingress]\ntopic = \"in\"",
+            "triggers[0].allowed_topics",
+            "come back to the ingress",
+        ),
+        (
+            "allowed_topics = ['orders(']\n[triggers.ingress]\ntopic = \"in\"",
+            "triggers[0].allowed_topics",
+            "not a regular expression",
         ),
     ] {
         let (code, out) = check(&format!("{kafka}{lines}"));

@@ -26,6 +26,7 @@ mod ingress;
 mod ingress_config;
 mod ingress_faults;
 mod ingress_kafka;
+mod ingress_kafka_topic;
 mod ingress_producers;
 mod kafka;
 mod kafka_mock;

@@ -12,6 +12,7 @@ use super::load::{env_overrides, load_from};
 use super::*;
 
 mod sinks;
+mod topics;
 
 const MINIMAL: &str = r#"
 [sinks.r]

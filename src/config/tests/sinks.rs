@@ -269,7 +269,7 @@ fn http_routes_resolve_and_a_timeout_past_publish_timeout_is_warned_about() {
             [[triggers]]\nname = \"t\"\nkey = \"k\"\nsink = \"h\"\n\
             url_pointer = \"/url\"\nallowed_urls = [\"https://*.hooks.internal/\"]\nmethod = \"PUT\"\n";
         let c = load_in_jail(jail, toml).unwrap();
-        let Some(Destination::Http(route)) = &c.triggers[0].destination else {
+        let Destination::Http(route) = &c.triggers[0].destination else {
             panic!("{:?}", c.triggers[0].destination);
         };
         assert_eq!(route.url, HttpTarget::Pointer("/url".into()));

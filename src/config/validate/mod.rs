@@ -33,8 +33,11 @@ const DAY: Duration = Duration::from_secs(86_400);
 
 /// What extraction produced: a config whose broken parts hold defaults, and what was broken.
 pub(super) struct Parsed {
+    /// Every section but the triggers (`config.triggers` stays empty until they are validated).
     pub config: Config,
-    /// Position in the file of each entry of `config.triggers`.
+    /// The `[[triggers]]` entries that parsed, as written.
+    pub triggers: Vec<super::TriggerConfig>,
+    /// Position in the file of each entry of `triggers`.
     pub trigger_index: Vec<usize>,
     /// Sinks that failed to parse (already reported).
     pub broken_sinks: Vec<String>,

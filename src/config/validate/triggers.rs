@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::super::route::{resolve, resolve_dead_letter, Destination};
-use super::super::{Config, SinkConfig, TriggerConfig};
+use super::super::{SinkConfig, TriggerConfig};
 use super::{
     check_pointer, pos, suggested_tag, too_long, too_long_name, valid_name, Parsed, DAY, HOUR,
     MAX_BATCH, MAX_CLAIM_BYTES, MAX_MESSAGE_BYTES, MAX_SHARDS, MAX_WORKERS,
@@ -13,7 +13,7 @@ use super::{
 use crate::keys::QueueKeys;
 
 /// Each trigger's destination and dead-letter destination (`None` where it could not be
-/// resolved), in the order of `parsed.config.triggers`.
+/// resolved), in the order of `parsed.triggers`.
 pub(super) type Routes = (Vec<Option<Destination>>, Vec<Option<Destination>>);
 
 /// Problems of every trigger, and the routes of those that resolve.
@@ -22,7 +22,6 @@ pub(super) fn trigger_problems(
     cluster: bool,
     push: &mut impl FnMut(String, String),
 ) -> Routes {
-    let config = &parsed.config;
     let mut destinations = Vec::new();
     let mut dead_letters = Vec::new();
     if !parsed.had_triggers {
@@ -32,7 +31,7 @@ pub(super) fn trigger_problems(
         );
     }
     let mut names = HashSet::new();
-    for (&i, t) in parsed.trigger_index.iter().zip(&config.triggers) {
+    for (&i, t) in parsed.trigger_index.iter().zip(&parsed.triggers) {
         let k = |field: &str| format!("triggers[{i}].{field}");
         if !valid_name(&t.name) {
             push(
@@ -61,14 +60,14 @@ pub(super) fn trigger_problems(
         dead_letters.push(dead_letter);
         bounds(t, &k, push);
     }
-    for (a, b, key) in key_overlaps(config, &parsed.trigger_index) {
+    for (a, b, key) in key_overlaps(&parsed.triggers, &parsed.trigger_index) {
         push(
             format!("triggers[{a}].key"),
             format!(
                 "trigger `{}` and trigger `{}` (triggers[{b}]) both use the Redis key `{key}`; \
                  each trigger needs keys of its own (source and derived: KEY:inflight, KEY:dead, ...)",
-                config.triggers[pos(&parsed.trigger_index, a)].name,
-                config.triggers[pos(&parsed.trigger_index, b)].name,
+                parsed.triggers[pos(&parsed.trigger_index, a)].name,
+                parsed.triggers[pos(&parsed.trigger_index, b)].name,
             ),
         );
     }
@@ -271,10 +270,10 @@ fn timings(t: &TriggerConfig, k: &impl Fn(&str) -> String, push: &mut impl FnMut
 /// Pairs of triggers (by their index in the file) whose source or derived keys coincide,
 /// with one shared key each: two triggers on one key would split its messages at random,
 /// and one trigger's source being another's in-flight set would deliver leases.
-fn key_overlaps(config: &Config, index: &[usize]) -> Vec<(usize, usize, String)> {
+fn key_overlaps(triggers: &[TriggerConfig], index: &[usize]) -> Vec<(usize, usize, String)> {
     let mut owner: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut pairs = std::collections::BTreeMap::new();
-    for (&i, t) in index.iter().zip(&config.triggers) {
+    for (&i, t) in index.iter().zip(triggers) {
         for shard in t.shard_keys() {
             let Ok(keys) = QueueKeys::derive(&shard) else {
                 continue;

@@ -364,6 +364,7 @@ mod tests {
             routing_key: None,
             properties,
             url: None,
+            topic: None,
         };
         let batch = [message(None), message(Some(&bad)), message(None)];
         let abort = CancellationToken::new();

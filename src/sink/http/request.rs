@@ -117,6 +117,7 @@ mod tests {
             routing_key: None,
             properties,
             url: None,
+            topic: None,
         }
     }
 

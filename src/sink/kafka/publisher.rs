@@ -45,7 +45,7 @@ impl KafkaPublisher {
             confirms,
         } = batch;
         let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
-        let KafkaRoute { topic, key } = &self.route;
+        let KafkaRoute { topic, key, .. } = &self.route;
         let Instance { producer, health } = self.shared.current();
         if !health.is_up() {
             // Claimed while the broker went away: hand the batch back untouched.
@@ -59,7 +59,7 @@ impl KafkaPublisher {
         'messages: for (i, m) in messages.iter().enumerate() {
             let (headers, own_key) = headers_of(trigger, m, &mut due, &mut attempt);
             let mut record = BaseRecord::<[u8], [u8], Box<Report>>::with_opaque_to(
-                topic,
+                m.topic.unwrap_or(topic),
                 Report::new(&reports, i),
             )
             .payload(m.payload)

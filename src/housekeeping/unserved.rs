@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::Shard;
 use crate::backoff::jitter_down;
 use crate::queue::Queue;
+use crate::worker::Shard;
 
 /// Passes between two readings of a trigger's shard-count registry: which keys are unserved
 /// changes only when a bridge starts or reloads with another count, so an unsharded trigger

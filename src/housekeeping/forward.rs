@@ -7,7 +7,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{Publishing, Shard, ERROR_BACKOFF};
 use crate::backoff::jitter_down;
 use crate::config::Destination;
 use crate::envelope::{HeaderValue, Properties};
@@ -18,6 +17,7 @@ use crate::wire::{
     HEADER_DEAD_ATTEMPTS, HEADER_DEAD_AT_MS, HEADER_DEAD_DETAIL, HEADER_DEAD_ID,
     HEADER_DEAD_ID_B64, HEADER_DEAD_KEY, HEADER_DEAD_REASON,
 };
+use crate::worker::{Publishing, Shard, ERROR_BACKOFF};
 
 /// Most dead letters one forward takes.
 const FORWARD_BATCH: usize = 100;
@@ -208,6 +208,7 @@ impl Forwarder {
                 routing_key: None,
                 properties: Some(props),
                 url: None,
+                topic: None,
             })
             .collect();
         let outcomes = if messages.is_empty() {

@@ -9,9 +9,9 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Shard;
 use crate::backoff::jitter_down;
 use crate::store::QueueStats;
+use crate::worker::Shard;
 
 /// Readings (and recoveries) the housekeeping has in flight at once.
 const READINGS_AT_ONCE: usize = 64;
