@@ -110,3 +110,43 @@ impl AmqpCeilings {
         rows
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ceilings(amqplib: f64) -> AmqpCeilings {
+        let at = |r: f64| ClientRate {
+            rate: Rate::new(r as u64, 1.0),
+            cpu_seconds_per_100k: Some(0.5),
+        };
+        AmqpCeilings {
+            amqprs: Some(at(1000.0)),
+            amqplib: Some(at(amqplib)),
+            sink_alone: Some(at(900.0)),
+        }
+    }
+
+    #[test]
+    fn the_bridge_is_judged_against_amqplib_too_and_only_compared_with_the_sink_alone() {
+        let rows = ceilings(1100.0).ratio_rows("forwarding rate", 950.0, 0.9);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (rows[0].ratio.as_str(), rows[0].result.as_str()),
+            ("86%", "MISS")
+        );
+        assert_eq!(
+            (rows[1].ratio.as_str(), rows[1].result.as_str()),
+            ("106%", "")
+        );
+        let pass = ceilings(1000.0).ratio_rows("forwarding rate", 950.0, 0.9);
+        assert_eq!(pass[0].result, "PASS");
+    }
+
+    #[test]
+    fn cpu_is_shown_next_to_each_publisher() {
+        let rows = ceilings(1000.0).cpu_rows(1.0);
+        assert_eq!(rows.len(), 4);
+        assert_eq!(rows[1].ratio, "2.0x");
+    }
+}
