@@ -144,6 +144,17 @@ impl AmqpBench {
         )
     }
 
+    /// The URL, exchange and routing key a publisher uses to reach the bench queue, or with
+    /// `backlog` the queue nobody consumes (the bridge's route, for the ceilings).
+    pub fn target(&self, backlog: bool) -> (&str, &str, String) {
+        let key = if backlog {
+            self.backlog_queue()
+        } else {
+            self.queue.clone()
+        };
+        (&self.url, &self.exchange, key)
+    }
+
     /// The queue nobody consumes (bound with its own name as the routing key).
     fn backlog_queue(&self) -> String {
         format!("{}.backlog", self.queue)

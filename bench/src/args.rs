@@ -21,7 +21,8 @@ pub enum SinkKind {
 /// Phases that `--skip` can leave out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Phase {
-    /// The bridge's sink publishing on its own (broker ceiling).
+    /// The broker's ceiling (RabbitMQ: raw publishers on amqprs and amqplib, and the
+    /// bridge's sink code alone; Kafka: the sink's producer alone; HTTP: its client alone).
     Broker,
     /// The claim and settle scripts alone (Redis ceiling).
     Redis,
@@ -136,14 +137,25 @@ pub struct BenchArgs {
     /// Messages per second scheduled on the herd phase's second trigger while the herd drains.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub herd_trickle: u64,
+    /// RabbitMQ ceilings: confirm-mode channels of the raw publishers (amqprs, amqplib).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub ceiling_channels: u16,
+    /// RabbitMQ ceilings: most messages the raw publishers keep unconfirmed, all channels
+    /// together.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub ceiling_window: u32,
+    /// Where the amqplib ceiling finds amqplib (default: `producers/node_modules` of the
+    /// source tree the bench was built from; `npm install --prefix producers`).
+    #[arg(long, value_name = "PATH")]
+    pub node_modules: Option<PathBuf>,
     /// Phases to leave out (repeat or comma-separate).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub skip: Vec<Phase>,
     /// Extra `key = value` TOML lines for every bench trigger, e.g. `--trigger-set 'batch = 512'`.
     #[arg(long = "trigger-set")]
     pub trigger_set: Vec<String>,
-    /// Extra `key = value` TOML lines for the bench sink (the broker ceiling uses them too),
-    /// e.g. `--sink-set 'properties = { "linger.ms" = "1" }'`.
+    /// Extra `key = value` TOML lines for the bench sink (the sink-alone and Kafka ceilings
+    /// use them too), e.g. `--sink-set 'properties = { "linger.ms" = "1" }'`.
     #[arg(long = "sink-set")]
     pub sink_set: Vec<String>,
     /// Log filter of the bridge under test.

@@ -2,13 +2,16 @@
 //! as `delay-bridge bench`).
 //!
 //! Everything runs against the local Redis and one broker in a single run, so each bridge figure
-//! sits next to the ceiling it is judged by: the bridge's own sink publishing with nothing else
-//! (the broker's limit) and the claim/settle scripts alone (Redis's limit). The bridge under
+//! sits next to the ceiling it is judged by: the broker's limit (RabbitMQ: raw publishers on
+//! other clients than the bridge's, amqprs and amqplib; Kafka: the sink's producer alone) and
+//! the claim/settle scripts alone (Redis's limit). The bridge under
 //! test is the `delay-bridge` binary next to this one (or `--bridge`), started as
 //! `run --config` in a child process, so its CPU time and memory come from /proc without the
 //! load generator's and consumer's.
 
 mod amqp;
+mod amqplib_ceiling;
+mod amqprs_ceiling;
 mod args;
 mod ceiling;
 mod child;
@@ -108,7 +111,7 @@ struct Bench {
     dir: PathBuf,
     /// The bench trigger as the bridge resolves it (defaults plus `--trigger-set`).
     trigger: TriggerConfig,
-    /// The bench sink and the trigger's destination as the bridge resolves them: the broker
+    /// The bench sink and the trigger's destination as the bridge resolves them: the sink-alone
     /// ceiling publishes through the same sink code to the same place.
     sink: SinkConfig,
     destination: Destination,

@@ -21,6 +21,7 @@ mod ceilings;
 mod herd;
 mod kafka_cost;
 mod load;
+mod rabbit;
 mod scheduled;
 
 /// How long the bridge may take to connect to Redis and the broker.
@@ -79,7 +80,13 @@ impl Bench {
                 error: format!("{e:#}"),
             });
         };
-        if run(Phase::Broker) {
+        let amqp = matches!(self.broker, super::Broker::Amqp(_));
+        if run(Phase::Broker) && amqp {
+            let (c, failed) = self.amqp_ceilings(false, &mut report.notes).await;
+            report.broker_ceiling = c.amqprs.as_ref().map(|r| r.rate.clone());
+            report.amqp_ceilings = Some(c);
+            failed.into_iter().for_each(|e| fail("broker", e));
+        } else if run(Phase::Broker) {
             match self.broker_ceiling().await {
                 Ok(r) => report.broker_ceiling = Some(r),
                 Err(e) => fail("broker", e),
@@ -112,10 +119,10 @@ impl Bench {
             }
         }
         if run(Phase::Backlog) && self.backlog_destination.is_some() {
-            match self.backlog_ceiling().await {
-                Ok(r) => report.backlog_ceiling = Some(r),
-                Err(e) => fail("backlog ceiling", e),
-            }
+            let (c, failed) = self.amqp_ceilings(true, &mut report.notes).await;
+            report.backlog_ceiling = c.amqprs.as_ref().map(|r| r.rate.clone());
+            report.amqp_backlog_ceilings = Some(c);
+            failed.into_iter().for_each(|e| fail("backlog ceiling", e));
             match self.drain(true).await {
                 Ok(r) => report.backlog = Some(r),
                 Err(e) => fail("backlog", e),
@@ -206,6 +213,8 @@ impl Bench {
             workers: self.trigger.workers,
             batch: self.trigger.batch,
             rates: self.args.rate.clone(),
+            ceiling_channels: self.args.ceiling_channels,
+            ceiling_window: self.args.ceiling_window,
             duration_s: self.args.duration.as_secs_f64(),
         }
     }

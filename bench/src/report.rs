@@ -5,12 +5,14 @@ use serde::Serialize;
 mod cost;
 mod herd;
 mod ingress;
+mod rabbit;
 mod rows;
 mod scheduled;
 
 pub use cost::KafkaCost;
 pub use herd::Herd;
 pub use ingress::IngressRun;
+pub use rabbit::{AmqpCeilings, ClientRate};
 pub use scheduled::{ScheduledRun, ScheduledSide};
 
 /// Everything one bench run measured.
@@ -20,16 +22,22 @@ pub struct Report {
     pub machine: Machine,
     /// What it ran with.
     pub settings: Settings,
-    /// A plain publisher with the bridge's confirm semantics (the broker's limit).
+    /// A plain publisher with the bridge's confirm semantics (the broker's limit; RabbitMQ:
+    /// amqprs's rate of `amqp_ceilings`).
     pub broker_ceiling: Option<Rate>,
+    /// RabbitMQ: the ceilings into the consumed queue, each by another publisher.
+    pub amqp_ceilings: Option<AmqpCeilings>,
     /// The claim and settle scripts alone (Redis's limit).
     pub redis_ceiling: Option<Rate>,
     /// The bridge draining a backlog.
     pub forward: Option<Forward>,
     /// `--redis-cluster`: the ceilings and the forwarding on a Redis Cluster.
     pub cluster: Option<ClusterRun>,
-    /// AMQP: a plain publisher filling a queue nobody consumes.
+    /// AMQP: a plain publisher filling a queue nobody consumes (amqprs's rate of
+    /// `amqp_backlog_ceilings`).
     pub backlog_ceiling: Option<Rate>,
+    /// AMQP: the ceilings into the queue nobody consumes.
+    pub amqp_backlog_ceilings: Option<AmqpCeilings>,
     /// AMQP: the bridge draining a backlog into a queue nobody consumes.
     pub backlog: Option<Forward>,
     /// Kafka: the bridge's CPU per message next to a plain producer's and the claim/settle client's.
@@ -50,6 +58,8 @@ pub struct Report {
     pub ingress: Option<IngressRun>,
     /// Phases that failed, with why.
     pub errors: Vec<PhaseError>,
+    /// What the run left out, and why.
+    pub notes: Vec<String>,
 }
 
 /// The machine and servers.
@@ -76,10 +86,14 @@ pub struct Settings {
     pub shape: String,
     /// Worker tasks of the bench trigger (and publisher tasks of the ceiling).
     pub workers: usize,
-    /// Claim batch of the bench trigger (and publish window of the ceiling).
+    /// Claim batch of the bench trigger (and publish window of the sink alone).
     pub batch: usize,
     /// Steady load, messages per second (a run at each).
     pub rates: Vec<u64>,
+    /// RabbitMQ's raw publishers: confirm-mode channels.
+    pub ceiling_channels: u16,
+    /// RabbitMQ's raw publishers: most messages unconfirmed, all channels together.
+    pub ceiling_window: u32,
     /// Steady load duration, seconds.
     pub duration_s: f64,
 }
@@ -371,6 +385,9 @@ impl Report {
         }
         for e in &self.errors {
             out.push_str(&format!("\nphase {} failed: {}\n", e.phase, e.error));
+        }
+        for note in &self.notes {
+            out.push_str(&format!("\nnote: {note}\n"));
         }
         out
     }

@@ -1,5 +1,6 @@
-//! The ceilings the bridge is measured against: the broker's (a plain publisher, or the HTTP
-//! client alone), Redis's (the claim and settle scripts alone) and the backlog's.
+//! The ceilings the bridge is measured against: the broker's for Kafka (the sink's producer
+//! alone) and HTTP (the client alone; RabbitMQ's are in [`rabbit`](super::rabbit)), and
+//! Redis's (the claim and settle scripts alone).
 
 use super::*;
 
@@ -83,38 +84,5 @@ impl Bench {
             bail!("claimed {claimed} of {n} members");
         }
         Ok(Rate::new(n, secs))
-    }
-
-    /// A plain publisher filling the queue nobody consumes: done when the broker confirmed
-    /// every message, as the bridge is done when Redis is empty.
-    pub(super) async fn backlog_ceiling(&self) -> anyhow::Result<Rate> {
-        let n = self.args.messages;
-        let destination = self.backlog_destination.as_ref().context("AMQP only")?;
-        eprintln!("bench: backlog ceiling, {n} messages into a queue nobody consumes");
-        let ceiling = Ceiling::connect(
-            &self.sink,
-            destination,
-            self.trigger.workers,
-            self.trigger.publish_timeout,
-        )
-        .await?;
-        let window = Window {
-            key: "delay-bridge-bench:backlog-ceiling".into(),
-            base: self.next_base(),
-            count: n,
-            payload_bytes: self.args.payload_bytes,
-            due_ms: now_ms(),
-            batch: self.trigger.batch,
-        };
-        let timed = async {
-            let start = ceiling.publish(&window).await?;
-            Ok::<_, anyhow::Error>(Rate::new(n, start.elapsed().as_secs_f64()))
-        }
-        .await;
-        ceiling.close().await;
-        let purged = self.purge_backlog().await;
-        let rate = timed?;
-        check_backlog(purged?, n)?;
-        Ok(rate)
     }
 }

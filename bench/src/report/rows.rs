@@ -59,7 +59,9 @@ impl Report {
         let mut rows = Vec::new();
         let broker = self.broker_ceiling.as_ref().map(|r| r.msg_per_s);
         let redis = self.redis_ceiling.as_ref().map(|r| r.msg_per_s);
-        if let Some(b) = broker {
+        if let Some(c) = &self.amqp_ceilings {
+            rows.extend(c.ceiling_rows(&self.settings, "broker"));
+        } else if let Some(b) = broker {
             rows.push(Row {
                 measurement: match self.settings.sink.as_str() {
                     "http" => "broker ceiling (the http client alone)".to_string(),
@@ -145,7 +147,12 @@ impl Report {
         let (ceiling, min_ratio, goal) = if kafka {
             (lower, KAFKA_MIN_RATIO, "bridge >= 80% of lower ceiling")
         } else {
-            (broker, AMQP_MIN_RATIO, "bridge >= 90% of broker ceiling")
+            let goal = if self.amqp_ceilings.is_some() {
+                "bridge >= 90% of amqprs"
+            } else {
+                "bridge >= 90% of broker ceiling"
+            };
+            (broker, AMQP_MIN_RATIO, goal)
         };
         rows.push(Row {
             measurement: format!("forwarding rate ({} messages)", f.rate.messages),
@@ -163,7 +170,10 @@ impl Report {
                 result: verdict(v >= KAFKA_MIN_RATE),
                 ..Row::default()
             });
-        } else if let Some(r) = redis {
+        } else if let Some(c) = &self.amqp_ceilings {
+            rows.extend(c.ratio_rows("forwarding rate", v, AMQP_MIN_RATIO));
+        }
+        if let (false, Some(r)) = (kafka, redis) {
             rows.push(Row {
                 measurement: "forwarding rate vs redis ceiling".into(),
                 bridge: rate(v),
@@ -197,12 +207,8 @@ impl Report {
         let mut rows = Vec::new();
         let v = f.rate.msg_per_s;
         let ceiling = self.backlog_ceiling.as_ref().map(|r| r.msg_per_s);
-        if let Some(c) = ceiling {
-            rows.push(Row {
-                measurement: "backlog ceiling (plain publisher, queue nobody consumes)".into(),
-                ceiling: rate(c),
-                ..Row::default()
-            });
+        if let Some(c) = &self.amqp_backlog_ceilings {
+            rows.extend(c.ceiling_rows(&self.settings, "backlog"));
         }
         rows.push(Row {
             measurement: format!(
@@ -213,13 +219,19 @@ impl Report {
             ceiling: ceiling.map(rate).unwrap_or_default(),
             ratio: ceiling.map_or(String::new(), |c| format!("{:.0}%", 100.0 * v / c)),
             goal: ceiling.map_or(String::new(), |_| {
-                format!(
-                    "bridge >= {:.0}% of backlog ceiling",
-                    100.0 * BACKLOG_MIN_RATIO
-                )
+                let of = if self.amqp_backlog_ceilings.is_some() {
+                    "amqprs"
+                } else {
+                    "backlog ceiling"
+                };
+                format!("bridge >= {:.0}% of {of}", 100.0 * BACKLOG_MIN_RATIO)
             }),
             result: ceiling.map_or(String::new(), |c| verdict(v >= BACKLOG_MIN_RATIO * c)),
         });
+        if let Some(c) = &self.amqp_backlog_ceilings {
+            rows.extend(c.ratio_rows("backlog rate", v, BACKLOG_MIN_RATIO));
+            rows.extend(c.cpu_rows(f.cpu_seconds_per_100k));
+        }
         rows
     }
 }

@@ -1,15 +1,19 @@
 //! A worker's RabbitMQ publisher: a shared confirm-mode channel, persistent mandatory publishes, and
 //! what each confirmation proves.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use lapin::options::BasicPublishOptions;
-use lapin::publisher_confirm::Confirmation;
+use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use crate::envelope::HeaderValue;
 
@@ -17,7 +21,7 @@ use super::frame;
 use super::Connector;
 use crate::config::{AmqpRoute, AmqpRouting};
 use crate::sink::{
-    await_confirms, record_outcome, Batch, Confirmed, OutMessage, Outcome, PublishError,
+    await_confirms, record_outcome, Batch, Confirmed, Confirms, OutMessage, Outcome, PublishError,
 };
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_TRIGGER};
 
@@ -62,8 +66,12 @@ impl AmqpPublisher {
         self.channel.status().connected()
     }
 
-    /// Publishes the whole batch back to back, then collects the confirmations (each also to
-    /// `confirms` as it arrives).
+    /// Publishes the whole batch back to back, a run of the window at a time, then collects
+    /// the confirmations (each also to `confirms` as it arrives).
+    ///
+    /// A run's publishes are polled together: lapin resolves a publish once its I/O thread
+    /// wrote the frames, so awaiting each in turn costs a hand-off between threads per
+    /// message, while a run shares one.
     pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
         let Batch {
             trigger,
@@ -80,74 +88,63 @@ impl AmqpPublisher {
             AmqpRouting::Pointer(_) => "",
         };
         let mut pending = FuturesUnordered::new();
+        let mut writing = FuturesUnordered::new();
         let trigger_value = AMQPValue::LongString(trigger.into());
         // The timeout covers writing the batch too: a broker that stops reading fills the
         // socket buffers and the publish itself blocks, past the lease and past shutdown.
         let deadline = tokio::time::Instant::now() + timeout;
+        let mut run = Run {
+            pending: &mut pending,
+            results: &mut results,
+            deadline,
+            abort,
+            confirms,
+        };
         // Room in the window, taken a run of messages at a time.
         let mut room: Option<OwnedSemaphorePermit> = None;
         let frame_max = self.conn.configuration().frame_max();
+        let channel = &self.channel;
         for (i, m) in messages.iter().enumerate() {
             let props = properties(&trigger_value, m);
             if m.properties.is_some() {
                 // Only an envelope's headers and properties can grow past a frame.
                 if let Some(why) = frame::too_large(&props, frame_max) {
-                    results[i] = Err(PublishError::FrameTooLarge(why));
+                    run.results[i] = Err(PublishError::FrameTooLarge(why));
                     continue;
                 }
             }
             if room.as_ref().is_none_or(|r| r.num_permits() == 0) {
-                let run = self.window_run.min((messages.len() - i) as u32);
-                room = loop {
-                    tokio::select! {
-                        // Never closed: the error cannot happen.
-                        got = self.unconfirmed.clone().acquire_many_owned(run) => break got.ok(),
-                        // This batch's own confirmations free room too.
-                        Some((j, r)) = pending.next(), if !pending.is_empty() => {
-                            record_outcome(&mut results, j, r, confirms);
-                        }
-                        _ = tokio::time::sleep_until(deadline) => break None,
-                        _ = abort.cancelled() => {
-                            results[i..].fill(Err(PublishError::Aborted));
-                            break None;
-                        }
+                if let Err(halt) = run.write(&mut writing).await {
+                    run.halt(halt, i);
+                    break;
+                }
+                let want = self.window_run.min((messages.len() - i) as u32);
+                match run.room(&self.unconfirmed, want).await {
+                    Ok(r) => room = Some(r),
+                    Err(halt) => {
+                        run.halt(halt, i);
+                        break;
                     }
-                };
+                }
             }
             let Some(permit) = room.as_mut().and_then(|r| r.split(1)) else {
                 break;
             };
-            let publish = self.channel.basic_publish(
+            let publish = channel.basic_publish(
                 exchange,
                 m.routing_key.unwrap_or(routing_key),
                 MANDATORY,
                 m.payload,
                 props,
             );
-            // Frames are queued on the first poll; one abandoned here may still reach the
-            // broker later, which makes it a possible duplicate, never a loss.
-            let sent = tokio::select! {
-                sent = publish => sent,
-                // The rest stay `Timeout`, like unconfirmed messages.
-                _ = tokio::time::sleep_until(deadline) => break,
-                _ = abort.cancelled() => {
-                    results[i..].fill(Err(PublishError::Aborted));
-                    break;
-                }
-            };
-            match sent {
-                Ok(confirm) => pending.push(async move {
-                    let outcome = confirmation(confirm.await);
-                    drop(permit);
-                    (i, outcome)
-                }),
-                Err(e) => {
-                    // The channel is gone: nothing after this message was sent either.
-                    results[i..].fill(Err(classify(e)));
-                    break;
-                }
-            }
+            // Frames are queued on the first poll; one abandoned later may still reach the
+            // broker, which makes it a possible duplicate, never a loss.
+            writing.push(async move { (i, publish.await, permit) });
         }
+        if let Err(halt) = run.write(&mut writing).await {
+            run.halt(halt, messages.len());
+        }
+        drop(writing);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         await_confirms(&mut results, pending, left, abort, confirms).await;
         self.taken
@@ -187,6 +184,105 @@ impl AmqpPublisher {
                     *r = Err(e.clone());
                 }
             }
+        }
+    }
+}
+
+/// Why a batch stopped publishing before its last message.
+enum Halt {
+    /// Its time ran out: what was not confirmed stays `Timeout`.
+    Deadline,
+    /// The worker gave up on it.
+    Aborted,
+    /// The channel failed a publish: nothing after it went out either.
+    Failed(PublishError),
+}
+
+/// A message's confirmation still owed, holding its room in the window until it comes.
+struct Confirm {
+    i: usize,
+    confirm: PublisherConfirm,
+    _room: OwnedSemaphorePermit,
+}
+
+impl Future for Confirm {
+    type Output = (usize, Outcome);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let i = self.i;
+        Pin::new(&mut self.confirm)
+            .poll(cx)
+            .map(|r| (i, confirmation(r)))
+    }
+}
+
+/// A batch being published: the confirmations it is owed and each message's outcome so far.
+struct Run<'r, 'b> {
+    pending: &'r mut FuturesUnordered<Confirm>,
+    results: &'r mut [Outcome],
+    deadline: tokio::time::Instant,
+    abort: &'b CancellationToken,
+    confirms: Option<&'b Confirms>,
+}
+
+impl Run<'_, '_> {
+    /// Room for `want` more messages in `window`, recording confirmations meanwhile (this
+    /// batch's own free room too).
+    async fn room(
+        &mut self,
+        window: &Arc<Semaphore>,
+        want: u32,
+    ) -> Result<OwnedSemaphorePermit, Halt> {
+        loop {
+            tokio::select! {
+                // Never closed: the error cannot happen.
+                got = window.clone().acquire_many_owned(want) => {
+                    return got.map_err(|_| Halt::Deadline);
+                }
+                Some((j, r)) = self.pending.next(), if !self.pending.is_empty() => {
+                    record_outcome(self.results, j, r, self.confirms);
+                }
+                _ = tokio::time::sleep_until(self.deadline) => return Err(Halt::Deadline),
+                _ = self.abort.cancelled() => return Err(Halt::Aborted),
+            }
+        }
+    }
+
+    /// Waits until lapin wrote every publish of `writing`, whose confirmations are then owed.
+    async fn write<W>(&mut self, writing: &mut FuturesUnordered<W>) -> Result<(), Halt>
+    where
+        W: Future<Output = (usize, lapin::Result<PublisherConfirm>, OwnedSemaphorePermit)>,
+    {
+        let mut failed = None;
+        while !writing.is_empty() {
+            tokio::select! {
+                Some((i, sent, room)) = writing.next() => match sent {
+                    Ok(confirm) => self.pending.push(Confirm { i, confirm, _room: room }),
+                    Err(e) => {
+                        // The channel is gone: nothing after this message goes out either.
+                        let e = classify(e);
+                        self.results[i] = Err(e.clone());
+                        failed.get_or_insert(e);
+                    }
+                },
+                Some((j, r)) = self.pending.next(), if !self.pending.is_empty() => {
+                    record_outcome(self.results, j, r, self.confirms);
+                }
+                _ = tokio::time::sleep_until(self.deadline) => return Err(Halt::Deadline),
+                _ = self.abort.cancelled() => return Err(Halt::Aborted),
+            }
+        }
+        failed.map_or(Ok(()), |e| Err(Halt::Failed(e)))
+    }
+
+    /// Records why the messages from `next` on were not published. Those written and not
+    /// yet confirmed keep `Timeout` until their confirmations are awaited.
+    fn halt(&mut self, halt: Halt, next: usize) {
+        match halt {
+            // The rest stay `Timeout`, like unconfirmed messages.
+            Halt::Deadline => {}
+            Halt::Aborted => self.results[next..].fill(Err(PublishError::Aborted)),
+            Halt::Failed(e) => self.results[next..].fill(Err(e)),
         }
     }
 }

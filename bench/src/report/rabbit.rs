@@ -1,0 +1,152 @@
+//! RabbitMQ's ceilings in the report: each publisher's rate and cost, and the bridge's ratio
+//! to each.
+
+use super::*;
+
+/// RabbitMQ's ceilings into one queue, each measured by another publisher.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct AmqpCeilings {
+    /// amqprs, a raw publisher on another client crate than the bridge's (the ceiling the
+    /// goals name first).
+    pub amqprs: Option<ClientRate>,
+    /// amqplib (Node) in a child process, with the same messages and window.
+    pub amqplib: Option<ClientRate>,
+    /// The bridge's own sink code publishing without Redis: not independent of the bridge,
+    /// it shows what Redis and claiming cost the bridge.
+    pub sink_alone: Option<ClientRate>,
+}
+
+/// One publisher's rate, and into the queue nobody consumes its CPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientRate {
+    /// Messages over the time until every one was confirmed (and consumed, if consumed).
+    pub rate: Rate,
+    /// CPU seconds per 100,000 messages of the publishing process (the bench's own for
+    /// amqprs and the sink alone), measured into the queue nobody consumes only.
+    pub cpu_seconds_per_100k: Option<f64>,
+}
+
+impl AmqpCeilings {
+    /// The publishers, labelled as the table names them.
+    fn clients(&self) -> [(&'static str, Option<&ClientRate>); 3] {
+        [
+            ("amqprs", self.amqprs.as_ref()),
+            ("amqplib", self.amqplib.as_ref()),
+            ("the sink alone", self.sink_alone.as_ref()),
+        ]
+    }
+
+    /// The ceilings' lines, `what` being `broker` or `backlog`.
+    pub(super) fn ceiling_rows(&self, s: &Settings, what: &str) -> Vec<Row> {
+        let window = format!(
+            "{} channels, <= {} unconfirmed",
+            s.ceiling_channels, s.ceiling_window
+        );
+        let mut rows = Vec::new();
+        for (name, c) in self.clients() {
+            let Some(c) = c else { continue };
+            let how = match name {
+                "the sink alone" => format!(
+                    "the bridge's sink code without Redis, {} publishers, batch {}; not independent",
+                    s.workers, s.batch
+                ),
+                _ => format!("{name} raw publisher, {window}"),
+            };
+            rows.push(Row {
+                measurement: format!("{what} ceiling ({how})"),
+                ceiling: rate(c.rate.msg_per_s),
+                ..Row::default()
+            });
+        }
+        rows
+    }
+
+    /// The bridge's rate `v` against amqplib (with the goal) and against the sink alone
+    /// (amqprs's line is the phase's main one).
+    pub(super) fn ratio_rows(&self, what: &str, v: f64, min_ratio: f64) -> Vec<Row> {
+        let mut rows = Vec::new();
+        if let Some(c) = &self.amqplib {
+            let c = c.rate.msg_per_s;
+            rows.push(Row {
+                measurement: format!("{what} vs amqplib"),
+                bridge: rate(v),
+                ceiling: rate(c),
+                ratio: format!("{:.0}%", 100.0 * v / c),
+                goal: format!("bridge >= {:.0}% of amqplib", 100.0 * min_ratio),
+                result: verdict(v >= min_ratio * c),
+            });
+        }
+        if let Some(c) = &self.sink_alone {
+            let c = c.rate.msg_per_s;
+            rows.push(Row {
+                measurement: format!("{what} vs the sink alone"),
+                bridge: rate(v),
+                ceiling: rate(c),
+                ratio: format!("{:.0}%", 100.0 * v / c),
+                ..Row::default()
+            });
+        }
+        rows
+    }
+
+    /// CPU per 100,000 messages into the queue nobody consumes: the bridge's next to each
+    /// publisher's.
+    pub(super) fn cpu_rows(&self, bridge: f64) -> Vec<Row> {
+        let mut rows = vec![Row {
+            measurement: "CPU per 100k messages into the queue nobody consumes".into(),
+            bridge: format!("{bridge:.2} s"),
+            ..Row::default()
+        }];
+        for (name, c) in self.clients() {
+            if let Some(cpu) = c.and_then(|c| c.cpu_seconds_per_100k) {
+                rows.push(Row {
+                    measurement: format!("  {name} (its process)"),
+                    ceiling: format!("{cpu:.2} s"),
+                    ratio: format!("{:.1}x", bridge / cpu.max(1e-9)),
+                    ..Row::default()
+                });
+            }
+        }
+        rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ceilings(amqplib: f64) -> AmqpCeilings {
+        let at = |r: f64| ClientRate {
+            rate: Rate::new(r as u64, 1.0),
+            cpu_seconds_per_100k: Some(0.5),
+        };
+        AmqpCeilings {
+            amqprs: Some(at(1000.0)),
+            amqplib: Some(at(amqplib)),
+            sink_alone: Some(at(900.0)),
+        }
+    }
+
+    #[test]
+    fn the_bridge_is_judged_against_amqplib_too_and_only_compared_with_the_sink_alone() {
+        let rows = ceilings(1100.0).ratio_rows("forwarding rate", 950.0, 0.9);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (rows[0].ratio.as_str(), rows[0].result.as_str()),
+            ("86%", "MISS")
+        );
+        assert_eq!(
+            (rows[1].ratio.as_str(), rows[1].result.as_str()),
+            ("106%", "")
+        );
+        let pass = ceilings(1000.0).ratio_rows("forwarding rate", 950.0, 0.9);
+        assert_eq!(pass[0].result, "PASS");
+    }
+
+    #[test]
+    fn cpu_is_shown_next_to_each_publisher() {
+        let rows = ceilings(1000.0).cpu_rows(1.0);
+        assert_eq!(rows.len(), 4);
+        assert_eq!(rows[1].ratio, "2.0x");
+    }
+}
