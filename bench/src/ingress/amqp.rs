@@ -14,7 +14,7 @@ use super::super::amqp::toml_str;
 use super::super::process::free_port;
 use super::super::report::IngressRun;
 use super::super::{redis_ops, tally, Bench};
-use super::{due_after_ms, Backlog, Rate, STOP_TIMEOUT};
+use super::{due_after_ms, due_of, Backlog, Rate, STOP_TIMEOUT};
 
 /// Publishes awaiting their confirms at once.
 const WINDOW: u64 = 1_000;
@@ -95,7 +95,8 @@ impl Bench {
     }
 }
 
-/// Publishes `n` persistent messages (sequence numbers from `base`, due at `due` epoch ms)
+/// Publishes `n` persistent messages (sequence numbers from `base`, the first due at `due`
+/// epoch ms, the rest after it as [`due_of`] says)
 /// to `exchange` with `routing_key`, a window of confirms at a time; returns msg/s.
 async fn publish(
     ch: &Channel,
@@ -114,7 +115,7 @@ async fn publish(
             let mut headers = FieldTable::default();
             headers.insert(
                 ShortString::from("x-delay-until"),
-                AMQPValue::LongLongInt(due),
+                AMQPValue::LongLongInt(due_of(due, seq)),
             );
             let props = BasicProperties::default()
                 .with_delivery_mode(2)

@@ -18,7 +18,7 @@ use super::super::kafka::KafkaBench;
 use super::super::process::free_port;
 use super::super::report::IngressRun;
 use super::super::{redis_ops, tally, Bench};
-use super::{due_after_ms, Backlog, Rate};
+use super::{due_after_ms, due_of, Backlog, Rate};
 
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Records the producer keeps in flight.
@@ -86,7 +86,8 @@ impl Bench {
     }
 }
 
-/// Produces `n` records (sequence numbers from `base`, due at `due` epoch ms) to `topic`,
+/// Produces `n` records (sequence numbers from `base`, the first due at `due` epoch ms, the
+/// rest as [`due_of`] says) to `topic`,
 /// [`WINDOW`] in flight; returns records/s.
 async fn produce(
     brokers: &str,
@@ -101,14 +102,14 @@ async fn produce(
         .set("linger.ms", "5")
         .create()
         .context("creating a Kafka producer")?;
-    let due = due.to_string();
     let start = Instant::now();
     let mut in_flight = futures_util::stream::FuturesUnordered::new();
     for seq in 0..n {
         let body = tally::payload(base + seq, size);
+        let until = due_of(due, seq).to_string();
         let headers = OwnedHeaders::new().insert(Header {
             key: "x-delay-until",
-            value: Some(due.as_str()),
+            value: Some(until.as_str()),
         });
         let record = FutureRecord::<(), _>::to(topic)
             .payload(&body)

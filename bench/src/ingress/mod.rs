@@ -18,12 +18,21 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often the bridge's stored count is read while it takes the backlog in.
 const POLL: Duration = Duration::from_millis(10);
 
-/// How long after its publication each message is due: the backlog is published, the ceiling
-/// drained, the bridge started and every message taken in before the first is due (a
-/// millisecond per message on top of five seconds), so that intake and lateness are measured
-/// apart.
+/// How long after the backlog's publication its first message is due: the backlog is
+/// published, the ceiling drained, the bridge started and every message taken in before the
+/// first is due (a millisecond per message on top of five seconds), so that intake and
+/// lateness are measured apart.
 fn due_after_ms(n: u64) -> i64 {
     5_000 + n as i64
+}
+
+/// Messages falling due per second once the first is due: a steady stream, so that the
+/// lateness is the ingress's and not that of a herd due at one instant.
+const DUE_PER_SECOND: i64 = 2_000;
+
+/// When message `seq` of a backlog whose first message is due at `first` (epoch ms) is due.
+fn due_of(first: i64, seq: u64) -> i64 {
+    first + seq as i64 * 1_000 / DUE_PER_SECOND
 }
 
 /// How fast a backlog was taken in: messages after the first seen, over the time between.
@@ -198,6 +207,14 @@ mod tests {
         let at = t0 + Duration::from_millis(110);
         assert!((r.per_second(at, 1_100) - 10_000.0).abs() < 1e-6);
         assert_eq!(Rate::new().per_second(at, 5), 0.0);
+    }
+
+    #[test]
+    fn a_backlog_falls_due_as_a_steady_stream() {
+        assert_eq!(due_of(1_000, 0), 1_000);
+        assert_eq!(due_of(1_000, 1), 1_000);
+        assert_eq!(due_of(1_000, 2), 1_001);
+        assert_eq!(due_of(1_000, 20_000), 11_000);
     }
 
     #[test]
