@@ -54,13 +54,14 @@ pub async fn unlink_queue(conn: &mut impl ConnectionLike, key: &str) -> redis::R
     let Ok(k) = QueueKeys::derive(key) else {
         return Ok(());
     };
+    // The queue's keys, and the registry of the shard counts it was served with.
+    let counts = k
+        .control
+        .strip_suffix(":control")
+        .map(|base| format!("{base}:shard-counts"));
     redis::cmd("UNLINK")
-        .arg(&k.source)
-        .arg(&k.inflight)
-        .arg(&k.attempts)
-        .arg(&k.dead)
-        .arg(&k.dead_reasons)
-        .arg(&k.bodies)
+        .arg(&k.all()[..])
+        .arg(counts.as_slice())
         .query_async(conn)
         .await
 }
