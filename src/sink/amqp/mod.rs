@@ -9,6 +9,7 @@ mod nodes;
 mod publisher;
 mod refused;
 mod topology;
+mod window;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,10 +75,9 @@ pub struct AmqpSink {
     channels: usize,
     /// The channels publishers share.
     pool: tokio::sync::Mutex<Pool>,
-    /// One permit per message that may be published and not yet confirmed.
-    unconfirmed: Arc<tokio::sync::Semaphore>,
-    /// Most of the window a batch takes at once (see [`AmqpPublisher`]).
-    window_run: u32,
+    /// One permit per message that may be published and not yet confirmed, shared by the
+    /// triggers in turn.
+    window: Arc<window::Window>,
 }
 
 /// Confirm-mode channels on one connection, handed out in turn: however many triggers and
@@ -124,8 +124,7 @@ impl AmqpSink {
             refused: OnceLock::new(),
             channels: config.channels,
             pool: tokio::sync::Mutex::new(Pool::default()),
-            unconfirmed: Arc::new(tokio::sync::Semaphore::new(config.max_unconfirmed)),
-            window_run: publisher::window_run(config.max_unconfirmed),
+            window: Arc::new(window::Window::new(config.max_unconfirmed)),
         })
     }
 
@@ -331,8 +330,7 @@ impl AmqpSink {
                     refused: self.refused_alone.clone(),
                     taken: self.refused_alone.clock(&route.exchange),
                     route: route.clone(),
-                    unconfirmed: self.unconfirmed.clone(),
-                    window_run: self.window_run,
+                    window: self.window.clone(),
                 })
             }
             Ok(Ok(Err(missing))) => return Err(missing),

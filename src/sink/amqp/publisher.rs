@@ -12,12 +12,13 @@ use lapin::options::BasicPublishOptions;
 use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use crate::envelope::HeaderValue;
 
 use super::frame;
+use super::window::Window;
 use super::Connector;
 use crate::config::{AmqpRoute, AmqpRouting};
 use crate::sink::{
@@ -47,17 +48,8 @@ pub struct AmqpPublisher {
     pub(super) taken: super::refused::Taken,
     pub(super) route: AmqpRoute,
     /// The sink's window of unconfirmed messages (`max_unconfirmed`), shared by every
-    /// publisher on its connection.
-    pub(super) unconfirmed: Arc<Semaphore>,
-    /// Most room in the window a batch takes at once ([`window_run`]).
-    pub(super) window_run: u32,
-}
-
-/// Most room in a window of `max_unconfirmed` a batch takes at once: 64 messages, or a
-/// quarter of the window so that four batches can fill it. A run goes out back to back on
-/// the channel, and the broker confirms it with a few multiple-acks.
-pub(super) fn window_run(max_unconfirmed: usize) -> u32 {
-    max_unconfirmed.div_ceil(4).clamp(1, 64) as u32
+    /// publisher on its connection, each trigger in turn.
+    pub(super) window: Arc<Window>,
 }
 
 impl AmqpPublisher {
@@ -118,8 +110,8 @@ impl AmqpPublisher {
                     run.halt(halt, i);
                     break;
                 }
-                let want = self.window_run.min((messages.len() - i) as u32);
-                match run.room(&self.unconfirmed, want).await {
+                let want = self.window.run().min((messages.len() - i) as u32);
+                match run.room(&self.window, trigger, want).await {
                     Ok(r) => room = Some(r),
                     Err(halt) => {
                         run.halt(halt, i);
@@ -230,15 +222,16 @@ impl Run<'_, '_> {
     /// batch's own free room too).
     async fn room(
         &mut self,
-        window: &Arc<Semaphore>,
+        window: &Window,
+        trigger: &str,
         want: u32,
     ) -> Result<OwnedSemaphorePermit, Halt> {
+        // Kept across the loop: the trigger's turn is held while this waits.
+        let mut got = std::pin::pin!(window.room(trigger, want));
         loop {
             tokio::select! {
                 // Never closed: the error cannot happen.
-                got = window.clone().acquire_many_owned(want) => {
-                    return got.map_err(|_| Halt::Deadline);
-                }
+                got = &mut got => return got.ok_or(Halt::Deadline),
                 Some((j, r)) = self.pending.next(), if !self.pending.is_empty() => {
                     record_outcome(self.results, j, r, self.confirms);
                 }
