@@ -71,64 +71,74 @@ impl Bench {
     pub(super) async fn run_phases(&self, report: &mut Report) {
         report.machine = self.machine().await;
         report.settings = self.settings();
-        let run = |p: Phase| !self.args.skip.contains(&p);
-        let mut errors = Vec::new();
-        let mut fail = |phase: &str, e: anyhow::Error| {
-            eprintln!("bench: {phase} failed: {e:#}");
-            errors.push(PhaseError {
-                phase: phase.into(),
-                error: format!("{e:#}"),
-            });
-        };
+        let mut errors = Errors::default();
+        self.throughput_phases(report, &mut errors).await;
+        self.load_phases(report, &mut errors).await;
+        report.errors = errors.0;
+    }
+
+    /// Whether phase `p` runs (not in `--skip`).
+    fn runs(&self, p: Phase) -> bool {
+        !self.args.skip.contains(&p)
+    }
+
+    /// The ceilings, forwarding, Kafka's cost and the backlog.
+    async fn throughput_phases(&self, report: &mut Report, errors: &mut Errors) {
         let amqp = matches!(self.broker, super::Broker::Amqp(_));
-        if run(Phase::Broker) && amqp {
+        if self.runs(Phase::Broker) && amqp {
             let (c, failed) = self.amqp_ceilings(false, &mut report.notes).await;
             report.broker_ceiling = c.amqprs.as_ref().map(|r| r.rate.clone());
             report.amqp_ceilings = Some(c);
-            failed.into_iter().for_each(|e| fail("broker", e));
-        } else if run(Phase::Broker) {
+            failed.into_iter().for_each(|e| errors.fail("broker", e));
+        } else if self.runs(Phase::Broker) {
             match self.broker_ceiling().await {
                 Ok(r) => report.broker_ceiling = Some(r),
-                Err(e) => fail("broker", e),
+                Err(e) => errors.fail("broker", e),
             }
         }
-        if run(Phase::Redis) {
+        if self.runs(Phase::Redis) {
             match self.redis_ceiling().await {
                 Ok(r) => report.redis_ceiling = Some(r),
-                Err(e) => fail("redis", e),
+                Err(e) => errors.fail("redis", e),
             }
         }
         if !self.args.redis_cluster.is_empty() {
             match self.cluster().await {
                 Ok(r) => report.cluster = Some(r),
-                Err(e) => fail("cluster", e),
+                Err(e) => errors.fail("cluster", e),
             }
         }
-        if run(Phase::Forward) {
+        if self.runs(Phase::Forward) {
             match self.drain(false).await {
                 Ok(r) => report.forward = Some(r),
-                Err(e) => fail("forward", e),
+                Err(e) => errors.fail("forward", e),
             }
         }
-        if let (true, Some(f)) = (run(Phase::KafkaCost), &report.forward) {
+        if let (true, Some(f)) = (self.runs(Phase::KafkaCost), &report.forward) {
             if matches!(self.broker, super::Broker::Kafka(_)) {
                 match self.kafka_cost(f).await {
                     Ok(r) => report.kafka_cost = Some(r),
-                    Err(e) => fail("kafka cost", e),
+                    Err(e) => errors.fail("kafka cost", e),
                 }
             }
         }
-        if run(Phase::Backlog) && self.backlog_destination.is_some() {
+        if self.runs(Phase::Backlog) && self.backlog_destination.is_some() {
             let (c, failed) = self.amqp_ceilings(true, &mut report.notes).await;
             report.backlog_ceiling = c.amqprs.as_ref().map(|r| r.rate.clone());
             report.amqp_backlog_ceilings = Some(c);
-            failed.into_iter().for_each(|e| fail("backlog ceiling", e));
+            failed
+                .into_iter()
+                .for_each(|e| errors.fail("backlog ceiling", e));
             match self.drain(true).await {
                 Ok(r) => report.backlog = Some(r),
-                Err(e) => fail("backlog", e),
+                Err(e) => errors.fail("backlog", e),
             }
         }
-        if run(Phase::Lateness) {
+    }
+
+    /// The steady load, the schedule, the herd, idle, crash, ingress and memory.
+    async fn load_phases(&self, report: &mut Report, errors: &mut Errors) {
+        if self.runs(Phase::Lateness) {
             let modes: &[bool] = if self.args.no_notify {
                 &[true, false]
             } else {
@@ -138,7 +148,9 @@ impl Bench {
                 for &rate in &self.args.rate {
                     match self.lateness(on, rate).await {
                         Ok(r) => report.lateness.push(r),
-                        Err(e) => fail(if on { "lateness" } else { "lateness-no-notify" }, e),
+                        Err(e) => {
+                            errors.fail(if on { "lateness" } else { "lateness-no-notify" }, e)
+                        }
                     }
                 }
             }
@@ -146,40 +158,39 @@ impl Bench {
         if let Some(n) = self.args.scheduled {
             match self.scheduled(n).await {
                 Ok(r) => report.scheduled = Some(r),
-                Err(e) => fail("scheduled", e),
+                Err(e) => errors.fail("scheduled", e),
             }
         }
-        if run(Phase::Herd) {
+        if self.runs(Phase::Herd) {
             match self.herd().await {
                 Ok(r) => report.herd = Some(r),
-                Err(e) => fail("herd", e),
+                Err(e) => errors.fail("herd", e),
             }
         }
-        if run(Phase::Idle) {
+        if self.runs(Phase::Idle) {
             match self.idle().await {
                 Ok(r) => report.idle = Some(r),
-                Err(e) => fail("idle", e),
+                Err(e) => errors.fail("idle", e),
             }
         }
-        if run(Phase::Crash) {
+        if self.runs(Phase::Crash) {
             match self.crash().await {
                 Ok(r) => report.crash = Some(r),
-                Err(e) => fail("crash", e),
+                Err(e) => errors.fail("crash", e),
             }
         }
-        if run(Phase::Ingress) {
+        if self.runs(Phase::Ingress) {
             match self.ingress().await {
                 Ok(r) => report.ingress = r,
-                Err(e) => fail("ingress", e),
+                Err(e) => errors.fail("ingress", e),
             }
         }
         if self.args.big {
             match self.big_rss().await {
                 Ok(r) => report.rss = Some(r),
-                Err(e) => fail("rss", e),
+                Err(e) => errors.fail("rss", e),
             }
         }
-        report.errors = errors;
     }
 
     /// The machine the run is on: cores, CPU model, Redis version.
@@ -430,5 +441,19 @@ impl Bench {
         );
         last.query_async::<()>(&mut conn).await?;
         Ok(())
+    }
+}
+
+/// The phases that failed, each logged as it fails.
+#[derive(Default)]
+struct Errors(Vec<PhaseError>);
+
+impl Errors {
+    fn fail(&mut self, phase: &str, e: anyhow::Error) {
+        eprintln!("bench: {phase} failed: {e:#}");
+        self.0.push(PhaseError {
+            phase: phase.into(),
+            error: format!("{e:#}"),
+        });
     }
 }

@@ -207,18 +207,23 @@ impl Bench {
             cpu_seconds: cpu,
             empty_claims,
         };
-        let per_key_p99_ms = (0..k)
+        Ok(Steady {
+            lateness,
+            per_key_p99_ms: self.per_key_p99_ms(k),
+            metrics,
+            memory,
+        })
+    }
+
+    /// The lateness p99 of each of `k` keys of the steady load (message `seq` went to key
+    /// `seq % k`), in ms.
+    fn per_key_p99_ms(&self, k: u64) -> Vec<f64> {
+        (0..k)
             .map(|j| {
                 let s = self.tally.summary(|i| i % k == j);
                 quantile(&s.late_us, 0.99).unwrap_or(0) as f64 / 1000.0
             })
-            .collect();
-        Ok(Steady {
-            lateness,
-            per_key_p99_ms,
-            metrics,
-            memory,
-        })
+            .collect()
     }
 
     pub(super) async fn idle(&self) -> anyhow::Result<Idle> {
