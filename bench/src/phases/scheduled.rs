@@ -229,19 +229,6 @@ fn histogram_mean(text: &str, name: &str) -> Option<f64> {
     (count > 0.0).then_some(metric_sum(text, &format!("{name}_sum"))? / count)
 }
 
-/// The sum of a metric's values over its label sets; None when it has none.
-fn metric_sum(text: &str, metric: &str) -> Option<f64> {
-    let values: Vec<f64> = text
-        .lines()
-        .filter(|l| {
-            l.strip_prefix(metric)
-                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse().ok())
-        .collect();
-    (!values.is_empty()).then(|| values.iter().sum())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
