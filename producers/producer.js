@@ -16,7 +16,7 @@ DUE_MS is a Unix epoch time in milliseconds (a past one means now).`;
 const zlib = require('zlib');
 const { createClient, createCluster } = require('redis');
 
-// src/scripts/cancel.lua, verbatim (tests/it/producers.rs checks that it still is).
+// src/redis/scripts/cancel.lua, verbatim (tests/it/producers.rs checks that it still is).
 const CANCEL_LUA = `-- Cancel a message scheduled by id (hash payload mode): the producers' script, also run by
 -- \`delay-bridge cancel --id\`. Removes the id from the source set, and its body unless a copy
 -- of the id is in flight or dead-lettered (that copy may still be delivered or requeued and

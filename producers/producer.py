@@ -18,7 +18,7 @@ import zlib
 
 import redis
 
-# src/scripts/cancel.lua, verbatim (tests/it/producers.rs checks that it still is).
+# src/redis/scripts/cancel.lua, verbatim (tests/it/producers.rs checks that it still is).
 CANCEL_LUA = r"""-- Cancel a message scheduled by id (hash payload mode): the producers' script, also run by
 -- `delay-bridge cancel --id`. Removes the id from the source set, and its body unless a copy
 -- of the id is in flight or dead-lettered (that copy may still be delivered or requeued and

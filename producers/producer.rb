@@ -17,7 +17,7 @@ USAGE = <<~TEXT
   DUE_MS is a Unix epoch time in milliseconds (a past one means now).
 TEXT
 
-# src/scripts/cancel.lua, verbatim (tests/it/producers.rs checks that it still is).
+# src/redis/scripts/cancel.lua, verbatim (tests/it/producers.rs checks that it still is).
 CANCEL_LUA = <<'LUA'
 -- Cancel a message scheduled by id (hash payload mode): the producers' script, also run by
 -- `delay-bridge cancel --id`. Removes the id from the source set, and its body unless a copy

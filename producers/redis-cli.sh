@@ -11,7 +11,7 @@ USAGE='usage: redis-cli.sh schedule KEY ID BODY DUE_MS   # hash payload mode: th
        redis-cli.sh add KEY MEMBER DUE_MS         # inline mode: the member is the message
 DUE_MS is a Unix epoch time in milliseconds (a past one means now).'
 
-# src/scripts/cancel.lua, verbatim (tests/it/producers.rs checks that it still is).
+# src/redis/scripts/cancel.lua, verbatim (tests/it/producers.rs checks that it still is).
 CANCEL_LUA=$(cat <<'LUA'
 -- Cancel a message scheduled by id (hash payload mode): the producers' script, also run by
 -- `delay-bridge cancel --id`. Removes the id from the source set, and its body unless a copy

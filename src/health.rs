@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::metrics::Metrics;
+use crate::redis::notify;
 use crate::repeat::Repeated;
 use crate::sink::Sink;
 
@@ -57,20 +58,6 @@ impl Health {
                 metrics: metrics.clone(),
             }),
         }
-    }
-
-    /// Whether keyspace notifications reach the bridge now; the gauge mirrors it.
-    pub(crate) fn set_notifications(&self, live: bool) {
-        self.inner.notifications.store(live, Ordering::Relaxed);
-        self.inner
-            .metrics
-            .notifications_enabled
-            .set(f64::from(u8::from(live)));
-    }
-
-    /// A Redis Cluster topology change was seen and is being followed.
-    pub(crate) fn topology_changed(&self) {
-        self.inner.metrics.redis_topology_changes.inc();
     }
 
     /// True while keyspace notifications are subscribed to: idle workers may sleep longer.
@@ -228,5 +215,20 @@ impl Health {
                 .with_label_values(&[sink.name()])
                 .set(i64::from(sink.is_up()));
         }
+    }
+}
+
+/// The keyspace subscription's state: readiness and the gauge follow it.
+impl notify::Subscription for Health {
+    fn live(&self, live: bool) {
+        self.inner.notifications.store(live, Ordering::Relaxed);
+        self.inner
+            .metrics
+            .notifications_enabled
+            .set(f64::from(u8::from(live)));
+    }
+
+    fn topology_changed(&self) {
+        self.inner.metrics.redis_topology_changes.inc();
     }
 }

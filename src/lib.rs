@@ -1,15 +1,17 @@
 //! delay-bridge turns Redis sorted sets into delayed message queues for RabbitMQ, Kafka and HTTP endpoints.
 //!
 //! Producers `ZADD key <due-epoch-ms> <member>`; each configured trigger runs workers that
-//! atomically claim due members (`store`, Lua scripts in `scripts/`), publish them to a sink
-//! (`sink::amqp`, `sink::kafka`) and remove them from Redis only after the broker confirmed.
+//! atomically claim due members (`redis::store`, Lua scripts in `redis/scripts/`), publish
+//! them to a sink (`sink::amqp`, `sink::kafka`, `sink::http`) and remove them from Redis only
+//! after the sink confirmed.
 //!
-//! Layout: `config` (schema, loading, validation, resolved routes), `keys` (derived key
-//! names), `scripts` (the Lua scripts by name), `store` (the calls on a queue), `sink`
-//! (brokers), `worker` (claim/publish/settle loop), `notify` (keyspace wake-ups), `ingress`
-//! (delayed messages taken in from brokers), `redis_conn` and `redis_checks` (connections, settings
-//! checked on every node), `bridge` (the daemon), `http`, `health`, `metrics` and
-//! `repeat` (observability), `cli` (commands). See ARCHITECTURE.md.
+//! Layout: `config` (schema, loading, validation, resolved routes), `keys` (the key layout
+//! producers share), `redis` (the connection, the scripts, the calls on a queue, checks,
+//! keyspace notifications), `sink`
+//! (brokers and endpoints), `worker` (claim/publish/settle loop), `housekeeping` (recovery,
+//! dead-letter forwarding), `ingress` (delayed messages taken in from brokers), `bridge` (the
+//! daemon), `http`, `health`, `metrics` and `repeat` (observability), `cli` (commands). See
+//! ARCHITECTURE.md.
 //!
 //! Delivery guarantee: at-least-once. A member leaves Redis only after its broker
 //! confirmation; a crash between confirmation and ack, or an expired lease, redelivers it.
@@ -29,15 +31,10 @@ pub(crate) mod http;
 pub(crate) mod ingress;
 pub mod keys;
 pub mod metrics;
-pub(crate) mod notify;
-pub(crate) mod queue;
-pub mod redis_checks;
-pub mod redis_conn;
+pub mod redis;
 pub(crate) mod repeat;
-mod scripts;
 pub mod secret;
 pub mod sink;
-pub mod store;
 pub(crate) mod tls;
 pub mod wire;
 pub(crate) mod worker;

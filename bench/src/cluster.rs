@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use delay_bridge::config::{RedisConfig, RedisMode};
 use delay_bridge::keys::{shard_key, QueueKeys};
-use delay_bridge::redis_conn::{slot, Conn, Endpoint};
+use delay_bridge::redis::conn::{slot, Conn, Endpoint};
 use futures_util::future::try_join_all;
 use tokio::time::Instant;
 

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{AdminConfig, Trigger, TriggerConfig};
 use crate::metrics::Metrics;
-use crate::store::StoreError;
+use crate::redis::store::StoreError;
 
 mod history;
 mod routes;
@@ -26,7 +26,7 @@ pub(crate) struct AdminTrigger {
     /// Its configuration (name, key, sink, payload mode, rate limit).
     pub config: std::sync::Arc<Trigger>,
     /// Its queue over its shards.
-    pub queue: crate::queue::Queue,
+    pub queue: crate::redis::queue::Queue,
 }
 
 /// The triggers the admin API serves, replaced when the configuration is reloaded; none

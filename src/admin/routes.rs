@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{Admin, AdminTrigger, ApiError};
-use crate::store::{Cursor, Place, Purge, MAX_BUCKETS, MAX_PAGE};
+use crate::redis::store::{Cursor, Place, Purge, MAX_BUCKETS, MAX_PAGE};
 
 /// Most members one call names.
 const MAX_MEMBERS: usize = 1000;

@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::redis_conn::{Conn, Endpoint};
+use crate::redis::conn::{Conn, Endpoint};
 use crate::repeat::Repeated;
 use crate::sink::{self, Sink};
 
@@ -64,7 +64,7 @@ async fn reload_config(
             ));
         }
     };
-    let layouts = crate::queue::take_layouts(running.changed(&next), running.conn()).await;
+    let layouts = crate::redis::queue::take_layouts(running.changed(&next), running.conn()).await;
     if let Err(not_taken) = layouts {
         return refused(&not_taken.to_string());
     }
@@ -123,9 +123,9 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         return outcome();
     };
     health.redis_answered();
-    crate::redis_checks::check_eviction_policy(&conn, config.redis.require_noeviction).await?;
+    crate::redis::checks::check_eviction_policy(&conn, config.redis.require_noeviction).await?;
     let notifications =
-        crate::redis_checks::ensure_enabled(&conn, config.redis.enable_keyspace_events).await;
+        crate::redis::checks::ensure_enabled(&conn, config.redis.enable_keyspace_events).await;
 
     let abort = CancellationToken::new();
     let workers = TaskTracker::new();
@@ -143,7 +143,7 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         admin: admin_triggers,
     });
     // Every key a trigger stops serving must be empty; a pause holds on every key it serves.
-    if let Err(refused) = crate::queue::take_layouts(&config.triggers, &conn).await {
+    if let Err(refused) = crate::redis::queue::take_layouts(&config.triggers, &conn).await {
         return Err(anyhow::Error::new(refused));
     }
     for tc in &config.triggers {

@@ -12,8 +12,9 @@ use crate::config::{Config, Trigger};
 use crate::health::Health;
 use crate::housekeeping;
 use crate::metrics::Metrics;
-use crate::queue::Queue;
-use crate::redis_conn::Conn;
+use crate::redis::conn::Conn;
+use crate::redis::notify;
+use crate::redis::queue::Queue;
 use crate::sink::Sink;
 use crate::worker::{self, Shard};
 
@@ -194,13 +195,17 @@ impl Running {
         }
         self.notify_stop.cancel();
         self.notify_stop = self.shared.stop.child_token();
-        let triggers = self.all_shards();
+        let listeners = self
+            .all_shards()
+            .into_iter()
+            .map(|shard| shard as Arc<dyn notify::Listener>)
+            .collect();
         let s = &self.shared;
-        s.tasks.spawn(crate::notify::listen(
+        s.tasks.spawn(notify::listen(
             s.conn.clone(),
             s.enable_keyspace_events,
-            triggers,
-            s.health.clone(),
+            listeners,
+            Arc::new(s.health.clone()),
             self.notify_stop.clone(),
         ));
     }

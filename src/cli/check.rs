@@ -142,7 +142,7 @@ fn trigger_line(config: &Config, t: &Trigger) {
     if config.redis.mode == crate::config::RedisMode::Cluster {
         payload.push_str(&format!(
             " slot={}",
-            crate::redis_conn::slot(keys.source.as_bytes())
+            crate::redis::conn::slot(keys.source.as_bytes())
         ));
     }
     let dest = &t.destination;
@@ -212,7 +212,7 @@ async fn unserved_keys(config: &Config) -> i32 {
             return 0;
         }
     };
-    match crate::queue::take_layouts_dry(&config.triggers, &conn).await {
+    match crate::redis::queue::take_layouts_dry(&config.triggers, &conn).await {
         Ok(()) => 0,
         Err(refused) => {
             for e in &refused.0 {
@@ -249,7 +249,7 @@ async fn shard_map(config: &Config) {
         let mut per_master: std::collections::BTreeMap<&str, usize> =
             masters.iter().map(|m| (*m, 0)).collect();
         for key in &keys {
-            let slot = crate::redis_conn::slot(key.as_bytes());
+            let slot = crate::redis::conn::slot(key.as_bytes());
             let master = topology.master_of(slot).unwrap_or("(no master)");
             *per_master.entry(master).or_default() += 1;
             say!("trigger {}: shard {key} -> slot {slot} -> {master}", t.name);

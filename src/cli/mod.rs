@@ -449,10 +449,10 @@ async fn run(arg: &ConfigArg) -> i32 {
             eprintln!("error: {line}");
             // Keys that hold members and that the configuration would not serve: its fault.
             let stranded = e
-                .downcast_ref::<crate::queue::LayoutRefused>()
+                .downcast_ref::<crate::redis::queue::LayoutRefused>()
                 .is_some_and(|r| {
                     r.0.iter()
-                        .any(|l| matches!(l, crate::queue::LayoutError::Stranded { .. }))
+                        .any(|l| matches!(l, crate::redis::queue::LayoutError::Stranded { .. }))
                 });
             if stranded {
                 EXIT_CONFIG

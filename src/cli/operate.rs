@@ -6,8 +6,8 @@ use super::queue::{connect, queue_for};
 use super::text::{listed, ms_text};
 use super::when::{self, When};
 use super::*;
-use crate::queue::Queue;
-use crate::store::{Cursor, Place, Purge, MAX_BUCKETS, MAX_PAGE};
+use crate::redis::queue::Queue;
+use crate::redis::store::{Cursor, Place, Purge, MAX_BUCKETS, MAX_PAGE};
 
 /// `--config FILE -t TRIGGER`, shared by every command here.
 #[derive(Debug, Args)]
@@ -207,7 +207,7 @@ pub(super) async fn show(config: Config, a: ShowArgs) -> anyhow::Result<i32> {
             (Some(body), _) => say!("body ({} B): {}", body.len(), String::from_utf8_lossy(body)),
             (None, Some(size)) => say!(
                 "body ({size} B): over the {} B that show reads; read it with HGET",
-                crate::store::SHOW_BODY_MAX
+                crate::redis::store::SHOW_BODY_MAX
             ),
             (None, None) => say!("no body"),
         }

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use super::*;
-use crate::queue::Queue;
-use crate::redis_conn::Conn;
-use crate::store::QueueStats;
+use crate::redis::conn::Conn;
+use crate::redis::queue::Queue;
+use crate::redis::store::QueueStats;
 
 pub(super) async fn connect(config: &Config) -> anyhow::Result<Conn> {
     let endpoint = crate::bridge::redis_endpoint(config)?;
@@ -232,7 +232,7 @@ pub(super) async fn dead_list(
     let conn = connect(&config).await?;
     let queue = queue_for(&config, conn, &trigger)?;
     let letters = queue.list_dead(limit).await?;
-    let reason = |d: &crate::store::DeadLetter| -> serde_json::Value {
+    let reason = |d: &crate::redis::store::DeadLetter| -> serde_json::Value {
         d.reason
             .as_deref()
             .and_then(|r| serde_json::from_str(r).ok())

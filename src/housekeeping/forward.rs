@@ -10,9 +10,9 @@ use tracing::Instrument;
 use crate::backoff::jitter_down;
 use crate::config::Destination;
 use crate::envelope::{HeaderValue, Properties};
+use crate::redis::store::{Body, DeadClaim, DeadItem, DeadOutcome};
 use crate::repeat::Repeated;
 use crate::sink::{Batch, Disposition, MessageId, OutMessage, PublishError, Publisher};
-use crate::store::{Body, DeadClaim, DeadItem, DeadOutcome};
 use crate::wire::{
     HEADER_DEAD_ATTEMPTS, HEADER_DEAD_AT_MS, HEADER_DEAD_DETAIL, HEADER_DEAD_ID,
     HEADER_DEAD_ID_B64, HEADER_DEAD_KEY, HEADER_DEAD_REASON,
@@ -304,7 +304,7 @@ impl Forwarder {
     }
 
     /// Counts a failed Redis call and logs it unless the outage is logged already.
-    fn redis_failed(&mut self, e: &crate::store::StoreError, what: &str) {
+    fn redis_failed(&mut self, e: &crate::redis::store::StoreError, what: &str) {
         let own = self.t.redis_error(e);
         if let Some(unlogged) = self.redis_failures.failed().filter(|_| own) {
             tracing::warn!(error = %e, failures = self.redis_failures.count(), unlogged, "{what}");

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::jitter_down;
-use crate::store::QueueStats;
+use crate::redis::store::QueueStats;
 use crate::worker::Shard;
 
 /// Readings (and recoveries) the housekeeping has in flight at once.

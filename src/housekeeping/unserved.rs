@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::jitter_down;
-use crate::queue::Queue;
+use crate::redis::queue::Queue;
 use crate::worker::Shard;
 
 /// Passes between two readings of a trigger's shard-count registry: which keys are unserved

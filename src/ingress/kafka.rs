@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::record::{self, At};
 use super::{Ended, Ingress};
 use crate::config::IngressConfig;
+use crate::redis::store::StoreError;
 use crate::repeat::Repeated;
 use crate::sink::kafka::KafkaSink;
-use crate::store::StoreError;
 
 /// Records being stored at once (each one Redis call).
 const STORES_AT_ONCE: usize = 64;

@@ -9,7 +9,7 @@ use prometheus::{Histogram, HistogramVec};
 
 use super::dead_log::DeadLetterLog;
 use super::{Cells, Metrics};
-use crate::store::{FailOutcome, QueueStats, Settled, Settlement};
+use crate::redis::store::{FailOutcome, QueueStats, Settled, Settlement};
 
 /// Kinds of Redis errors (`StoreError::kind`), pre-created at 0.
 const REDIS_ERROR_KINDS: [&str; 6] = [

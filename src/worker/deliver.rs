@@ -11,8 +11,8 @@ use super::prepare::prepare;
 use super::settlement::{plan, Plan};
 use super::{Shard, ERROR_BACKOFF};
 use crate::backoff::Backoff;
+use crate::redis::store::{ClaimBatch, FailOutcome, Settled, Settlement, StoreError};
 use crate::sink::{Batch, Confirmed, MessageId, OutMessage, Outcome, Publisher};
-use crate::store::{ClaimBatch, FailOutcome, Settled, Settlement, StoreError};
 
 /// How a delivered batch went, for the worker that claimed it.
 pub(super) enum Verdict {

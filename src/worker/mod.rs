@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::{jitter_down, Backoff};
+use crate::redis::store::ClaimBatch;
 use crate::repeat::Repeated;
 use crate::sink::Publisher;
-use crate::store::ClaimBatch;
 
 mod batch;
 mod claim;

@@ -5,8 +5,8 @@ use std::borrow::Cow;
 use super::route::{routing_key_at, url_at};
 use crate::config::{AmqpRouting, Destination, HttpTarget, MessageFormat, TriggerConfig};
 use crate::envelope::{self, Properties};
+use crate::redis::store::{Body, Claimed};
 use crate::sink::PublishError;
-use crate::store::{Body, Claimed};
 
 /// What is published for one member.
 #[derive(Debug)]

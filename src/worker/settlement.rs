@@ -2,8 +2,8 @@
 
 use crate::backoff::Backoff;
 use crate::config::OnExpired;
+use crate::redis::store::{Claimed, Failure, Settlement};
 use crate::sink::{Disposition, Outcome, PublishError};
-use crate::store::{Claimed, Failure, Settlement};
 
 /// The settlement of one batch and what it tells the worker.
 #[derive(Debug)]
@@ -119,7 +119,7 @@ mod tests {
 
     fn item(member: &str, attempt: u32) -> Claimed {
         Claimed {
-            body: crate::store::Body::Member,
+            body: crate::redis::store::Body::Member,
             member: member.as_bytes().to_vec(),
             due_raw: b"1000".to_vec(),
             due_ms: 1000,

@@ -12,10 +12,11 @@ use super::wake::{Wakes, Woken};
 use crate::config::{Destination, Trigger};
 use crate::health::Health;
 use crate::metrics::{Metrics, TriggerMetrics};
-use crate::queue::Queue;
+use crate::redis::notify;
+use crate::redis::queue::Queue;
+use crate::redis::store::{ClaimBatch, Store, StoreError};
 use crate::repeat::Repeated;
 use crate::sink::{MessageId, PublishError, Sink};
-use crate::store::{ClaimBatch, Store, StoreError};
 
 /// Everything the workers of one trigger share.
 pub(crate) struct Shard {
@@ -263,5 +264,21 @@ impl Shard {
             return false;
         }
         true
+    }
+}
+
+/// A keyspace notification of the shard's key: any write changes its sizes, an addition may
+/// have brought its head earlier.
+impl notify::Listener for Shard {
+    fn key(&self) -> &str {
+        self.source_key()
+    }
+
+    fn written(&self) {
+        self.touched();
+    }
+
+    fn added(&self) {
+        self.wake();
     }
 }

@@ -8,8 +8,24 @@ fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
-/// The names in backticks of `cell`, first path segment only (`worker::Trigger::wake` is
-/// `worker`), leaving out what stands in parentheses (submodules, notes).
+/// Folders whose modules have rows of their own (`redis::store`), not one for the folder.
+const SIDES: &[&str] = &["redis"];
+
+/// The module a path names: its first segment (`worker::Shard::wake` is `worker`), or its
+/// first two in a side's folder (`redis::store::Store` is `redis::store`).
+fn module_of(path: &str) -> String {
+    let mut segments = path.split("::");
+    let first = segments.next().unwrap_or_default();
+    match segments.next() {
+        Some(second) if !second.is_empty() && SIDES.contains(&first) => {
+            format!("{first}::{second}")
+        }
+        _ => first.to_string(),
+    }
+}
+
+/// The modules named in backticks of `cell` ([`module_of`]), leaving out what stands in
+/// parentheses (submodules, notes).
 fn names(cell: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut depth = 0;
@@ -20,7 +36,7 @@ fn names(cell: &str) -> Vec<String> {
         if outside {
             depth += text.matches('(').count() as i32 - text.matches(')').count() as i32;
         } else if depth == 0 {
-            out.push(text.split("::").next().unwrap_or_default().to_string());
+            out.push(module_of(text));
         }
         match parts.next() {
             Some(next) => {
@@ -32,9 +48,16 @@ fn names(cell: &str) -> Vec<String> {
     }
 }
 
-/// Each module of the table and the modules it may use, in the table's order ("everything
-/// below" expanded).
+/// Each module of the table and the modules it may use ("everything below" expanded).
 fn table() -> BTreeMap<String, BTreeSet<String>> {
+    rows()
+        .into_iter()
+        .map(|(module, _, allowed)| (module, allowed))
+        .collect()
+}
+
+/// Each module of the table with its row's position and the modules it may use.
+fn rows() -> Vec<(String, usize, BTreeSet<String>)> {
     let page = std::fs::read_to_string(repo("docs/architecture.md")).expect("the page");
     let start = page
         .find("## Modules and what they may touch")
@@ -49,7 +72,7 @@ fn table() -> BTreeMap<String, BTreeSet<String>> {
             (names(cells[0]), cells.last().unwrap_or(&"").to_string())
         })
         .collect();
-    let mut out = BTreeMap::new();
+    let mut out = Vec::new();
     for (i, (modules, may)) in rows.iter().enumerate() {
         let allowed: BTreeSet<String> = if may.contains("everything below") {
             rows[i + 1..].iter().flat_map(|(m, _)| m.clone()).collect()
@@ -60,14 +83,16 @@ fn table() -> BTreeMap<String, BTreeSet<String>> {
             // Modules of one row may use each other.
             let mut allowed = allowed.clone();
             allowed.extend(modules.iter().cloned());
-            out.insert(m.clone(), allowed);
+            out.push((m.clone(), i, allowed));
         }
     }
     out
 }
 
-/// The Rust files of a top-level module: `src/M.rs` and everything under `src/M/`.
+/// The Rust files of a module: `src/M.rs` and everything under `src/M/` (`redis::store` is
+/// `src/redis/store`).
 fn files(module: &str) -> Vec<PathBuf> {
+    let module = module.replace("::", "/");
     let mut out = Vec::new();
     let file = repo(&format!("src/{module}.rs"));
     if file.exists() {
@@ -90,7 +115,7 @@ fn files(module: &str) -> Vec<PathBuf> {
     out
 }
 
-/// The top-level modules `crate::` paths name in `source` (`use crate::{a, b::c}` too).
+/// The modules `crate::` paths name in `source` ([`module_of`]; `use crate::{a, b::c}` too).
 fn used(source: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for (i, _) in source.match_indices("crate::") {
@@ -98,25 +123,29 @@ fn used(source: &str) -> BTreeSet<String> {
         if let Some(group) = rest.strip_prefix('{') {
             let group = &group[..group.find('}').unwrap_or(group.len())];
             for item in group.split(',') {
-                let name = item.trim().split("::").next().unwrap_or_default();
-                out.insert(name.to_string());
+                out.insert(module_of(item.trim()));
             }
         } else {
-            let name: String = rest
+            let path: String = rest
                 .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
                 .collect();
-            out.insert(name);
+            out.insert(module_of(&path));
         }
     }
-    out.retain(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+    out.retain(|n| {
+        !n.is_empty()
+            && n.chars()
+                .all(|c| c.is_ascii_lowercase() || c == '_' || c == ':')
+    });
     out
 }
 
-/// The modules `src/lib.rs` declares.
-fn library_modules() -> Vec<String> {
-    let lib = std::fs::read_to_string(repo("src/lib.rs")).expect("lib.rs");
-    lib.lines()
+/// The modules `file` declares.
+fn declared(file: &str) -> Vec<String> {
+    let source = std::fs::read_to_string(repo(file)).expect("source");
+    source
+        .lines()
         .filter_map(|l| {
             let l = l.trim();
             let decl = l.strip_prefix("pub ").unwrap_or(l);
@@ -126,6 +155,20 @@ fn library_modules() -> Vec<String> {
                 .map(str::to_string)
         })
         .collect()
+}
+
+/// The modules of the library: those `src/lib.rs` declares, a side's folder by its modules.
+fn library_modules() -> Vec<String> {
+    let mut out = Vec::new();
+    for module in declared("src/lib.rs") {
+        if SIDES.contains(&module.as_str()) {
+            let inner = declared(&format!("src/{module}/mod.rs"));
+            out.extend(inner.into_iter().map(|m| format!("{module}::{m}")));
+        } else {
+            out.push(module);
+        }
+    }
+    out
 }
 
 #[test]
@@ -155,19 +198,47 @@ fn every_module_uses_only_what_the_architecture_page_allows() {
 }
 
 #[test]
+fn every_row_allows_only_rows_below_it() {
+    let rows = rows();
+    let position: BTreeMap<&str, usize> = rows.iter().map(|(m, i, _)| (m.as_str(), *i)).collect();
+    let mut wrong = Vec::new();
+    for (module, i, allowed) in &rows {
+        for other in allowed {
+            match position.get(other.as_str()) {
+                Some(j) if j >= i => {}
+                Some(_) => wrong.push(format!("`{module}` may use `{other}`, a row above it")),
+                None => wrong.push(format!("`{module}` may use `{other}`, which has no row")),
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/architecture.md's table runs back up:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
 fn the_table_is_read_as_written() {
     let table = table();
     assert!(table["cli"].contains("worker"), "everything below");
-    let only_itself: BTreeSet<String> = ["scripts".to_string()].into();
-    assert_eq!(table["scripts"], only_itself, "nothing of ours");
+    let only_itself: BTreeSet<String> = ["redis::scripts".to_string()].into();
+    assert_eq!(table["redis::scripts"], only_itself, "nothing of ours");
     assert!(
         table["http"].contains("health"),
         "a row's modules use each other"
     );
-    assert!(table["notify"].contains("worker"), "a path's first segment");
+    assert!(
+        table["housekeeping"].contains("worker"),
+        "a path's first segment"
+    );
+    assert!(
+        table["redis::notify"].contains("redis::conn"),
+        "a side's modules by two segments"
+    );
     assert!(!table["sink"].contains("amqp"), "parentheses are notes");
     assert_eq!(
-        used("use crate::a::B;\nuse crate::{b, c::d};\nlet x = crate::e::f();"),
-        ["a", "b", "c", "e"].map(String::from).into_iter().collect()
+        used("use crate::a::B;\nuse crate::{b, c::d};\nlet x = crate::e::f();\nuse crate::redis::store::S;"),
+        ["a", "b", "c", "e", "redis::store"].map(String::from).into_iter().collect()
     );
 }

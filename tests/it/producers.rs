@@ -1,7 +1,7 @@
 //! The producer snippets in `producers/` (redis-cli, Python, Node, Ruby), run as child processes
 //! as users run them: against the real bridge, ids scheduled, rescheduled and cancelled and an
 //! inline member added arrive exactly as expected; the keys they derive are the bridge's; the
-//! cancel script they embed is `src/scripts/cancel.lua`.
+//! cancel script they embed is `src/redis/scripts/cancel.lua`.
 
 use crate::common;
 
@@ -319,14 +319,14 @@ async fn derives_the_bridge_keys(snippet: &Snippet) {
     assert_eq!(zcard(&mut r, &bad).await, 0);
 }
 
-/// The cancel script the snippet embeds is `src/scripts/cancel.lua` (bash's `$(...)` drops the
+/// The cancel script the snippet embeds is `src/redis/scripts/cancel.lua` (bash's `$(...)` drops the
 /// final newline, so that one is not compared).
 fn embeds_the_cancel_script(snippet: &Snippet) {
-    let file = include_str!("../../src/scripts/cancel.lua");
+    let file = include_str!("../../src/redis/scripts/cancel.lua");
     assert_eq!(
         snippet.load().trim_end_matches('\n'),
         file.trim_end_matches('\n'),
-        "{}: copy src/scripts/cancel.lua into it again",
+        "{}: copy src/redis/scripts/cancel.lua into it again",
         snippet.file
     );
 }

@@ -102,7 +102,7 @@ impl Bench {
     ) -> anyhow::Result<Steady> {
         let mut conn = self.conn.clone();
         let flags = if notifications {
-            delay_bridge::redis_checks::with_needed_flags(&self.original_flags)
+            delay_bridge::redis::checks::with_needed_flags(&self.original_flags)
         } else {
             // Without the keyspace channel the bridge has no notifications, whatever else is set.
             self.original_flags.replace('K', "")

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use delay_bridge::keys::QueueKeys;
-use delay_bridge::store::Store;
+use delay_bridge::redis::store::Store;
 use redis::aio::MultiplexedConnection;
 use redis::ToRedisArgs;
 
@@ -40,7 +40,7 @@ pub fn shared_redis_addr() -> SocketAddr {
 
 /// The library's store for queue `key` on the shared Redis.
 pub async fn store(key: &str) -> Store {
-    let conn = delay_bridge::redis_conn::Conn::open(&redis_url())
+    let conn = delay_bridge::redis::conn::Conn::open(&redis_url())
         .await
         .unwrap();
     Store::new(conn, QueueKeys::derive(key).unwrap())
@@ -270,8 +270,10 @@ pub async fn dead_letter(r: &mut Conn, key: &str, member: &str, at_ms: i64, reas
 
 /// A settlement that acks every claimed member, as the settle script sees a batch the
 /// broker confirmed in full (the scripts' tests have no broker to confirm).
-pub fn ack_all(items: &[delay_bridge::store::Claimed]) -> delay_bridge::store::Settlement<'_> {
-    delay_bridge::store::Settlement {
+pub fn ack_all(
+    items: &[delay_bridge::redis::store::Claimed],
+) -> delay_bridge::redis::store::Settlement<'_> {
+    delay_bridge::redis::store::Settlement {
         ack: items.iter().map(|c| c.member.as_slice()).collect(),
         ..Default::default()
     }

@@ -2,7 +2,7 @@
 
 use super::*;
 
-use delay_bridge::store::ClaimBatch;
+use delay_bridge::redis::store::ClaimBatch;
 
 impl Case {
     /// Members a claim at `now` may take, earliest first: due and not in flight.

@@ -3,7 +3,7 @@
 //! Every case runs in one of two payload modes. Inline: the member is the message. Hash: the
 //! member is an id, its body lives in the bodies hash, and the producer follows its contract
 //! (`HSET` + `ZADD` in one transaction, `ZADD XX` to reschedule, the cancel script it is given
-//! in `src/scripts/cancel.lua`), with a rare producer bug thrown in (a `ZADD` with no body).
+//! in `src/redis/scripts/cancel.lua`), with a rare producer bug thrown in (a `ZADD` with no body).
 
 use crate::common;
 
@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use delay_bridge::keys::QueueKeys;
-use delay_bridge::redis_conn::Conn;
-use delay_bridge::store::{
+use delay_bridge::redis::conn::Conn;
+use delay_bridge::redis::store::{
     Body, Claimed, DeadItem, DeadOutcome, DeadSettled, FailOutcome, Failure, Ingest, Purge,
     Settlement, Store,
 };

@@ -133,7 +133,7 @@ impl Case {
             // The producers' script as they run it: unschedules the id, and drops its body
             // unless a copy in flight or dead still needs it.
             static SCRIPT: std::sync::LazyLock<redis::Script> =
-                std::sync::LazyLock::new(|| redis::Script::new(delay_bridge::store::CANCEL));
+                std::sync::LazyLock::new(|| redis::Script::new(delay_bridge::redis::store::CANCEL));
             SCRIPT
                 .key(&self.keys.source)
                 .key(&self.keys.inflight)

@@ -96,10 +96,10 @@ fn tls_files_are_read_once_when_the_configuration_is_loaded() {
     let config = delay_bridge::config::load(&path).unwrap();
     std::fs::remove_file(&key).unwrap();
     // The connection uses the client built at load, not the files, which are gone now.
-    delay_bridge::redis_conn::Endpoint::new(&config.redis).expect("the client loaded once");
+    delay_bridge::redis::conn::Endpoint::new(&config.redis).expect("the client loaded once");
     let mut unloaded = config.redis.clone();
     unloaded.tls.as_mut().unwrap().client = None;
-    let e = delay_bridge::redis_conn::Endpoint::new(&unloaded).unwrap_err();
+    let e = delay_bridge::redis::conn::Endpoint::new(&unloaded).unwrap_err();
     assert!(e.to_string().contains("redis.tls.key_file"), "{e}");
 }
 

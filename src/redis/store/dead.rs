@@ -4,7 +4,7 @@
 use super::cursor::{Cursor, CURSOR_MEMBER_MAX};
 use super::operate::{LIST_BODY_MAX, LIST_BUDGET, MAX_PAGE, PREVIEW};
 use super::{Store, StoreError};
-use crate::scripts::SCRIPTS;
+use crate::redis::scripts::SCRIPTS;
 
 /// One dead letter, as `dead-letter list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use crate::config::{PayloadMode, TriggerConfig};
 use crate::keys::{shard_of, QueueKeys};
-use crate::redis_conn::Conn;
-use crate::store::{
+use crate::redis::conn::Conn;
+use crate::redis::store::{
     Cursor, DeadLetter, DeadPage, Forecast, Found, Page, Purge, QueueStats, Store, StoreError,
 };
 

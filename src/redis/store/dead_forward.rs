@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::{score_ms, Body, Store, StoreError};
-use crate::scripts::SCRIPTS;
+use crate::redis::scripts::SCRIPTS;
 
 /// Dead letters claimed for forwarding to the trigger's dead-letter destination.
 #[derive(Debug, Default)]

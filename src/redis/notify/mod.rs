@@ -1,4 +1,4 @@
-//! Keyspace notifications: wake a trigger's idle worker as soon as a producer `ZADD`s to its key.
+//! Keyspace notifications: tell a key's listener (a trigger's shard, which wakes an idle worker) as soon as a producer `ZADD`s to it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,16 +7,35 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::health::Health;
-use crate::redis_conn::{Conn, Endpoint};
+use crate::redis::conn::{Conn, Endpoint};
 use crate::repeat::Repeated;
-use crate::worker::Shard;
 
 mod cluster;
 
+/// What a keyspace notification reaches: the listener of one key (a trigger's shard).
+pub(crate) trait Listener: Send + Sync {
+    /// The key whose writes it hears of.
+    fn key(&self) -> &str;
+    /// The key was written to, or may have been while unsubscribed: its sizes changed.
+    fn written(&self);
+    /// A member was added: the key's head may have moved earlier.
+    fn added(&self);
+}
+
+/// Who is told how the subscription stands (the daemon's readiness and its gauge).
+pub(crate) trait Subscription: Send + Sync {
+    /// Notifications reach the bridge now (`true`), or no longer.
+    fn live(&self, live: bool);
+    /// A Redis Cluster's topology changed and the subscriptions are following it.
+    fn topology_changed(&self);
+}
+
+/// The listeners of each keyspace channel.
+type ByChannel = HashMap<Vec<u8>, Vec<Arc<dyn Listener>>>;
+
 /// A keyspace event of `list`'s key: any write changes the sizes; only an addition can move
 /// the head earlier.
-fn written(list: &[Arc<Shard>], event: &[u8]) {
+fn written(list: &[Arc<dyn Listener>], event: &[u8]) {
     let added = matches!(
         event,
         b"zadd"
@@ -29,18 +48,18 @@ fn written(list: &[Arc<Shard>], event: &[u8]) {
             | b"restore"
     );
     for t in list {
-        t.touched();
+        t.written();
         if added {
-            t.wake();
+            t.added();
         }
     }
 }
 
 /// Wakes every trigger and has its sizes read again: writes may have gone unnoticed.
-fn look_again(by_channel: &HashMap<Vec<u8>, Vec<Arc<Shard>>>) {
+fn look_again(by_channel: &ByChannel) {
     for t in by_channel.values().flatten() {
-        t.touched();
-        t.wake();
+        t.written();
+        t.added();
     }
 }
 
@@ -49,13 +68,13 @@ fn look_again(by_channel: &HashMap<Vec<u8>, Vec<Arc<Shard>>>) {
 /// again; and waits before the next attempt, longer after each failure. False once `stop`.
 async fn between_subscriptions(
     outcome: Result<(), String>,
-    by_channel: &HashMap<Vec<u8>, Vec<Arc<Shard>>>,
-    health: &Health,
+    by_channel: &ByChannel,
+    state: &dyn Subscription,
     failures: &mut Repeated,
     stop: &CancellationToken,
 ) -> bool {
     if let Err(e) = outcome {
-        health.set_notifications(false);
+        state.live(false);
         if let Some(unlogged) = failures.failed() {
             tracing::warn!(error = %e, failures = failures.count(), unlogged,
                 "keyspace notification subscription lost, resubscribing");
@@ -73,7 +92,7 @@ async fn between_subscriptions(
 const SUBSCRIBE_CHUNK: usize = 1000;
 
 /// Subscribes to the keyspace channel of every trigger key and wakes the trigger's idle worker
-/// on each sorted-set write. Resubscribes after connection loss. While subscribed, `health`
+/// on each sorted-set write. Resubscribes after connection loss. While subscribed, `state`
 /// says so: idle workers then sleep up to their `notified_guard_interval`.
 /// On a cluster, each key's channel is subscribed on the master that owns the key's slot (only
 /// it publishes the key's events), and the subscriptions follow failovers; after any of them
@@ -81,33 +100,33 @@ const SUBSCRIBE_CHUNK: usize = 1000;
 pub(crate) async fn listen(
     conn: Conn,
     enable: bool,
-    triggers: Vec<Arc<Shard>>,
-    health: Health,
+    listeners: Vec<Arc<dyn Listener>>,
+    state: Arc<dyn Subscription>,
     stop: CancellationToken,
 ) {
     let endpoint = conn.endpoint().clone();
-    let mut by_channel: HashMap<Vec<u8>, Vec<Arc<Shard>>> = HashMap::new();
-    for t in triggers {
-        let channel = format!("__keyspace@{}__:{}", endpoint.db(), t.source_key()).into_bytes();
+    let mut by_channel: ByChannel = HashMap::new();
+    for t in listeners {
+        let channel = format!("__keyspace@{}__:{}", endpoint.db(), t.key()).into_bytes();
         by_channel.entry(channel).or_default().push(t);
     }
     if endpoint.is_cluster() {
-        return cluster::listen(conn, enable, by_channel, health, stop).await;
+        return cluster::listen(conn, enable, by_channel, state, stop).await;
     }
     let mut failures = Repeated::default();
     while !stop.is_cancelled() {
-        let outcome = subscribe(&endpoint, &by_channel, &health, &stop, &mut failures)
+        let outcome = subscribe(&endpoint, &by_channel, &*state, &stop, &mut failures)
             .await
             .map_err(|e| e.to_string());
-        if !between_subscriptions(outcome, &by_channel, &health, &mut failures, &stop).await {
+        if !between_subscriptions(outcome, &by_channel, &*state, &mut failures, &stop).await {
             return;
         }
     }
 
     async fn subscribe(
         endpoint: &Endpoint,
-        by_channel: &HashMap<Vec<u8>, Vec<Arc<Shard>>>,
-        health: &Health,
+        by_channel: &ByChannel,
+        state: &dyn Subscription,
         stop: &CancellationToken,
         failures: &mut Repeated,
     ) -> redis::RedisResult<()> {
@@ -117,7 +136,7 @@ pub(crate) async fn listen(
             pubsub.subscribe(chunk).await?;
         }
         failures.recovered();
-        health.set_notifications(true);
+        state.live(true);
         // A write may have gone unnoticed while unsubscribed: every trigger looks again.
         look_again(by_channel);
         let mut messages = pubsub.on_message();

@@ -1,18 +1,16 @@
 //! Keyspace notifications on a Redis Cluster: each channel on its slot's master, followed through failovers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{between_subscriptions, look_again, written, SUBSCRIBE_CHUNK};
-use crate::health::Health;
-use crate::redis_checks::{check_eviction_policy, ensure_enabled};
-use crate::redis_conn::{slot, Conn, Topology};
+use super::{between_subscriptions, look_again, written, ByChannel, Subscription, SUBSCRIBE_CHUNK};
+use crate::redis::checks::{check_eviction_policy, ensure_enabled};
+use crate::redis::conn::{slot, Conn, Topology};
 use crate::repeat::Repeated;
-use crate::worker::Shard;
 
 /// How often the topology is read again while subscribed: a manual failover or a slot
 /// migration moves a key's master without breaking any connection.
@@ -46,8 +44,8 @@ fn assign(topology: &Topology, channels: &[&Vec<u8>]) -> Result<Assignment, u16>
 pub(super) async fn listen(
     conn: Conn,
     enable: bool,
-    by_channel: HashMap<Vec<u8>, Vec<Arc<Shard>>>,
-    health: Health,
+    by_channel: ByChannel,
+    state: Arc<dyn Subscription>,
     stop: CancellationToken,
 ) {
     let channels: Vec<&Vec<u8>> = by_channel.keys().collect();
@@ -58,7 +56,7 @@ pub(super) async fn listen(
             &conn,
             &channels,
             &by_channel,
-            &health,
+            &*state,
             &stop,
             &mut failures,
             enable,
@@ -66,7 +64,7 @@ pub(super) async fn listen(
         )
         .await;
         first = false;
-        if !between_subscriptions(outcome, &by_channel, &health, &mut failures, &stop).await {
+        if !between_subscriptions(outcome, &by_channel, &*state, &mut failures, &stop).await {
             return;
         }
     }
@@ -79,8 +77,8 @@ pub(super) async fn listen(
 async fn follow(
     conn: &Conn,
     channels: &[&Vec<u8>],
-    by_channel: &HashMap<Vec<u8>, Vec<Arc<Shard>>>,
-    health: &Health,
+    by_channel: &ByChannel,
+    state: &dyn Subscription,
     stop: &CancellationToken,
     failures: &mut Repeated,
     enable: bool,
@@ -123,7 +121,7 @@ async fn follow(
         );
     }
     failures.recovered();
-    health.set_notifications(true);
+    state.live(true);
     // A write may have gone unnoticed while unsubscribed: every trigger looks again.
     look_again(by_channel);
     let mut messages = futures_util::stream::select_all(streams);
@@ -133,7 +131,7 @@ async fn follow(
         tokio::select! {
             msg = messages.next() => {
                 let Some(Some(msg)) = msg else {
-                    health.topology_changed();
+                    state.topology_changed();
                     return Err("a master's subscriber connection ended".into());
                 };
                 if let Some(list) = by_channel.get(msg.get_channel_name().as_bytes()) {
@@ -144,7 +142,7 @@ async fn follow(
                 // An unreadable topology changes nothing: the subscribers still work.
                 let Ok(now) = read_topology(conn).await else { continue };
                 if assign(&now, channels).as_ref() != Ok(&assignment) {
-                    health.topology_changed();
+                    state.topology_changed();
                     tracing::info!("a key's master changed: keyspace notifications follow it");
                     return Ok(());
                 }

@@ -21,19 +21,19 @@ pub(crate) struct Scripts {
 }
 
 /// Helpers every script starts with.
-const PRELUDE: &str = include_str!("scripts/prelude.lua");
+const PRELUDE: &str = include_str!("prelude.lua");
 
-const CLAIM: &str = include_str!("scripts/claim.lua");
-const SETTLE: &str = include_str!("scripts/settle.lua");
-const RECOVER: &str = include_str!("scripts/recover.lua");
-const REQUEUE: &str = include_str!("scripts/requeue.lua");
-const STATS: &str = include_str!("scripts/stats.lua");
-const BROWSE: &str = include_str!("scripts/browse.lua");
-const RESCHEDULE: &str = include_str!("scripts/reschedule.lua");
-const PURGE: &str = include_str!("scripts/purge.lua");
-const DEAD_CLAIM: &str = include_str!("scripts/dead_claim.lua");
-const DEAD_SETTLE: &str = include_str!("scripts/dead_settle.lua");
-const INGEST: &str = include_str!("scripts/ingest.lua");
+const CLAIM: &str = include_str!("claim.lua");
+const SETTLE: &str = include_str!("settle.lua");
+const RECOVER: &str = include_str!("recover.lua");
+const REQUEUE: &str = include_str!("requeue.lua");
+const STATS: &str = include_str!("stats.lua");
+const BROWSE: &str = include_str!("browse.lua");
+const RESCHEDULE: &str = include_str!("reschedule.lua");
+const PURGE: &str = include_str!("purge.lua");
+const DEAD_CLAIM: &str = include_str!("dead_claim.lua");
+const DEAD_SETTLE: &str = include_str!("dead_settle.lua");
+const INGEST: &str = include_str!("ingest.lua");
 
 /// The bodies of the scripts that start with [`PRELUDE`].
 const WITH_PRELUDE: [&str; 11] = [
@@ -52,7 +52,7 @@ const WITH_PRELUDE: [&str; 11] = [
 
 /// The cancel script of hash payload mode, as producers run it (KEYS: source, inflight,
 /// dead, bodies; ARGV: id).
-pub const CANCEL: &str = include_str!("scripts/cancel.lua");
+pub const CANCEL: &str = include_str!("cancel.lua");
 
 fn script(body: &str) -> Script {
     Script::new(&with_prelude(body))

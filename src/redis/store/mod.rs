@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::redis_conn::Conn;
+use crate::redis::conn::Conn;
 use redis::{Script, Value};
 
 use crate::keys::QueueKeys;
@@ -130,8 +130,8 @@ pub struct Recovered {
     pub swept: u64,
 }
 
-pub use crate::scripts::CANCEL;
-use crate::scripts::SCRIPTS;
+pub use crate::redis::scripts::CANCEL;
+use crate::redis::scripts::SCRIPTS;
 
 /// A queue's keys plus a shared, auto-reconnecting Redis connection.
 ///

@@ -1,6 +1,6 @@
 //! The settings the bridge needs of every Redis server (every node of a cluster): keyspace notifications and no eviction.
 
-use crate::redis_conn::Conn;
+use crate::redis::conn::Conn;
 
 /// Flags the bridge needs in `notify-keyspace-events`: keyspace channel (K), sorted-set events (z).
 const NEEDED: [char; 2] = ['K', 'z'];

@@ -6,7 +6,7 @@ use std::fmt;
 
 use super::Queue;
 use crate::keys::{shard_key, QueueKeys};
-use crate::store::{Store, StoreError};
+use crate::redis::store::{Store, StoreError};
 
 /// Largest shard count read back from the registry (the configuration's bound).
 const MAX_COUNT: u32 = crate::config::MAX_SHARDS;
@@ -102,8 +102,8 @@ impl std::error::Error for LayoutError {}
 /// A key's sizes, `None` when a key of it has the wrong type: that is the workers' to report
 /// (they back off and say which key), not a reason to refuse the configuration.
 fn readable(
-    stats: Result<crate::store::QueueStats, StoreError>,
-) -> Result<Option<crate::store::QueueStats>, StoreError> {
+    stats: Result<crate::redis::store::QueueStats, StoreError>,
+) -> Result<Option<crate::redis::store::QueueStats>, StoreError> {
     match stats {
         Ok(s) => Ok(Some(s)),
         Err(e) if e.kind() == "wrong_type" => Ok(None),
@@ -284,7 +284,7 @@ impl std::error::Error for LayoutRefused {}
 /// refused with every trigger's reason at once.
 pub(crate) async fn take_layouts<'a>(
     triggers: impl IntoIterator<Item = &'a crate::config::Trigger>,
-    conn: &crate::redis_conn::Conn,
+    conn: &crate::redis::conn::Conn,
 ) -> Result<(), LayoutRefused> {
     layouts(triggers, conn, true).await
 }
@@ -292,14 +292,14 @@ pub(crate) async fn take_layouts<'a>(
 /// What [`take_layouts`] would say, changing nothing (for `check`).
 pub(crate) async fn take_layouts_dry<'a>(
     triggers: impl IntoIterator<Item = &'a crate::config::Trigger>,
-    conn: &crate::redis_conn::Conn,
+    conn: &crate::redis::conn::Conn,
 ) -> Result<(), LayoutRefused> {
     layouts(triggers, conn, false).await
 }
 
 async fn layouts<'a>(
     triggers: impl IntoIterator<Item = &'a crate::config::Trigger>,
-    conn: &crate::redis_conn::Conn,
+    conn: &crate::redis::conn::Conn,
     take: bool,
 ) -> Result<(), LayoutRefused> {
     let mut refused = Vec::new();

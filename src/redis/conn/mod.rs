@@ -177,7 +177,9 @@ fn eval_instead(cmd: &Cmd) -> Option<Cmd> {
         return None;
     };
     let mut eval = redis::cmd("EVAL");
-    eval.arg(crate::scripts::script_text(std::str::from_utf8(sha).ok()?)?);
+    eval.arg(crate::redis::scripts::script_text(
+        std::str::from_utf8(sha).ok()?,
+    )?);
     for arg in args {
         if let redis::Arg::Simple(bytes) = arg {
             eval.arg(bytes);
