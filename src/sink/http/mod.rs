@@ -206,10 +206,10 @@ impl HttpPublisher {
     }
 
     /// Sends every message (at most `max_concurrency` requests at once on the sink, shared by
-    /// the triggers in turn) and reports each 2xx to `confirms` as it arrives. When no request of the batch got an
-    /// answer and every one to the route's own URL failed to connect, the endpoint is down:
-    /// those messages go back without an attempt, and the route gets no publisher until the
-    /// endpoint accepts connections again.
+    /// the triggers in turn) and reports each 2xx to `confirms` as it arrives. When no
+    /// request of the batch got an answer and every one to the route's own URL failed to
+    /// connect, the endpoint is down: those messages go back without an attempt, and the
+    /// route gets no publisher until the endpoint accepts connections again.
     pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
         let Batch {
             trigger,
