@@ -4,6 +4,7 @@ pub mod amqp;
 mod error;
 pub mod http;
 pub mod kafka;
+mod window;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,7 +9,6 @@ mod nodes;
 mod publisher;
 mod refused;
 mod topology;
-mod window;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +20,7 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionStatus, ExchangeKind};
 use tokio_util::sync::CancellationToken;
 
+use super::window::Window;
 use super::PublishError;
 use crate::backoff::Backoff;
 use crate::config::{AmqpDeclare, AmqpRoute, AmqpSinkConfig};
@@ -77,7 +77,7 @@ pub struct AmqpSink {
     pool: tokio::sync::Mutex<Pool>,
     /// One permit per message that may be published and not yet confirmed, shared by the
     /// triggers in turn.
-    window: Arc<window::Window>,
+    window: Arc<Window>,
 }
 
 /// Confirm-mode channels on one connection, handed out in turn: however many triggers and
@@ -124,7 +124,7 @@ impl AmqpSink {
             refused: OnceLock::new(),
             channels: config.channels,
             pool: tokio::sync::Mutex::new(Pool::default()),
-            window: Arc::new(window::Window::new(config.max_unconfirmed)),
+            window: Arc::new(Window::new(config.max_unconfirmed)),
         })
     }
 

@@ -18,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 use crate::envelope::HeaderValue;
 
 use super::frame;
-use super::window::Window;
 use super::Connector;
 use crate::config::{AmqpRoute, AmqpRouting};
+use crate::sink::window::Window;
 use crate::sink::{
     await_confirms, record_outcome, Batch, Confirmed, Confirms, OutMessage, Outcome, PublishError,
 };
@@ -110,7 +110,7 @@ impl AmqpPublisher {
                     run.halt(halt, i);
                     break;
                 }
-                let want = self.window.run().min((messages.len() - i) as u32);
+                let want = run_len(self.window.size()).min((messages.len() - i) as u32);
                 match run.room(&self.window, trigger, want).await {
                     Ok(r) => room = Some(r),
                     Err(halt) => {
@@ -178,6 +178,13 @@ impl AmqpPublisher {
             }
         }
     }
+}
+
+/// Most room in a window of `max_unconfirmed` a batch takes at once: 64 messages, or a
+/// quarter of the window so that four batches can fill it. A run goes out back to back on
+/// the channel, and the broker confirms it with a few multiple-acks.
+fn run_len(max_unconfirmed: usize) -> u32 {
+    max_unconfirmed.div_ceil(4).clamp(1, 64) as u32
 }
 
 /// Why a batch stopped publishing before its last message.
@@ -369,5 +376,18 @@ fn classify(e: lapin::Error) -> PublishError {
             text: e.get_message().to_string(),
         },
         e => PublishError::Connection(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_a_quarter_of_the_window_up_to_64() {
+        assert_eq!(run_len(256), 64);
+        assert_eq!(run_len(1000), 64);
+        assert_eq!(run_len(8), 2);
+        assert_eq!(run_len(1), 1);
     }
 }

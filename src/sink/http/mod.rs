@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use prometheus::IntCounter;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use super::window::Window;
 use super::{await_confirms, Batch, OutMessage, Outcome, PublishError};
 use crate::config::{HttpRoute, HttpSinkConfig};
 use crate::metrics::Metrics;
@@ -44,8 +44,8 @@ struct Shared {
     name: String,
     /// One client, its pool shared by every trigger and worker on the sink.
     client: reqwest::Client,
-    /// Requests in flight on the sink (`max_concurrency`).
-    permits: Semaphore,
+    /// Requests in flight on the sink (`max_concurrency`), shared by the triggers in turn.
+    window: Window,
     /// The signing secret, if requests are signed.
     secret: Option<Vec<u8>>,
     /// `allow_link_local`: address literals are checked here, names by the resolver.
@@ -90,7 +90,7 @@ impl HttpSink {
             shared: Arc::new(Shared {
                 name: name.to_string(),
                 client: client::build(config)?,
-                permits: Semaphore::new(config.max_concurrency),
+                window: Window::new(config.max_concurrency),
                 secret,
                 allow_link_local: config.allow_link_local,
                 down: Mutex::default(),
@@ -205,11 +205,11 @@ impl HttpPublisher {
             .is_none_or(|e| !self.shared.down().contains_key(e))
     }
 
-    /// Sends every message (at most `max_concurrency` requests at once on the sink) and
-    /// reports each 2xx to `confirms` as it arrives. When no request of the batch got an
-    /// answer and every one to the route's own URL failed to connect, the endpoint is down:
-    /// those messages go back without an attempt, and the route gets no publisher until the
-    /// endpoint accepts connections again.
+    /// Sends every message (at most `max_concurrency` requests at once on the sink, shared by
+    /// the triggers in turn) and reports each 2xx to `confirms` as it arrives. When no
+    /// request of the batch got an answer and every one to the route's own URL failed to
+    /// connect, the endpoint is down: those messages go back without an attempt, and the
+    /// route gets no publisher until the endpoint accepts connections again.
     pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
         let Batch {
             trigger,
@@ -235,7 +235,9 @@ impl HttpPublisher {
                     sent[i] = true;
                     let shared = self.shared.clone();
                     pending.push(async move {
-                        let _permit = shared.permits.acquire().await;
+                        // One request of a trigger at a time waits for room: a herd on
+                        // another trigger holds this one up by one request, not all of them.
+                        let _room = shared.window.room(trigger, 1).await;
                         let ended = match shared.client.execute(request).await {
                             Ok(response) => outcome::answered(response).await,
                             Err(e) => outcome::failed(&e),

@@ -1,6 +1,7 @@
 //! The HTTP sink against a real HTTP endpoint on loopback: delivery, retries, dead letters,
-//! `Retry-After`, timeouts (here); an endpoint down, SIGKILL (`faults`); allowed URLs,
-//! link-local addresses, the signature and TLS (`safety`).
+//! `Retry-After`, timeouts, `max_concurrency`, a trickle beside a herd (here); an endpoint
+//! down, SIGKILL (`faults`); allowed URLs, link-local addresses, the signature and TLS
+//! (`safety`).
 
 mod faults;
 mod safety;
@@ -286,4 +287,68 @@ async fn max_concurrency_bounds_the_requests_in_flight() {
         "at most max_concurrency, and that many"
     );
     cleanup_keys(&mut r, &key).await;
+}
+
+/// A herd of a few thousand requests due at once on one trigger, two requests at a time to
+/// a slow endpoint, and a few messages on another trigger of the same sink: those arrive
+/// behind a request or two of the herd, not behind every request its batches have queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickle_is_not_held_behind_a_herd_on_the_same_sink() {
+    let mut r = redis().await;
+    let hook = Webhook::start(|_, _| Answer::status(200).after(Duration::from_millis(20))).await;
+    let (herd_key, trickle_key) = (new_key("herd"), new_key("trickle"));
+    let herd = 3000;
+    schedule(&mut r, &herd_key, herd, 0).await;
+    let port = free_port();
+    let config = ConfigToml::base(port)
+        .without("sinks.rabbit")
+        .http_sink("hooks", &[("max_concurrency", "2")])
+        .to_string()
+        + &trigger(
+            "herd",
+            &herd_key,
+            "hooks",
+            &format!("url = {}", quoted(&hook.url("/herd"))),
+        )
+        + &trigger(
+            "trickle",
+            &trickle_key,
+            "hooks",
+            &format!("url = {}", quoted(&hook.url("/trickle"))),
+        );
+    let bridge = Bridge::start(&config, port)
+        .ready(Duration::from_secs(20))
+        .await;
+    let on = |path: &str| -> Vec<Request> {
+        let received = hook.received().into_iter();
+        received.filter(|rq| rq.path == path).collect()
+    };
+    // The herd's batches have queued their requests (at most 100 a second go out).
+    assert!(
+        wait_until(Duration::from_secs(10), || on("/herd").len() >= 50).await,
+        "{}",
+        bridge.log()
+    );
+    let written = std::time::Instant::now();
+    let trickle = 3;
+    schedule(&mut r, &trickle_key, trickle, 0).await;
+    let arrived = wait_until(Duration::from_secs(5), || on("/trickle").len() == trickle).await;
+    let herd_sent = on("/herd").len();
+    assert!(
+        arrived,
+        "the trickle not there after 5 s ({herd_sent} of the herd's {herd} sent)"
+    );
+    let last = on("/trickle").iter().map(|rq| rq.at).max().unwrap();
+    let waited = last - written;
+    assert!(
+        waited < Duration::from_secs(1),
+        "the trickle waited {waited:?} behind the herd ({herd_sent} of {herd} sent)"
+    );
+    assert!(
+        herd_sent < herd / 2,
+        "{herd_sent} of the herd sent: it must still be draining"
+    );
+    drop(bridge);
+    cleanup_keys(&mut r, &herd_key).await;
+    cleanup_keys(&mut r, &trickle_key).await;
 }

@@ -1,35 +1,35 @@
-//! The sink's window of unconfirmed messages (`max_unconfirmed`), shared fairly by the triggers publishing on it: each trigger asks for room one run at a time, so a trickle waits behind one run of a herd, not behind every run the herd's batches have asked for.
+//! A sink's window (RabbitMQ: messages not yet confirmed, `max_unconfirmed`; HTTP: requests in flight, `max_concurrency`), shared fairly by the triggers publishing on it: each trigger asks for room one run at a time, so a trickle waits behind one run of a herd, not behind every run the herd's batches have asked for.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// One permit per message that may be published and not yet confirmed, and a turn per trigger.
+/// One permit per message the sink may have out at once, and a turn per trigger.
 pub(super) struct Window {
     permits: Arc<Semaphore>,
-    /// Held by the one batch of a trigger waiting for room; its other batches wait here.
+    /// Held by the one run of a trigger waiting for room; its other runs wait here.
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Most room a batch takes at once.
-    run: u32,
+    /// The permits there are.
+    size: usize,
 }
 
 impl Window {
-    /// A window of `max_unconfirmed` messages.
-    pub(super) fn new(max_unconfirmed: usize) -> Self {
+    /// A window of `size` messages.
+    pub(super) fn new(size: usize) -> Self {
         Self {
-            permits: Arc::new(Semaphore::new(max_unconfirmed)),
+            permits: Arc::new(Semaphore::new(size)),
             turns: Mutex::new(HashMap::new()),
-            run: run(max_unconfirmed),
+            size,
         }
     }
 
-    /// Most room a batch takes at once ([`run`]).
-    pub(super) fn run(&self) -> u32 {
-        self.run
+    /// How many messages it holds.
+    pub(super) fn size(&self) -> usize {
+        self.size
     }
 
-    /// Room for `want` messages of a batch of `trigger`, once every batch of another trigger
+    /// Room for a run of `want` messages of `trigger`, once every run of another trigger
     /// that asked before this one's turn came got its own; `None` never happens (the
     /// permits are never closed).
     pub(super) async fn room(&self, trigger: &str, want: u32) -> Option<OwnedSemaphorePermit> {
@@ -49,13 +49,6 @@ impl Window {
             }
         }
     }
-}
-
-/// Most room in a window of `max_unconfirmed` a batch takes at once: 64 messages, or a
-/// quarter of the window so that four batches can fill it. A run goes out back to back on
-/// the channel, and the broker confirms it with a few multiple-acks.
-fn run(max_unconfirmed: usize) -> u32 {
-    max_unconfirmed.div_ceil(4).clamp(1, 64) as u32
 }
 
 #[cfg(test)]
@@ -96,13 +89,5 @@ mod tests {
             "the trickle gets room before the herd's other runs"
         );
         assert_eq!(herd.iter().filter(|h| h.is_finished()).count(), 0);
-    }
-
-    #[test]
-    fn runs_are_a_quarter_of_the_window_up_to_64() {
-        assert_eq!(run(256), 64);
-        assert_eq!(run(1000), 64);
-        assert_eq!(run(8), 2);
-        assert_eq!(run(1), 1);
     }
 }
