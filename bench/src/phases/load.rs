@@ -7,8 +7,6 @@ use crate::process::Memory;
 /// What one steady load measured, and the bridge's metrics and memory at its end.
 pub(super) struct Steady {
     pub lateness: Lateness,
-    /// Lateness p99 of each key's messages (trigger `bench-<i>`), milliseconds.
-    pub per_key_p99_ms: Vec<f64>,
     /// The bridge's `/metrics` text.
     pub metrics: Option<String>,
     pub memory: Memory,
@@ -88,15 +86,14 @@ impl Bench {
         } else {
             "steady-off"
         });
-        Ok(self.steady(&[key], notifications, rate).await?.lateness)
+        Ok(self.steady(&key, notifications, rate).await?.lateness)
     }
 
-    /// The steady load, `rate` messages per second on each of `keys` (which may hold members
-    /// scheduled for later), one trigger each, with keyspace notifications on or off for its
-    /// duration.
+    /// The steady load, `rate` messages per second on `key` (which may hold members scheduled
+    /// for later), with keyspace notifications on or off for its duration.
     pub(super) async fn steady(
         &self,
-        keys: &[String],
+        key: &str,
         notifications: bool,
         rate: u64,
     ) -> anyhow::Result<Steady> {
@@ -110,7 +107,7 @@ impl Bench {
         if flags != self.original_flags {
             redis_ops::set_notify_flags(&mut conn, &flags).await?;
         }
-        let result = self.steady_load(keys, notifications, rate).await;
+        let result = self.steady_load(key, notifications, rate).await;
         if flags != self.original_flags {
             redis_ops::set_notify_flags(&mut conn, &self.original_flags).await?;
         }
@@ -119,18 +116,17 @@ impl Bench {
 
     async fn steady_load(
         &self,
-        keys: &[String],
+        key: &str,
         notifications: bool,
         rate: u64,
     ) -> anyhow::Result<Steady> {
-        // `rate` on every key; message `seq` goes to key `seq % keys`.
-        let k = keys.len() as u64;
-        let (rate, duration) = (rate * k, self.args.duration);
+        let duration = self.args.duration;
         eprintln!(
             "bench: steady load, {rate} msg/s for {duration:?}, notifications {}",
             if notifications { "on" } else { "off" }
         );
-        let (bridge, config) = self.start_bridge("steady", keys, notifications).await?;
+        let keys = [key.to_string()];
+        let (bridge, config) = self.start_bridge("steady", &keys, notifications).await?;
         let guard = config.triggers[0].guard_interval;
         let capacity = (rate as f64 * duration.as_secs_f64()).ceil() as u64 + rate;
         let base = self.next_base();
@@ -146,10 +142,7 @@ impl Bench {
         let mut sent = 0u64;
         let mut early = vec![false; capacity as usize];
         let shape = self.args.shape();
-        let queues = keys
-            .iter()
-            .map(|k| QueueKeys::derive(k))
-            .collect::<Result<Vec<_>, _>>()?;
+        let queue = QueueKeys::derive(key)?;
         while start.elapsed() < duration {
             tick.tick().await;
             let target = ((rate as f64 * start.elapsed().as_secs_f64()) as u64).min(capacity);
@@ -166,8 +159,7 @@ impl Bench {
                 } else {
                     rng.gen_range(1000..=5000)
                 };
-                let j = (seq % k) as usize;
-                shape.schedule(&mut pipe, &queues[j], &keys[j], base + seq, now + ahead);
+                shape.schedule(&mut pipe, &queue, key, base + seq, now + ahead);
             }
             pipe.query_async::<()>(&mut conn).await?;
             sent = target;
@@ -186,9 +178,7 @@ impl Bench {
             _ => None,
         };
         bridge.stop(STOP_TIMEOUT).await?;
-        for key in keys {
-            redis_ops::unlink_queue(&mut conn, key).await?;
-        }
+        redis_ops::unlink_queue(&mut conn, key).await?;
         let s = self.tally.summary(|_| true);
         let ms = |q: f64| quantile(&s.late_us, q).unwrap_or(0) as f64 / 1000.0;
         let e = self.tally.summary(|i| early[i as usize]);
@@ -209,21 +199,9 @@ impl Bench {
         };
         Ok(Steady {
             lateness,
-            per_key_p99_ms: self.per_key_p99_ms(k),
             metrics,
             memory,
         })
-    }
-
-    /// The lateness p99 of each of `k` keys of the steady load (message `seq` went to key
-    /// `seq % k`), in ms.
-    fn per_key_p99_ms(&self, k: u64) -> Vec<f64> {
-        (0..k)
-            .map(|j| {
-                let s = self.tally.summary(|i| i % k == j);
-                quantile(&s.late_us, 0.99).unwrap_or(0) as f64 / 1000.0
-            })
-            .collect()
     }
 
     pub(super) async fn idle(&self) -> anyhow::Result<Idle> {

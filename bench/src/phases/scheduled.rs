@@ -1,5 +1,5 @@
-//! The scheduled phase: the steady load with and without a large future schedule in the same
-//! trigger (lateness, claim duration, bridge RSS), and Redis memory per scheduled member.
+//! The scheduled phase: the steady load on an empty trigger, then on one holding a large future
+//! schedule (lateness, claim duration, bridge RSS), and Redis memory per scheduled member.
 
 use futures_util::future::try_join_all;
 
@@ -18,35 +18,31 @@ const SCHEDULE_SPAN: Duration = Duration::from_secs(24 * 3600);
 /// How long freed sets may take to leave Redis's memory before a measurement.
 const LAZYFREE_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Messages per second falling due on each trigger of the phase (whatever `--rate` says): the
-/// steady load the schedule is judged beside.
+/// Messages per second falling due on the phase's trigger (whatever `--rate` says): the steady
+/// load the schedule is judged beside.
 const SCHEDULED_RATE: u64 = 1_000;
 
 impl Bench {
-    /// Runs the steady load on an empty trigger alone, then on two triggers of one bridge at
-    /// once: an empty one and one holding `--scheduled` members due over the next 24 hours;
-    /// measures Redis's memory per member in both payload modes.
+    /// Runs the steady load on one empty trigger, then loads `--scheduled` members due over
+    /// the next 24 hours into another queue and runs the same steady load on that trigger
+    /// alone; measures Redis's memory per member in both payload modes.
     pub(super) async fn scheduled(&self, n: u64) -> anyhow::Result<ScheduledRun> {
         let mut conn = self.conn.clone();
         eprintln!("bench: scheduled, the steady load with nothing scheduled");
-        let alone = self
-            .steady(&[self.new_key("sched-alone")], true, SCHEDULED_RATE)
+        let empty = self
+            .scheduled_side(&self.new_key("sched-empty"), &mut conn)
             .await?;
         let shape = self.args.shape();
-        let (empty, full) = (self.new_key("sched-empty"), self.new_key("sched"));
+        let full_key = self.new_key("sched");
         eprintln!("bench: scheduled, loading {n} members over the next 24 hours");
-        let (bytes, load_seconds) = self.load_schedule(&shape, &full, n).await?;
+        let (bytes, load_seconds) = self.load_schedule(&shape, &full_key, n).await?;
         eprintln!("bench: scheduled, the steady load beside {n} scheduled");
-        let before = evalsha_stats(&mut conn).await?;
-        // Unlinks both keys (the schedule is freed in the background, and waited for before
+        // The schedule is unlinked after it (freed in the background, and waited for before
         // the next memory measurement).
-        let paired = self
-            .steady(&[empty, full.clone()], true, SCHEDULED_RATE)
-            .await;
-        redis_ops::unlink_queue(&mut conn, &full).await?;
-        let paired = paired?;
-        let after = evalsha_stats(&mut conn).await?;
-        let calls = after.0.saturating_sub(before.0);
+        let full = self.scheduled_side(&full_key, &mut conn).await;
+        // The steady load unlinks its key, but not when it failed.
+        redis_ops::unlink_queue(&mut conn, &full_key).await?;
+        let full = full?;
         let other = Shape {
             payload: match shape.payload {
                 PayloadArg::Inline => PayloadArg::Hash,
@@ -63,29 +59,37 @@ impl Bench {
         redis_ops::unlink_queue(&mut conn, &other_key).await?;
         let mut memory = vec![(shape.label(), bytes), (other.label(), other_bytes)];
         memory.sort_by(|a, b| a.0.cmp(&b.0));
-        let metrics = paired.metrics.unwrap_or_default();
-        let side = |j: usize| {
-            let text = only_trigger(&metrics, &format!("bench-{j}"));
-            let claim = "delay_bridge_claim_duration_seconds";
-            ScheduledSide {
-                lateness_p99_ms: paired.per_key_p99_ms.get(j).copied().unwrap_or(0.0),
-                claims: histogram_count(&text, claim).unwrap_or(0.0) as u64,
-                claim_p99_ms: histogram_quantile(&text, claim, 0.99).map(|s| s * 1000.0),
-                claim_mean_ms: histogram_mean(&text, claim).map(|s| s * 1000.0),
-            }
-        };
         Ok(ScheduledRun {
             scheduled: n,
             load_seconds,
-            rate_per_trigger: SCHEDULED_RATE,
-            alone_p99_ms: alone.lateness.p99_ms,
-            alone_rss_bytes: alone.memory.rss_bytes.max(alone.memory.peak_bytes),
-            paired_rss_bytes: paired.memory.rss_bytes.max(paired.memory.peak_bytes),
-            empty: side(0),
-            full: side(1),
+            rate: SCHEDULED_RATE,
+            empty,
+            full,
+            redis_bytes_per_member: memory,
+        })
+    }
+
+    /// The steady load on the one trigger of `key`: its lateness, its claims as the bridge
+    /// timed them, Redis's time per script call meanwhile, and the bridge's peak RSS.
+    async fn scheduled_side(
+        &self,
+        key: &str,
+        conn: &mut redis::aio::MultiplexedConnection,
+    ) -> anyhow::Result<ScheduledSide> {
+        let before = evalsha_stats(conn).await?;
+        let run = self.steady(key, true, SCHEDULED_RATE).await?;
+        let after = evalsha_stats(conn).await?;
+        let calls = after.0.saturating_sub(before.0);
+        let text = run.metrics.unwrap_or_default();
+        let claim = "delay_bridge_claim_duration_seconds";
+        Ok(ScheduledSide {
+            lateness_p99_ms: run.lateness.p99_ms,
+            claims: histogram_count(&text, claim).unwrap_or(0.0) as u64,
+            claim_p99_ms: histogram_quantile(&text, claim, 0.99).map(|s| s * 1000.0),
+            claim_mean_ms: histogram_mean(&text, claim).map(|s| s * 1000.0),
             evalsha_us_per_call: (calls > 0)
                 .then(|| after.1.saturating_sub(before.1) as f64 / calls as f64),
-            redis_bytes_per_member: memory,
+            rss_bytes: run.memory.rss_bytes.max(run.memory.peak_bytes),
         })
     }
 
@@ -147,15 +151,6 @@ async fn evalsha_stats(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::
             .ok()
     };
     Ok((field("calls").unwrap_or(0), field("usec").unwrap_or(0)))
-}
-
-/// The lines of a metrics text that belong to trigger `name`.
-fn only_trigger(text: &str, name: &str) -> String {
-    let label = format!("trigger=\"{name}\"");
-    text.lines()
-        .filter(|l| l.contains(&label))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// The buckets of a Prometheus histogram summed over its label sets: (upper bound, count).
@@ -260,8 +255,5 @@ mod tests {
         assert_eq!(histogram_count(TEXT, "h"), Some(200.0));
         assert!((histogram_mean(TEXT, "h").unwrap() - 0.001).abs() < 1e-12);
         assert_eq!(histogram_mean("", "h"), None);
-        let b = only_trigger(TEXT, "b");
-        assert_eq!(histogram_count(&b, "h"), Some(100.0));
-        assert!((histogram_quantile(&b, "h", 0.75).unwrap() - 0.0015).abs() < 1e-12);
     }
 }
