@@ -113,20 +113,34 @@ impl Browser {
 
     /// Clicks the element `css` selects.
     pub async fn click(&self, css: &str) {
-        let e = self.find(css).await;
-        self.session("POST", &format!("/element/{e}/click"), Some(json!({})))
-            .await;
+        self.act_on(css, "click", json!({})).await;
     }
 
     /// Types `text` into the element `css` selects, as keystrokes (`\u{E007}` is Enter).
     pub async fn type_into(&self, css: &str, text: &str) {
-        let e = self.find(css).await;
-        self.session(
-            "POST",
-            &format!("/element/{e}/value"),
-            Some(json!({ "text": text })),
-        )
-        .await;
+        self.act_on(css, "value", json!({ "text": text })).await;
+    }
+
+    /// Posts `action` to the element `css` selects. A page that redraws itself (the console
+    /// refreshes its tables) may replace the element between finding and acting: then it is
+    /// found again, a few times at most.
+    async fn act_on(&self, css: &str, action: &str, body: Value) {
+        let body = body.to_string();
+        for _ in 0..5 {
+            let e = self.find(css).await;
+            let path = format!("/session/{}/element/{e}/{action}", self.session);
+            let r = request(self.port, "POST", &path, &[], Some(&body)).await;
+            if r.status == 200 {
+                return;
+            }
+            assert!(
+                r.body.contains("stale element reference"),
+                "webdriver POST {path}: {}",
+                r.body
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{css} was replaced five times in a row before it could take a {action}");
     }
 
     /// The text of the `confirm()` dialog, once one is open (a page may ask after a call of
