@@ -220,7 +220,7 @@ async fn kafka_envelopes_carry_their_headers_and_record_key() {
     bridge.terminate(Duration::from_secs(20)).await;
     bridge.assert_no_panic();
     cleanup_keys(&mut r, &key).await;
-    delete_topic(&kafka_brokers(), &topic).await;
+    capture.delete().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,5 +359,5 @@ async fn fields_for_the_other_broker_are_skipped_unread_whatever_they_hold() {
     bridge.assert_no_panic();
     cleanup_keys(&mut r, &key).await;
     cleanup_keys(&mut r, &kkey).await;
-    delete_topic(&kafka_brokers(), &topic).await;
+    kcapture.delete().await;
 }

@@ -114,8 +114,9 @@ async fn delayed_records_arrive_once_each_none_early_with_key_and_headers() {
     }
     let mut r = redis().await;
     cleanup_keys(&mut r, &key).await;
+    drop(bridge);
+    capture.delete().await;
     delete_topic(&kafka_brokers(), &ingress).await;
-    delete_topic(&kafka_brokers(), &capture.topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,8 +163,9 @@ async fn a_bad_delay_is_dead_lettered_and_the_offset_moves_on() {
         .await;
     assert_eq!(refused, 1.0);
     cleanup_keys(&mut r, &key).await;
+    drop(bridge);
+    capture.delete().await;
     delete_topic(&kafka_brokers(), &ingress).await;
-    delete_topic(&kafka_brokers(), &capture.topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,8 +226,8 @@ async fn a_rebalance_mid_stream_loses_nothing_and_delivers_nothing_twice() {
     println!("kafka ingress rebalance: {n} records, lost 0, delivered twice 0");
     let mut r = redis().await;
     cleanup_keys(&mut r, &key).await;
+    capture.delete().await;
     delete_topic(&kafka_brokers(), &ingress).await;
-    delete_topic(&kafka_brokers(), &capture.topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -279,8 +281,9 @@ async fn a_bridge_sigkilled_mid_ingest_loses_nothing() {
     );
     let mut r = redis().await;
     cleanup_keys(&mut r, &key).await;
+    drop(bridge);
+    capture.delete().await;
     delete_topic(&kafka_brokers(), &ingress).await;
-    delete_topic(&kafka_brokers(), &capture.topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,6 +327,7 @@ async fn with_redis_stopped_the_ingress_stops_reading_and_resumes_after() {
         .expect_arrivals(200, Duration::from_secs(60), || capture.tally().len())
         .await;
     bridge.expect_readyz(200, Duration::from_secs(20)).await;
+    drop(bridge);
+    capture.delete().await;
     delete_topic(&kafka_brokers(), &ingress).await;
-    delete_topic(&kafka_brokers(), &capture.topic).await;
 }

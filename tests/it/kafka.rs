@@ -34,10 +34,10 @@ async fn start(properties: &[(&str, &str)], trigger: &str) -> Bridge {
         .await
 }
 
-/// Deletes the test's queue keys and topic.
-async fn cleanup(r: &mut Conn, key: &str, topic: &str) {
+/// Deletes the test's queue keys and, once `capture` stopped reading it, its topic.
+async fn cleanup(r: &mut Conn, key: &str, capture: KafkaCapture) {
     cleanup_keys(r, key).await;
-    delete_topic(&kafka_brokers(), topic).await;
+    capture.delete().await;
 }
 
 /// Stops the bridge with SIGTERM (exit 0), then waits until the consumer has read every record
@@ -98,7 +98,7 @@ async fn due_members_arrive_once_never_early_with_headers_and_exact_bytes() {
         );
         assert_eq!(m.key, None, "kafka_key defaults to none");
     }
-    cleanup(&mut r, &key, &topic).await;
+    cleanup(&mut r, &key, capture).await;
 }
 
 /// Waits until the bridge's metrics say `n` messages of `trigger` were forwarded.
@@ -182,7 +182,7 @@ async fn cancel_and_reschedule_are_honoured() {
         later.header("x-delay-due-ms"),
         Some((now + 2500).to_string())
     );
-    cleanup(&mut r, &key, &topic).await;
+    cleanup(&mut r, &key, capture).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,7 +241,7 @@ async fn kafka_key_member_puts_every_copy_of_a_member_on_one_partition() {
         "kafka_key=member: {} members x {rounds} copies over partitions {used:?}",
         members.len()
     );
-    cleanup(&mut r, &key, &topic).await;
+    cleanup(&mut r, &key, capture).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -266,7 +266,7 @@ async fn a_record_over_the_size_limit_is_dead_lettered_and_the_rest_flow() {
         .await;
     assert_eq!(stop_and_count(&mut bridge, &capture).await, 5);
     assert!(capture.snapshot().iter().all(|m| m.body != big));
-    cleanup(&mut r, &key, &topic).await;
+    cleanup(&mut r, &key, capture).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,7 +323,7 @@ async fn sigkill_mid_drain_then_restart_loses_nothing() {
     assert!(lost.is_empty(), "lost {lost:?}");
     assert_eq!(seen.len(), n, "nothing but the scheduled messages");
     drop(bridge);
-    cleanup(&mut r, &key, &topic).await;
+    cleanup(&mut r, &key, capture).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -367,9 +367,8 @@ async fn dead_letters_go_to_the_dead_letter_topic_with_their_reason() {
         assert!(m.header("x-delay-dead-detail").is_some(), "{m:?}");
         assert_eq!(m.header("x-delay-trigger").as_deref(), Some("kdlx"));
     }
-    // Both consumers stop before their topics go: with two consumers assigned, deleting the
-    // topics crashed librdkafka's metadata cache in this test process.
-    drop((capture, dead));
-    cleanup(&mut r, &key, &topic).await;
-    delete_topic(&kafka_brokers(), &dead_topic).await;
+    // Every consumer stops before its topic goes (see `KafkaCapture::delete`).
+    drop(bridge);
+    dead.delete().await;
+    cleanup(&mut r, &key, capture).await;
 }

@@ -68,6 +68,8 @@ pub fn owned_headers<V: AsRef<[u8]>>(headers: &[(&str, V)]) -> OwnedHeaders {
 }
 
 /// Deletes `topic`, ignoring errors (cleanup).
+/// Deletes `topic`. Stop every consumer of it first (the bridge too): see
+/// [`KafkaCapture::delete`].
 pub async fn delete_topic(brokers: &str, topic: &str) {
     let admin: Result<AdminClient<DefaultClientContext>, _> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -258,11 +260,25 @@ impl KafkaCapture {
     }
 }
 
-impl Drop for KafkaCapture {
-    fn drop(&mut self) {
+impl KafkaCapture {
+    /// Stops reading, then deletes the topic. A consumer still fetching a topic that was
+    /// deleted has crashed librdkafka in the test process (the test broker answers with a
+    /// leader change naming the topic by a zero id, which librdkafka looks up by a null name).
+    pub async fn delete(mut self) {
+        self.halt();
+        delete_topic(&self.brokers, &self.topic).await;
+    }
+
+    fn halt(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+impl Drop for KafkaCapture {
+    fn drop(&mut self) {
+        self.halt();
     }
 }
