@@ -43,6 +43,25 @@ pub struct Properties {
     pub url: Option<String>,
 }
 
+impl Properties {
+    /// The properties Kafka and HTTP carry as headers, by header name.
+    pub fn header_properties(&self) -> [(&'static str, &Option<String>); 3] {
+        [
+            ("content-type", &self.content_type),
+            ("content-encoding", &self.content_encoding),
+            ("correlation-id", &self.correlation_id),
+        ]
+    }
+
+    /// Whether a property the envelope sets goes out as the header `name` (any case): it
+    /// wins over an envelope header of that name.
+    pub fn sets_header(&self, name: &str) -> bool {
+        self.header_properties()
+            .iter()
+            .any(|(n, v)| v.is_some() && n.eq_ignore_ascii_case(name))
+    }
+}
+
 /// A header value: AMQP keeps the type, Kafka gets the text.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HeaderValue {

@@ -48,25 +48,16 @@ pub(super) async fn run(
             }
             Err(e) => Err(Ended::Broker(e)),
         };
-        match ended {
-            Ok(()) => return,
-            Err(Ended::Redis(e)) => {
-                ctx.redis_stopped(&e);
-                if !ctx.wait_for_redis(stop).await {
-                    return;
-                }
+        let again = ctx.session_ended(ended, stop, |e| {
+            if let Some(unlogged) = failures.failed() {
+                tracing::warn!(trigger = name, error = %e, failures = failures.count(), unlogged,
+                    "ingress: cannot consume from RabbitMQ, retrying");
             }
-            Err(Ended::Broker(e)) => {
-                ctx.broker_failed();
-                if let Some(unlogged) = failures.failed() {
-                    tracing::warn!(trigger = name, error = %e, failures = failures.count(), unlogged,
-                        "ingress: cannot consume from RabbitMQ, retrying");
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(backoff.delay(failures.count())) => {}
-                }
-            }
+            backoff.delay(failures.count())
+        })
+        .await;
+        if !again {
+            return;
         }
     }
 }
@@ -175,18 +166,7 @@ async fn declare(
             tracing::warn!(trigger, exchange = %ingress.exchange_name(), reply = %e.get_message(),
                 "ingress: the exchange exists with other settings (the delayed-message plugin's?): binding to it as it is");
             channel = conn.create_channel().await?;
-            let passive = ExchangeDeclareOptions {
-                passive: true,
-                ..Default::default()
-            };
-            channel
-                .exchange_declare(
-                    ingress.exchange_name(),
-                    kind,
-                    passive,
-                    FieldTable::default(),
-                )
-                .await?;
+            exchange_exists(&channel, ingress.exchange_name(), kind).await?;
         }
         Err(e) => return Err(e.into()),
     }
@@ -246,17 +226,22 @@ async fn look(
         .lag
         .with_label_values(&[&ctx.config.name])
         .set(i64::from(q.message_count()));
+    exchange_exists(channel, ingress.exchange_name(), ExchangeKind::Fanout)
+        .await
+        .map_err(|e| Ended::Broker(format!("exchange `{}`: {e}", ingress.exchange_name())))
+}
+
+/// Checks that the exchange `name` is there (a passive declare), whatever its settings.
+async fn exchange_exists(
+    channel: &Channel,
+    name: &str,
+    kind: ExchangeKind,
+) -> Result<(), lapin::Error> {
     let passive = ExchangeDeclareOptions {
         passive: true,
         ..Default::default()
     };
     channel
-        .exchange_declare(
-            ingress.exchange_name(),
-            ExchangeKind::Fanout,
-            passive,
-            FieldTable::default(),
-        )
+        .exchange_declare(name, kind, passive, FieldTable::default())
         .await
-        .map_err(|e| Ended::Broker(format!("exchange `{}`: {e}", ingress.exchange_name())))
 }

@@ -11,7 +11,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use tokio_util::sync::CancellationToken;
 
 use super::record::{self, At};
-use super::{Ended, Ingress};
+use super::{wait_unless_stopped, Ended, Ingress};
 use crate::config::IngressConfig;
 use crate::redis::store::StoreError;
 use crate::repeat::Repeated;
@@ -60,10 +60,10 @@ pub(super) async fn run(
                     tracing::error!(trigger = name, error = %e, unlogged, "ingress: cannot create the Kafka consumer");
                 }
                 ctx.broker_failed();
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(5)) => continue,
+                if wait_unless_stopped(stop, Duration::from_secs(5)).await {
+                    continue;
                 }
+                return;
             }
         };
         let consumer = Arc::new(consumer);
@@ -72,22 +72,13 @@ pub(super) async fn run(
         // What was stored is committed now, not at the next auto-commit tick.
         let _ = consumer.commit_consumer_state(CommitMode::Sync);
         consumer.unsubscribe();
-        match ended {
-            Ok(()) => return,
-            Err(Ended::Redis(e)) => {
-                ctx.redis_stopped(&e);
-                if !ctx.wait_for_redis(stop).await {
-                    return;
-                }
-            }
-            Err(Ended::Broker(e)) => {
-                ctx.broker_failed();
-                tracing::warn!(trigger = name, error = %e, "ingress: Kafka consumer failed, starting again");
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            }
+        let again = ctx.session_ended(ended, stop, |e| {
+            tracing::warn!(trigger = name, error = %e, "ingress: Kafka consumer failed, starting again");
+            Duration::from_secs(1)
+        })
+        .await;
+        if !again {
+            return;
         }
     }
 }

@@ -224,6 +224,28 @@ impl Ingress {
         }
     }
 
+    /// Whether to consume again after a session ended, once Redis answers after refusing a
+    /// write, or after the wait `failed` returns for a broker failure (it logs the error);
+    /// `false` when the session ended for good or `stop` came first.
+    async fn session_ended(
+        &self,
+        ended: Result<(), Ended>,
+        stop: &CancellationToken,
+        failed: impl FnOnce(&str) -> Duration,
+    ) -> bool {
+        match ended {
+            Ok(()) => false,
+            Err(Ended::Redis(e)) => {
+                self.redis_stopped(&e);
+                self.wait_for_redis(stop).await
+            }
+            Err(Ended::Broker(e)) => {
+                self.broker_failed();
+                wait_unless_stopped(stop, failed(&e)).await
+            }
+        }
+    }
+
     /// Consuming failed on the broker's side: not ready until it consumes again.
     fn broker_failed(&self) {
         self.health.set_ingress_stopped(
@@ -231,5 +253,13 @@ impl Ingress {
             self.instance,
             Some("cannot consume from the broker"),
         );
+    }
+}
+
+/// Waits `wait`; `false` when `stop` came first.
+async fn wait_unless_stopped(stop: &CancellationToken, wait: Duration) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tokio::time::sleep(wait) => true,
     }
 }

@@ -77,6 +77,13 @@ pub struct Batch<'b, 'm> {
     pub confirms: Option<&'b Confirms>,
 }
 
+impl Batch<'_, '_> {
+    /// One result per message, each a `Timeout` until the broker says otherwise.
+    pub fn unconfirmed(&self) -> Vec<Outcome> {
+        vec![Err(PublishError::Timeout); self.messages.len()]
+    }
+}
+
 /// Why a sink cannot work as configured: waiting or reconnecting will not help, so the bridge
 /// stops with it.
 #[derive(Debug, Clone, thiserror::Error)]

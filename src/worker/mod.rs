@@ -172,13 +172,9 @@ impl Worker {
         }
         let mut starting = true;
         while !self.stop.is_cancelled() {
-            Box::pin(self.reap()).await;
-            if starting {
-                self.take_turn().await;
-            }
             // The larger steps are boxed: a task is as large as its largest state, and an
             // idle trigger's workers should hold only what waiting needs.
-            let Some(publisher) = Box::pin(self.publisher()).await else {
+            let Some(publisher) = self.begin_lap(starting).await else {
                 continue;
             };
             let claimed = Box::pin(self.claim()).await;
@@ -209,11 +205,7 @@ impl Worker {
     async fn run_shards(mut self) {
         let mut starting = true;
         while !self.stop.is_cancelled() {
-            Box::pin(self.reap()).await;
-            if starting {
-                self.take_turn().await;
-            }
-            let Some(publisher) = Box::pin(self.publisher()).await else {
+            let Some(publisher) = self.begin_lap(starting).await else {
                 continue;
             };
             if !self.pick() {
@@ -296,6 +288,16 @@ impl Worker {
             }
             _ = self.stop.cancelled() => {}
         }
+    }
+
+    /// The start of a lap: takes note of finished batches, waits for a turn while starting,
+    /// and gets a usable publisher (`None`: the sink was unavailable, look again).
+    async fn begin_lap(&mut self, starting: bool) -> Option<Publisher> {
+        Box::pin(self.reap()).await;
+        if starting {
+            self.take_turn().await;
+        }
+        Box::pin(self.publisher()).await
     }
 
     /// Takes note of the batches that finished meanwhile.

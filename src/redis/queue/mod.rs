@@ -149,6 +149,19 @@ impl Queue {
         Ok(false)
     }
 
+    /// The sum over every shard of what `each` counts on it.
+    async fn sum<'a, F, Fut>(&'a self, each: F) -> Result<u64, StoreError>
+    where
+        F: Fn(&'a Store) -> Fut,
+        Fut: std::future::Future<Output = Result<u64, StoreError>>,
+    {
+        let mut n = 0;
+        for s in &self.shards {
+            n += each(s).await?;
+        }
+        Ok(n)
+    }
+
     /// Where `member` is, on whichever shard holds it (its own first).
     pub(crate) async fn find(&self, member: &[u8]) -> Result<Found, StoreError> {
         let mut first = None;
@@ -169,20 +182,13 @@ impl Queue {
         due_ms: Option<i64>,
         earlier_only: bool,
     ) -> Result<u64, StoreError> {
-        let mut changed = 0;
-        for s in &self.shards {
-            changed += s.reschedule(members, due_ms, earlier_only).await?;
-        }
-        Ok(changed)
+        self.sum(|s| s.reschedule(members, due_ms, earlier_only))
+            .await
     }
 
     /// Deletes what `what` names on every shard.
     pub(crate) async fn purge(&self, what: Purge) -> Result<u64, StoreError> {
-        let mut n = 0;
-        for s in &self.shards {
-            n += s.purge(what).await?;
-        }
-        Ok(n)
+        self.sum(|s| s.purge(what)).await
     }
 
     /// Scheduled members due within `[from, to]`, over every shard.
@@ -191,11 +197,7 @@ impl Queue {
         from: Option<i64>,
         to: Option<i64>,
     ) -> Result<u64, StoreError> {
-        let mut n = 0;
-        for s in &self.shards {
-            n += s.count_scheduled(from, to).await?;
-        }
-        Ok(n)
+        self.sum(|s| s.count_scheduled(from, to)).await
     }
 
     /// Requeues the dead `members` (every dead letter, up to `limit`, when empty) on every shard.
@@ -269,11 +271,7 @@ impl Queue {
         reason: &str,
         dry_run: bool,
     ) -> Result<u64, StoreError> {
-        let mut n = 0;
-        for s in &self.shards {
-            n += s.purge_dead_reason(reason, dry_run).await?;
-        }
-        Ok(n)
+        self.sum(|s| s.purge_dead_reason(reason, dry_run)).await
     }
 
     /// Up to `limit` members in flight over every shard, earliest lease deadline first.

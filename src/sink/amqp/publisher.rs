@@ -65,6 +65,7 @@ impl AmqpPublisher {
     /// wrote the frames, so awaiting each in turn costs a hand-off between threads per
     /// message, while a run shares one.
     pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
+        let mut results = batch.unconfirmed();
         let Batch {
             trigger,
             messages,
@@ -72,7 +73,6 @@ impl AmqpPublisher {
             abort,
             confirms,
         } = batch;
-        let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
         let exchange = self.route.exchange.as_str();
         let routing_key = match &self.route.routing {
             AmqpRouting::Key(key) => key.as_str(),

@@ -211,17 +211,10 @@ impl HttpPublisher {
     /// connect, the endpoint is down: those messages go back without an attempt, and the
     /// route gets no publisher until the endpoint accepts connections again.
     pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
-        let Batch {
-            trigger,
-            messages,
-            timeout,
-            abort,
-            confirms,
-        } = batch;
-        let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
+        let mut results = batch.unconfirmed();
         // Per message: sent (not refused before sending), and failed to connect.
-        let mut sent = vec![false; messages.len()];
-        let mut unreachable = vec![false; messages.len()];
+        let mut sent = vec![false; batch.messages.len()];
+        let mut unreachable = vec![false; batch.messages.len()];
         let now_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -229,15 +222,15 @@ impl HttpPublisher {
         let method = reqwest::Method::from_bytes(self.route.method.as_bytes())
             .unwrap_or(reqwest::Method::POST);
         let pending = FuturesUnordered::new();
-        for (i, m) in messages.iter().enumerate() {
-            match self.request(trigger, m, &method, now_ms) {
+        for (i, m) in batch.messages.iter().enumerate() {
+            match self.request(batch.trigger, m, &method, now_ms) {
                 Ok(request) => {
                     sent[i] = true;
                     let shared = self.shared.clone();
                     pending.push(async move {
                         // One request of a trigger at a time waits for room: a herd on
                         // another trigger holds this one up by one request, not all of them.
-                        let _room = shared.window.room(trigger, 1).await;
+                        let _room = shared.window.room(batch.trigger, 1).await;
                         let ended = match shared.client.execute(request).await {
                             Ok(response) => outcome::answered(response).await,
                             Err(e) => outcome::failed(&e),
@@ -253,8 +246,15 @@ impl HttpPublisher {
             unreachable[i] = ended.unreachable;
             (i, ended.outcome)
         });
-        await_confirms(&mut results, answers, timeout, abort, confirms).await;
-        self.endpoint_down(messages, &mut results, &sent, &unreachable);
+        await_confirms(
+            &mut results,
+            answers,
+            batch.timeout,
+            batch.abort,
+            batch.confirms,
+        )
+        .await;
+        self.endpoint_down(batch.messages, &mut results, &sent, &unreachable);
         results
     }
 

@@ -47,15 +47,9 @@ pub(super) fn parts(
 ) -> Result<Parts, PublishError> {
     let mut headers = HeaderMap::new();
     if let Some(p) = m.properties {
-        let properties = [
-            ("content-type", &p.content_type),
-            ("content-encoding", &p.content_encoding),
-            ("correlation-id", &p.correlation_id),
-        ];
         for (name, value) in &p.headers {
             let lower = name.to_ascii_lowercase();
-            let set_as_property = properties.iter().any(|(n, v)| v.is_some() && *n == lower);
-            if RESERVED.contains(&lower.as_str()) || set_as_property {
+            if RESERVED.contains(&lower.as_str()) || p.sets_header(&lower) {
                 continue;
             }
             let name = HeaderName::from_bytes(lower.as_bytes()).map_err(|_| {
@@ -63,7 +57,7 @@ pub(super) fn parts(
             })?;
             headers.append(name.clone(), value_of(name.as_str(), &value.to_text())?);
         }
-        for (name, value) in properties {
+        for (name, value) in p.header_properties() {
             if let Some(value) = value {
                 headers.insert(name, value_of(name, value)?);
             }

@@ -37,14 +37,7 @@ impl KafkaPublisher {
     /// Enqueues every record (waiting for room on `QueueFull`), then awaits the delivery
     /// reports (each also to `confirms` as it arrives).
     pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
-        let Batch {
-            trigger,
-            messages,
-            timeout,
-            abort,
-            confirms,
-        } = batch;
-        let mut results: Vec<Outcome> = vec![Err(PublishError::Timeout); messages.len()];
+        let mut results = batch.unconfirmed();
         let KafkaRoute { topic, key, .. } = &self.route;
         let Instance { producer, health } = self.shared.current();
         if !health.is_up() {
@@ -54,10 +47,10 @@ impl KafkaPublisher {
         }
         let room = &self.shared.room;
         let (reports, mut reported) = tokio::sync::mpsc::unbounded_channel();
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = tokio::time::Instant::now() + batch.timeout;
         let (mut due, mut attempt) = (itoa::Buffer::new(), itoa::Buffer::new());
-        'messages: for (i, m) in messages.iter().enumerate() {
-            let (headers, own_key) = headers_of(trigger, m, &mut due, &mut attempt);
+        'messages: for (i, m) in batch.messages.iter().enumerate() {
+            let (headers, own_key) = headers_of(batch.trigger, m, &mut due, &mut attempt);
             let mut record = BaseRecord::<[u8], [u8], Box<Report>>::with_opaque_to(
                 m.topic.unwrap_or(topic),
                 Report::new(&reports, i),
@@ -84,7 +77,7 @@ impl KafkaPublisher {
                         };
                         let look_again = tokio::select! {
                             Some((j, r)) = reported.recv() => {
-                                record_outcome(&mut results, j, r, confirms);
+                                record_outcome(&mut results, j, r, batch.confirms);
                                 false
                             }
                             _ = wait => true,
@@ -95,7 +88,7 @@ impl KafkaPublisher {
                                 record.delivery_opaque.disarm();
                                 break 'messages;
                             }
-                            _ = abort.cancelled() => {
+                            _ = batch.abort.cancelled() => {
                                 record.delivery_opaque.disarm();
                                 break 'messages;
                             }
@@ -120,7 +113,7 @@ impl KafkaPublisher {
         drop(reports);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let reported = futures_util::stream::poll_fn(|cx| reported.poll_recv(cx));
-        await_confirms(&mut results, reported, left, abort, confirms).await;
+        await_confirms(&mut results, reported, left, batch.abort, batch.confirms).await;
         if producer.client().fatal_error().is_some() {
             health.fatal.store(true, Ordering::Relaxed);
         }
@@ -158,19 +151,12 @@ fn headers_of<'m>(
     let mut own_key = None;
     if let Some(p) = m.properties {
         // The envelope's headers first; the bridge's own names are the bridge's.
-        let properties = [
-            ("content-type", &p.content_type),
-            ("content-encoding", &p.content_encoding),
-            ("correlation-id", &p.correlation_id),
-        ];
         for (name, value) in &p.headers {
             // The bridge's own names are the bridge's, and a property the envelope
             // sets wins over a header of the same name: one header each.
             let taken = [HEADER_TRIGGER, HEADER_DUE_MS, HEADER_ATTEMPT, HEADER_ID]
                 .contains(&name.as_str())
-                || properties
-                    .iter()
-                    .any(|(n, v)| v.is_some() && n.eq_ignore_ascii_case(name));
+                || p.sets_header(name);
             if taken {
                 continue;
             }
@@ -179,7 +165,7 @@ fn headers_of<'m>(
                 value: Some(&value.to_text()),
             });
         }
-        for (name, value) in properties {
+        for (name, value) in p.header_properties() {
             if let Some(value) = value {
                 headers = headers.insert(Header {
                     key: name,
