@@ -30,10 +30,7 @@ local hash = ARGV[2] == '1'
 
 -- The members of ARGV[first .. first + n - 1] still leased by this claim.
 local function owned(first, n)
-  local names = {}
-  for i = first, first + n - 1 do
-    names[#names + 1] = ARGV[i]
-  end
+  local names = argv_list(first, first + n - 1)
   local mine = {}
   for i, score in ipairs(presence(DEAD_INFLIGHT, names)) do
     if score and tonumber(score) == deadline then
@@ -53,13 +50,7 @@ if #confirmed > 0 then
   each_chunk('ZREM', DEAD_INFLIGHT, confirmed)
   if hash then
     local scheduled, leased = presence(SOURCE, confirmed), presence(INFLIGHT, confirmed)
-    local done = {}
-    for i, id in ipairs(confirmed) do
-      if not scheduled[i] and not leased[i] then
-        done[#done + 1] = id
-      end
-    end
-    each_chunk('HDEL', BODIES, done)
+    each_chunk('HDEL', BODIES, absent(confirmed, scheduled, leased))
   end
 end
 for _, set in ipairs({kept, refused}) do

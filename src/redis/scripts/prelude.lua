@@ -109,6 +109,32 @@ local function each_chunk(cmd, key, members)
   end
 end
 
+-- ARGV[first .. last] as a list (to the end when `last` is nil).
+local function argv_list(first, last)
+  local list = {}
+  for i = first, last or #ARGV do
+    list[#list + 1] = ARGV[i]
+  end
+  return list
+end
+
+-- The members of `members` that none of `found` holds: each of `found` is a `presence()`
+-- reply for `members`, in their order.
+local function absent(members, ...)
+  local found = {...}
+  local out = {}
+  for i, member in ipairs(members) do
+    local anywhere = false
+    for _, where in ipairs(found) do
+      anywhere = anywhere or where[i]
+    end
+    if not anywhere then
+      out[#out + 1] = member
+    end
+  end
+  return out
+end
+
 -- Failed attempts recorded for the copy of `member` whose score is `stamp`.
 local function failures(attempts, member, stamp)
   local v = redis.call('HGET', attempts, member)

@@ -54,30 +54,13 @@ end
 -- reason, not in an entry.
 local leased = presence(INFLIGHT, members)
 if from_set == SOURCE then
-  local stale = {}
-  for i, member in ipairs(members) do
-    if not leased[i] then
-      stale[#stale + 1] = member
-    end
-  end
-  if #stale > 0 then
-    each_chunk('HDEL', ATTEMPTS, stale)
-  end
+  each_chunk('HDEL', ATTEMPTS, absent(members, leased))
 end
 if ARGV[5] == '1' then
   local other = SOURCE
   if from_set == SOURCE then
     other = DEAD
   end
-  local elsewhere = presence(other, members)
-  local orphans = {}
-  for i, member in ipairs(members) do
-    if not leased[i] and not elsewhere[i] then
-      orphans[#orphans + 1] = member
-    end
-  end
-  if #orphans > 0 then
-    each_chunk('HDEL', BODIES, orphans)
-  end
+  each_chunk('HDEL', BODIES, absent(members, leased, presence(other, members)))
 end
 return #members

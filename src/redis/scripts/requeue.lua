@@ -9,13 +9,9 @@ if bad then
   return bad
 end
 local limit = args[1]
-local members = {}
-if #ARGV > 1 then
-  for i = 2, #ARGV do
-    members[#members + 1] = ARGV[i]
-  end
-elseif limit > 0 then
-  -- A limit of 0 must move nothing: ZRANGE 0 -1 would mean the whole set.
+local members = argv_list(2)
+if #members == 0 and limit > 0 then
+  -- No names: the oldest. A limit of 0 must move nothing: ZRANGE 0 -1 would mean the whole set.
   members = redis.call('ZRANGE', DEAD, 0, limit - 1)
 end
 local moved = 0
