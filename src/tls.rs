@@ -18,19 +18,15 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// PEM file with the CA certificates to trust instead of the system's (a private CA).
-    #[serde(default)]
     pub ca_file: Option<PathBuf>,
     /// PEM file with the client certificate (and its chain), for servers that require one.
     /// Needs `key_file`.
-    #[serde(default)]
     pub cert_file: Option<PathBuf>,
     /// PEM file with the client certificate's private key (PKCS#8, PKCS#1 or SEC1). Keep it
     /// readable by the bridge's user only: a key readable by group or others is warned about.
-    #[serde(default)]
     pub key_file: Option<PathBuf>,
     /// The name the server's certificate must carry, where the URL's host is not that name
     /// (an IP address, a load balancer, a tunnel). Also sent as SNI.
-    #[serde(default)]
     pub server_name: Option<String>,
     /// Accept any certificate from any server: no verification at all, so anyone on the path
     /// can read and change messages. Only for trying things out; warned at start and by

@@ -25,7 +25,6 @@ pub struct HttpSinkConfig {
     pub max_concurrency: usize,
     /// File holding the secret of the `x-delay-signature` header (HMAC-SHA256 of the time
     /// and the body, see the HTTP sink's page). Unset: requests are not signed.
-    #[serde(default)]
     pub signing_secret_file: Option<String>,
     /// Most redirects followed per request (0 to 10). 0: none, a 3xx answer is the
     /// message's fault (dead-lettered as `http_<status>`).
@@ -39,7 +38,6 @@ pub struct HttpSinkConfig {
     /// `[sinks.NAME.tls]`: how an `https://` endpoint is verified and how the bridge
     /// identifies itself (`ca_file`, `cert_file`, `key_file`, `insecure`). Without it, the
     /// system's CAs are trusted.
-    #[serde(default)]
     pub tls: Option<TlsConfig>,
 }
 

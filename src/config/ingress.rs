@@ -15,7 +15,6 @@ pub const MAX_PREFETCH: u16 = u16::MAX;
 pub struct IngressConfig {
     /// AMQP: the exchange producers publish delayed messages to (declared durable by the
     /// bridge). Required on an AMQP trigger.
-    #[serde(default)]
     pub exchange: Option<String>,
     /// Its type: `fanout` (default), `topic` or `headers` (every message is taken; a `direct`
     /// exchange routes only exact keys). An exchange that already exists with another type
@@ -23,10 +22,8 @@ pub struct IngressConfig {
     #[serde(default = "default_exchange_type")]
     pub exchange_type: ExchangeType,
     /// The durable queue the bridge consumes, bound to `exchange`. Default: `<exchange>.ingress`.
-    #[serde(default)]
     pub queue: Option<String>,
     /// The queue's type (`x-queue-type`): `classic` (default) or `quorum`.
-    #[serde(default)]
     pub queue_type: Option<QueueType>,
     /// The keys the queue is bound with (default `["#"]`: every key of a `topic` exchange;
     /// a `fanout` or `headers` exchange ignores them). An exchange of the delayed-message
@@ -37,11 +34,9 @@ pub struct IngressConfig {
     #[serde(default = "default_prefetch")]
     pub prefetch: u16,
     /// Kafka: the topic producers write delayed records to. Required on a Kafka trigger.
-    #[serde(default)]
     pub topic: Option<String>,
     /// Kafka: the consumer group the bridge reads `topic` in. Default:
     /// `delay-bridge.<trigger name>`.
-    #[serde(default)]
     pub group: Option<String>,
 }
 

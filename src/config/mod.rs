@@ -78,7 +78,6 @@ pub struct RedisConfig {
     #[serde(default)]
     pub nodes: Vec<String>,
     /// Read the password from this file instead of the URL (overrides the URL's password).
-    #[serde(default)]
     pub password_file: Option<String>,
     /// How long to wait for a connection to be established.
     #[serde(default = "default_connect_timeout", with = "humantime_serde")]
@@ -95,7 +94,6 @@ pub struct RedisConfig {
     pub require_noeviction: bool,
     /// `[redis.tls]`: how a `rediss://` connection verifies the server and identifies itself.
     /// Without it, `rediss://` trusts the system's CAs and checks the URL's host name.
-    #[serde(default)]
     pub tls: Option<TlsConfig>,
 }
 

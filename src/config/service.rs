@@ -23,11 +23,9 @@ pub struct MetricsConfig {
 pub struct AdminConfig {
     /// Address of the admin API's listener. Unset: no admin API. Keep it on loopback (or
     /// behind a proxy of your own): the token is sent in clear over plain HTTP.
-    #[serde(default)]
     pub listen: Option<SocketAddr>,
     /// File holding the bearer token every call must carry (at least 16 characters);
     /// `DELAY_BRIDGE_ADMIN_TOKEN` may give it instead.
-    #[serde(default)]
     pub token_file: Option<String>,
     /// Only the calls that read (triggers, browse, show, forecast, dead letters); the
     /// others answer 403. Without a token, the admin API must be read-only.

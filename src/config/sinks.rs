@@ -38,16 +38,13 @@ impl SinkConfig {
 pub struct AmqpSinkConfig {
     /// One node: `amqp://user:password@host:port/vhost` or `amqps://` for TLS. Give this or
     /// `urls`.
-    #[serde(default)]
     pub url: Option<String>,
     /// The nodes of a cluster, same scheme, credentials and vhost, differing in host and port:
     /// the bridge connects to one at a time, starting from a random one, and moves on to the
     /// next when it cannot connect or the connection drops. Give this or `url`.
-    #[serde(default)]
     pub urls: Option<Vec<String>>,
     /// Read the password from this file instead of the URL (overrides the password of every
     /// address).
-    #[serde(default)]
     pub password_file: Option<String>,
     /// Exchanges and queues to declare (idempotently) on every connect.
     #[serde(default)]
@@ -70,7 +67,6 @@ pub struct AmqpSinkConfig {
     pub max_unconfirmed: usize,
     /// `[sinks.NAME.tls]`: how an `amqps://` connection verifies the broker and identifies
     /// itself. Without it, `amqps://` trusts the system's CAs and checks the URL's host name.
-    #[serde(default)]
     pub tls: Option<TlsConfig>,
 }
 
@@ -105,14 +101,11 @@ pub struct AmqpDeclare {
     #[serde(default)]
     pub kind: ExchangeType,
     /// A durable queue to declare and bind to the exchange.
-    #[serde(default)]
     pub queue: Option<String>,
     /// The queue's type (`x-queue-type`): `classic`, `quorum` (replicated over the cluster by
     /// Raft) or `stream`. Unset: no argument, which RabbitMQ takes as classic.
-    #[serde(default)]
     pub queue_type: Option<QueueType>,
     /// Binding key of the queue (defaults to the queue name).
-    #[serde(default)]
     pub binding_key: Option<String>,
 }
 
@@ -164,7 +157,6 @@ pub struct KafkaSinkConfig {
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
     /// Read `sasl.password` from this file.
-    #[serde(default)]
     pub sasl_password_file: Option<String>,
     /// Allow `properties` that make a delivery report prove nothing (`acks` other than
     /// `all`/`-1`, `enable.idempotence = false`): members are then deleted from Redis on the

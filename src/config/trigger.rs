@@ -66,38 +66,29 @@ pub struct TriggerConfig {
     /// Name of a `[sinks.NAME]` entry.
     pub sink: String,
     /// AMQP: exchange to publish to (`""` is the default exchange).
-    #[serde(default)]
     pub exchange: Option<String>,
     /// AMQP: routing key (default `""`).
-    #[serde(default)]
     pub routing_key: Option<String>,
     /// AMQP: take each message's routing key from this JSON Pointer (RFC 6901, e.g. `/type`)
     /// into the payload instead; payloads that are not JSON or lack a string there are
     /// dead-lettered with reason `bad_payload`.
-    #[serde(default)]
     pub routing_key_pointer: Option<String>,
     /// Kafka: topic to produce to.
-    #[serde(default)]
     pub topic: Option<String>,
     /// HTTP: the URL called for every message (`http://` or `https://`).
-    #[serde(default)]
     pub url: Option<String>,
     /// HTTP: take each message's URL from this JSON Pointer into the payload instead (needs
     /// `allowed_urls`); payloads that are not JSON or lack a string there are dead-lettered
     /// with reason `bad_payload`.
-    #[serde(default)]
     pub url_pointer: Option<String>,
     /// HTTP: the request method, `POST` (default), `PUT`, `PATCH` or `DELETE`.
-    #[serde(default)]
     pub method: Option<String>,
     /// HTTP: URL patterns a message's own URL (from `url_pointer` or an envelope's `url`)
     /// must match: scheme, host (`*.` for any subdomain) and port equal, the path under the
     /// pattern's path. Others are dead-lettered as `url_not_allowed`. Unset: messages cannot
     /// choose their URL.
-    #[serde(default)]
     pub allowed_urls: Option<Vec<String>>,
     /// Kafka: record key, `none` or `member`.
-    #[serde(default)]
     pub kafka_key: Option<KafkaKey>,
     /// How the member maps to the message body: `inline` (the member is the body) or `hash`
     /// (the member is an id, the body is in the bodies hash).
@@ -121,21 +112,17 @@ pub struct TriggerConfig {
     /// AMQP topic patterns (`*` one word, `#` any number) a message's own routing key (from
     /// an envelope or `routing_key_pointer`) must match; others are dead-lettered as
     /// `route_not_allowed`. Unset: any routing key on the trigger's exchange.
-    #[serde(default)]
     pub allowed_routing_keys: Option<Vec<String>>,
     /// Kafka: regular expressions, each matched against the whole name, of the topics a
     /// record may choose for itself (an ingress record's `x-delay-topic` header, an
     /// envelope's `topic`); a record choosing another is dead-lettered as
     /// `topic_not_allowed`. Unset: records cannot choose their topic.
-    #[serde(default)]
     pub allowed_topics: Option<Vec<String>>,
     /// Most messages forwarded per second, minute or hour (`"500/s"`, `"30/m"`, `"100/h"`),
     /// by every bridge on this trigger together (a token bucket in Redis). Unset: no limit.
-    #[serde(default)]
     pub rate_limit: Option<String>,
     /// With `rate_limit`: the most messages sent at once after a quiet spell (the bucket's
     /// size). Default: one second's worth, at least 1.
-    #[serde(default)]
     pub rate_burst: Option<u32>,
     /// Shards of this trigger's queue: with more than 1, `key` (which needs a hash tag, e.g.
     /// `delay:{orders}`) stands for the keys `delay:{orders:0}` .. `delay:{orders:N-1}`, each in
@@ -144,7 +131,6 @@ pub struct TriggerConfig {
     pub shards: u32,
     /// While changing `shards`: the shard count producers used before. The bridge serves the
     /// keys of both counts until this is removed (README, "Changing the number of shards").
-    #[serde(default)]
     pub drain_shards: Option<u32>,
     /// Worker tasks claiming and publishing for this trigger (spread over its shards).
     #[serde(default = "default_workers")]
@@ -181,19 +167,15 @@ pub struct TriggerConfig {
     pub max_message_bytes: usize,
     /// AMQP: forward dead letters to this exchange, with the reason in headers; each leaves
     /// Redis only once the broker confirmed it. Unset: dead letters stay in Redis.
-    #[serde(default)]
     pub dead_letter_exchange: Option<String>,
     /// AMQP: the routing key of forwarded dead letters (default `""`).
-    #[serde(default)]
     pub dead_letter_routing_key: Option<String>,
     /// Kafka: forward dead letters to this topic, with the reason in headers; each leaves
     /// Redis only once the broker confirmed it. Unset: dead letters stay in Redis.
-    #[serde(default)]
     pub dead_letter_topic: Option<String>,
     /// `[triggers.ingress]`: producers publish delayed messages to the broker (an `x-delay`
     /// header) and the bridge stores them in this trigger's queue. Implies `payload = "hash"`
     /// and `format = "envelope"`.
-    #[serde(default)]
     pub ingress: Option<IngressConfig>,
 }
 

@@ -141,7 +141,68 @@ struct Family {
     help: &'static str,
     kind: MetricType,
     labels: &'static [&'static str],
-    series: fn(&Cells, Emit<'_>),
+    series: Series,
+}
+
+/// How a trigger's cells give a family's series.
+enum Series {
+    /// One series: the value of a counter cell.
+    Count(fn(&Cells) -> &AtomicU64),
+    /// One series: the value of a gauge cell.
+    Gauge(fn(&Cells) -> &AtomicI64),
+    /// One series per value of the second label.
+    ByLabel(fn(&Cells) -> &ByLabel),
+    /// Any other way.
+    Each(fn(&Cells, Emit<'_>)),
+}
+
+impl Series {
+    fn emit(&self, c: &Cells, out: Emit<'_>) {
+        match self {
+            Series::Count(cell) => out(None, load(cell(c))),
+            Series::Gauge(cell) => out(None, cell(c).load(Relaxed) as f64),
+            Series::ByLabel(cell) => cell(c).each(out),
+            Series::Each(each) => each(c, out),
+        }
+    }
+}
+
+/// A counter family with the `trigger` label alone, from one counter cell.
+const fn counter(name: &'static str, help: &'static str, cell: fn(&Cells) -> &AtomicU64) -> Family {
+    Family {
+        name,
+        help,
+        kind: MetricType::COUNTER,
+        labels: &["trigger"],
+        series: Series::Count(cell),
+    }
+}
+
+/// A gauge family with the `trigger` label alone, from one gauge cell.
+const fn gauge(name: &'static str, help: &'static str, cell: fn(&Cells) -> &AtomicI64) -> Family {
+    Family {
+        name,
+        help,
+        kind: MetricType::GAUGE,
+        labels: &["trigger"],
+        series: Series::Gauge(cell),
+    }
+}
+
+/// A counter family with a second label, from a [`ByLabel`] cell.
+const fn by_label(
+    name: &'static str,
+    help: &'static str,
+    labels: &'static [&'static str],
+    cell: fn(&Cells) -> &ByLabel,
+) -> Family {
+    Family {
+        name,
+        help,
+        kind: MetricType::COUNTER,
+        labels,
+        series: Series::ByLabel(cell),
+    }
 }
 
 fn load(v: &AtomicU64) -> f64 {
@@ -154,128 +215,50 @@ const FAMILIES: &[Family] = &[
         help: "Messages confirmed by the broker and removed from Redis",
         kind: MetricType::COUNTER,
         labels: &["trigger", "sink"],
-        series: |c, out| out(Some(&c.sink), load(&c.forwarded)),
+        series: Series::Each(|c, out| out(Some(&c.sink), load(&c.forwarded))),
     },
-    Family {
-        name: "messages_retried_total",
-        help: "Messages that failed and were scheduled again after a backoff",
-        kind: MetricType::COUNTER,
-        labels: &["trigger", "reason"],
-        series: |c, out| c.retried.each(out),
-    },
-    Family {
-        name: "messages_dead_lettered_total",
-        help: "Messages moved to the dead-letter set",
-        kind: MetricType::COUNTER,
-        labels: &["trigger", "reason"],
-        series: |c, out| c.dead_lettered.each(out),
-    },
+    by_label("messages_retried_total", "Messages that failed and were scheduled again after a backoff", &["trigger", "reason"], |c| &c.retried),
+    by_label("messages_dead_lettered_total", "Messages moved to the dead-letter set", &["trigger", "reason"], |c| &c.dead_lettered),
     Family {
         name: "dead_letters_forwarded_total",
         help: "Dead letters the broker confirmed at the trigger's dead-letter destination and that left Redis",
         kind: MetricType::COUNTER,
         labels: &["trigger"],
-        series: |c, out| {
+        series: Series::Each(|c, out| {
             if c.forwards_dead_letters.load(Relaxed) {
                 out(None, load(&c.dead_letters_forwarded));
             }
-        },
+        }),
     },
-    Family {
-        name: "dead_letter_forward_failures_total",
-        help: "Dead letters that a forward did not deliver, by reason: tried again after the lease, or kept in Redis when the broker refuses them",
-        kind: MetricType::COUNTER,
-        labels: &["trigger", "reason"],
-        series: |c, out| c.dead_letter_forward_failures.each(out),
-    },
-    Family {
-        name: "messages_expired_total",
-        help: "Messages claimed after their expiry (expire_after, an envelope's expires_at_ms): dead-lettered as expired or dropped, never published",
-        kind: MetricType::COUNTER,
-        labels: &["trigger"],
-        series: |c, out| out(None, load(&c.expired)),
-    },
-    Family {
-        name: "messages_redelivered_total",
-        help: "In-flight messages whose lease expired and were put back to be delivered again",
-        kind: MetricType::COUNTER,
-        labels: &["trigger"],
-        series: |c, out| out(None, load(&c.redelivered)),
-    },
-    Family {
-        name: "messages_put_back_total",
-        help: "Claimed messages returned unattempted or unconfirmed (shutdown, broker connection lost)",
-        kind: MetricType::COUNTER,
-        labels: &["trigger"],
-        series: |c, out| out(None, load(&c.put_back)),
-    },
-    Family {
-        name: "empty_claims_total",
-        help: "Claims that found nothing due",
-        kind: MetricType::COUNTER,
-        labels: &["trigger"],
-        series: |c, out| out(None, load(&c.empty_claims)),
-    },
-    Family {
-        name: "rate_limited_claims_total",
-        help: "Claims that took nothing because the trigger's rate limit was spent",
-        kind: MetricType::COUNTER,
-        labels: &["trigger"],
-        series: |c, out| out(None, load(&c.rate_limited_claims)),
-    },
-    Family {
-        name: "control_repairs_total",
-        help: "Control hash fields (paused, tokens, at) a claim found out of range and repaired",
-        kind: MetricType::COUNTER,
-        labels: &["trigger"],
-        series: |c, out| out(None, load(&c.control_repairs)),
-    },
-    Family {
-        name: "notify_wakeups_total",
-        help: "Idle waits ended early by a keyspace notification",
-        kind: MetricType::COUNTER,
-        labels: &["trigger"],
-        series: |c, out| out(None, load(&c.notify_wakeups)),
-    },
-    Family {
-        name: "redis_errors_total",
-        help: "Failed Redis calls by kind",
-        kind: MetricType::COUNTER,
-        labels: &["trigger", "kind"],
-        series: |c, out| c.redis_errors.each(out),
-    },
+    by_label("dead_letter_forward_failures_total", "Dead letters that a forward did not deliver, by reason: tried again after the lease, or kept in Redis when the broker refuses them", &["trigger", "reason"], |c| &c.dead_letter_forward_failures),
+    counter("messages_expired_total", "Messages claimed after their expiry (expire_after, an envelope's expires_at_ms): dead-lettered as expired or dropped, never published", |c| &c.expired),
+    counter("messages_redelivered_total", "In-flight messages whose lease expired and were put back to be delivered again", |c| &c.redelivered),
+    counter("messages_put_back_total", "Claimed messages returned unattempted or unconfirmed (shutdown, broker connection lost)", |c| &c.put_back),
+    counter("empty_claims_total", "Claims that found nothing due", |c| &c.empty_claims),
+    counter("rate_limited_claims_total", "Claims that took nothing because the trigger's rate limit was spent", |c| &c.rate_limited_claims),
+    counter("control_repairs_total", "Control hash fields (paused, tokens, at) a claim found out of range and repaired", |c| &c.control_repairs),
+    counter("notify_wakeups_total", "Idle waits ended early by a keyspace notification", |c| &c.notify_wakeups),
+    by_label("redis_errors_total", "Failed Redis calls by kind", &["trigger", "kind"], |c| &c.redis_errors),
     Family {
         name: "backlog_messages",
         help: "Members per state: due, scheduled, inflight, dead",
         kind: MetricType::GAUGE,
         labels: &["trigger", "state"],
-        series: |c, out| {
+        series: Series::Each(|c, out| {
             for (state, v) in BACKLOG_STATES.iter().zip(&c.backlog) {
                 out(Some(state), v.load(Relaxed) as f64);
             }
-        },
+        }),
     },
     Family {
         name: "oldest_due_age_seconds",
         help: "Age of the oldest member that is due and not yet claimed",
         kind: MetricType::GAUGE,
         labels: &["trigger"],
-        series: |c, out| out(None, f64::from_bits(c.oldest_due_age.load(Relaxed))),
+        series: Series::Each(|c, out| out(None, f64::from_bits(c.oldest_due_age.load(Relaxed)))),
     },
-    Family {
-        name: "trigger_paused",
-        help: "1 while an operator has paused the trigger's claims, else 0",
-        kind: MetricType::GAUGE,
-        labels: &["trigger"],
-        series: |c, out| out(None, c.paused.load(Relaxed) as f64),
-    },
-    Family {
-        name: "unserved_members",
-        help: "Members on the trigger's keys that its configuration does not serve (an earlier shard count's): nothing delivers them",
-        kind: MetricType::GAUGE,
-        labels: &["trigger"],
-        series: |c, out| out(None, c.unserved.load(Relaxed) as f64),
-    },
+    gauge("trigger_paused", "1 while an operator has paused the trigger's claims, else 0", |c| &c.paused),
+    gauge("unserved_members", "Members on the trigger's keys that its configuration does not serve (an earlier shard count's): nothing delivers them", |c| &c.unserved),
 ];
 
 /// Every trigger's cells, by trigger and sink, and the collector that exports them.
@@ -346,7 +329,7 @@ impl Collector for Exporter {
                 mf.set_field_type(f.kind);
                 let metrics = mf.mut_metric();
                 for c in &cells {
-                    (f.series)(c, &mut |second, value| {
+                    f.series.emit(c, &mut |second, value| {
                         let mut labels = vec![label(f.labels[0], &c.trigger)];
                         if let (Some(name), Some(v)) = (f.labels.get(1), second) {
                             labels.push(label(name, v));
