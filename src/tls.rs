@@ -182,6 +182,21 @@ impl Tls {
         Self::new(&TlsConfig::default()).expect("no files to read")
     }
 
+    /// The client of the optional TLS table at `key` in the configuration (`redis.tls`,
+    /// say), or [`Tls::system`] without one; an error lists every problem by its key.
+    pub fn of_table(table: Option<&TlsConfig>, key: &str) -> anyhow::Result<Self> {
+        let Some(table) = table else {
+            return Ok(Self::system());
+        };
+        table.client().map_err(|problems| {
+            let list: Vec<String> = problems
+                .iter()
+                .map(|p| format!("{key}.{}: {}", p.field, p.message))
+                .collect();
+            anyhow::anyhow!(list.join("; "))
+        })
+    }
+
     /// Whether the bridge presents a client certificate.
     pub fn has_client_certificate(&self) -> bool {
         self.client_certificate

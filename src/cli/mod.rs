@@ -286,30 +286,12 @@ pub async fn dispatch(cli: Cli) -> i32 {
             id,
             payload,
         } => with_config(&config, |c| cancel(c, trigger, id, payload)).await,
-        Command::Browse(a) => {
-            let config = a.config_arg().clone();
-            with_config(&config, |c| operate::browse(c, a)).await
-        }
-        Command::Show(a) => {
-            let config = a.config_arg().clone();
-            with_config(&config, |c| operate::show(c, a)).await
-        }
-        Command::Forecast(a) => {
-            let config = a.config_arg().clone();
-            with_config(&config, |c| operate::forecast(c, a)).await
-        }
-        Command::Promote(a) => {
-            let config = a.config_arg().clone();
-            with_config(&config, |c| operate::promote(c, a)).await
-        }
-        Command::Reschedule(a) => {
-            let config = a.config_arg().clone();
-            with_config(&config, |c| operate::reschedule(c, a, false)).await
-        }
-        Command::Purge(a) => {
-            let config = a.config_arg().clone();
-            with_config(&config, |c| operate::purge(c, a)).await
-        }
+        Command::Browse(a) => with_target(a, operate::browse).await,
+        Command::Show(a) => with_target(a, operate::show).await,
+        Command::Forecast(a) => with_target(a, operate::forecast).await,
+        Command::Promote(a) => with_target(a, operate::promote).await,
+        Command::Reschedule(a) => with_target(a, |c, a| operate::reschedule(c, a, false)).await,
+        Command::Purge(a) => with_target(a, operate::purge).await,
         Command::Pause { config, trigger } => {
             with_config(&config, |c| pause(c, trigger, true)).await
         }
@@ -402,6 +384,17 @@ where
         Ok((_, c)) => f(c).await,
         Err(code) => Ok(code),
     }
+}
+
+/// Runs a command on one trigger's queue with the configuration its `--config` names.
+async fn with_target<A, F, Fut>(a: A, f: F) -> anyhow::Result<i32>
+where
+    A: operate::Targeted,
+    F: FnOnce(Config, A) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<i32>>,
+{
+    let config = a.config_arg().clone();
+    with_config(&config, |c| f(c, a)).await
 }
 
 async fn run(arg: &ConfigArg) -> i32 {

@@ -318,11 +318,16 @@ pub(super) async fn purge(config: Config, a: PurgeArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// The arguments of a command on one trigger's queue.
+pub(super) trait Targeted {
+    /// The `--config` argument.
+    fn config_arg(&self) -> &ConfigArg;
+}
+
 macro_rules! config_arg {
     ($($t:ty),*) => {$(
-        impl $t {
-            /// The `--config` argument.
-            pub fn config_arg(&self) -> &ConfigArg {
+        impl Targeted for $t {
+            fn config_arg(&self) -> &ConfigArg {
                 &self.target.config
             }
         }

@@ -101,16 +101,7 @@ impl Endpoint {
         }
         let addr = match info.addr().clone() {
             ConnectionAddr::Tcp(host, port) if tls => {
-                let tls = match &config.tls {
-                    Some(settings) => settings.client().map_err(|problems| {
-                        let list: Vec<String> = problems
-                            .iter()
-                            .map(|p| format!("redis.tls.{}: {}", p.field, p.message))
-                            .collect();
-                        anyhow::anyhow!(list.join("; "))
-                    })?,
-                    None => Tls::system(),
-                };
+                let tls = Tls::of_table(config.tls.as_ref(), "redis.tls")?;
                 Addr::Tls { host, port, tls }
             }
             ConnectionAddr::Tcp(host, port) => Addr::Tcp { host, port },

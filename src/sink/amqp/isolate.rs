@@ -15,7 +15,7 @@ use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection};
 use tokio_util::sync::CancellationToken;
 
-use super::publisher::{confirmation, properties, AmqpPublisher, Target, MANDATORY};
+use super::publisher::{classify, confirmation, properties, AmqpPublisher, Target, MANDATORY};
 use super::refused::Verdict;
 use crate::sink::{record_outcome, Confirms, OutMessage, Outcome, PublishError};
 
@@ -154,10 +154,10 @@ impl AmqpPublisher {
             }
             private.as_ref().expect("just opened")
         };
-        let ch = conn.create_channel().await.map_err(closed_or_lost)?;
+        let ch = conn.create_channel().await.map_err(classify)?;
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
-            .map_err(closed_or_lost)?;
+            .map_err(classify)?;
         Ok(ch)
     }
 }
@@ -195,7 +195,7 @@ impl Alone {
             .await;
         let outcome = match sent {
             Ok(confirm) => confirmation(confirm.await),
-            Err(e) => Err(closed_or_lost(e)),
+            Err(e) => Err(classify(e)),
         };
         self.channel = Some(ch);
         outcome
@@ -208,16 +208,5 @@ impl Alone {
         if let Some(conn) = self.private {
             let _ = conn.close(200, "isolated").await;
         }
-    }
-}
-
-/// A failed channel open: the broker's close, or a lost connection.
-fn closed_or_lost(e: lapin::Error) -> PublishError {
-    match e {
-        lapin::Error::ProtocolError(e) => PublishError::Closed {
-            code: e.get_id(),
-            text: e.get_message().to_string(),
-        },
-        e => PublishError::Connection(e.to_string()),
     }
 }

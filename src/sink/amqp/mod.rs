@@ -98,16 +98,7 @@ struct Pool {
 impl AmqpSink {
     /// Reads the password file and the TLS files, if any; does not connect yet.
     pub fn new(name: &str, config: &AmqpSinkConfig) -> anyhow::Result<Self> {
-        let tls = match &config.tls {
-            Some(settings) => settings.client().map_err(|problems| {
-                let list: Vec<String> = problems
-                    .iter()
-                    .map(|p| format!("sinks.{name}.tls.{}: {}", p.field, p.message))
-                    .collect();
-                anyhow::anyhow!(list.join("; "))
-            })?,
-            None => Tls::system(),
-        };
+        let tls = Tls::of_table(config.tls.as_ref(), &format!("sinks.{name}.tls"))?;
         Ok(Self {
             connector: Arc::new(Connector {
                 name: name.to_string(),

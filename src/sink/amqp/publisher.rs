@@ -366,10 +366,10 @@ pub(super) fn confirmation(r: Result<Confirmation, lapin::Error>) -> Outcome {
     }
 }
 
-/// A failed publish or confirmation: the broker closed the channel or the connection (its
-/// reply code and text kept: isolation finds out whose fault it was), or the connection was
-/// lost. Either way the message goes back untried unless isolation blames it.
-fn classify(e: lapin::Error) -> PublishError {
+/// A failed publish, confirmation or channel open: the broker closed the channel or the
+/// connection (its reply code and text kept: isolation finds out whose fault it was), or the
+/// connection was lost. Either way the message goes back untried unless isolation blames it.
+pub(super) fn classify(e: lapin::Error) -> PublishError {
     match e {
         lapin::Error::ProtocolError(e) => PublishError::Closed {
             code: e.get_id(),

@@ -4,7 +4,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::anyhow;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use crate::config::HttpSinkConfig;
@@ -30,16 +29,7 @@ impl std::error::Error for Blocked {}
 
 /// The client of a sink, built from its settings.
 pub(super) fn build(config: &HttpSinkConfig) -> anyhow::Result<reqwest::Client> {
-    let tls = match &config.tls {
-        Some(table) => table.client().map_err(|problems| {
-            let text: Vec<String> = problems
-                .iter()
-                .map(|p| format!("tls.{}: {}", p.field, p.message))
-                .collect();
-            anyhow!("{}", text.join("; "))
-        })?,
-        None => Tls::system(),
-    };
+    let tls = Tls::of_table(config.tls.as_ref(), "tls")?;
     let mut rustls = (*tls.config()).clone();
     rustls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let allow = config.allow_link_local;
