@@ -7,19 +7,18 @@ use serde::{Deserialize, Serialize};
 
 /// `[metrics]`
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
     /// Address of the HTTP listener; loopback by default. Use `0.0.0.0:9464` to expose it.
-    #[serde(default = "default_metrics_listen")]
     pub listen: SocketAddr,
     /// How often the backlog gauges are refreshed from Redis.
-    #[serde(default = "default_backlog_interval", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub backlog_interval: Duration,
 }
 
 /// `[admin]`: the admin API, on a listener of its own.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     /// Address of the admin API's listener. Unset: no admin API. Keep it on loopback (or
     /// behind a proxy of your own): the token is sent in clear over plain HTTP.
@@ -29,14 +28,12 @@ pub struct AdminConfig {
     pub token_file: Option<String>,
     /// Only the calls that read (triggers, browse, show, forecast, dead letters); the
     /// others answer 403. Without a token, the admin API must be read-only.
-    #[serde(default)]
     pub read_only: bool,
     /// Host names (without port) the admin API answers to, besides IP addresses and
     /// `localhost`: a request whose `Host` header names anything else is refused with 421, so
     /// that a page on another site cannot reach the API by pointing its own name at this
     /// address (DNS rebinding). List the names a proxy or the operators use, e.g.
     /// `["bridge.internal"]`.
-    #[serde(default)]
     pub allowed_hosts: Vec<String>,
 }
 
@@ -55,43 +52,30 @@ impl AdminConfig {
     }
 }
 
-fn default_metrics_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 9464))
-}
-fn default_backlog_interval() -> Duration {
-    Duration::from_secs(10)
-}
-
 impl Default for MetricsConfig {
     fn default() -> Self {
         Self {
-            listen: default_metrics_listen(),
-            backlog_interval: default_backlog_interval(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            backlog_interval: Duration::from_secs(10),
         }
     }
 }
 
 /// `[log]`
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `text` (default) or `json`.
-    #[serde(default)]
     pub format: LogFormat,
     /// A tracing filter such as `info` or `delay_bridge=debug`; `RUST_LOG` wins when set.
-    #[serde(default = "default_log_level")]
     pub level: String,
-}
-
-fn default_log_level() -> String {
-    "info".into()
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         Self {
             format: LogFormat::default(),
-            level: default_log_level(),
+            level: "info".into(),
         }
     }
 }
@@ -109,22 +93,18 @@ pub enum LogFormat {
 
 /// `[shutdown]`
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct ShutdownConfig {
     /// How long to wait for outstanding broker confirmations after SIGTERM
     /// before putting the unconfirmed messages back.
-    #[serde(default = "default_shutdown_timeout", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub timeout: Duration,
-}
-
-fn default_shutdown_timeout() -> Duration {
-    Duration::from_secs(30)
 }
 
 impl Default for ShutdownConfig {
     fn default() -> Self {
         Self {
-            timeout: default_shutdown_timeout(),
+            timeout: Duration::from_secs(30),
         }
     }
 }

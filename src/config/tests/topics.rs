@@ -49,8 +49,10 @@ fn every_bad_pattern_is_named_with_the_other_problems() {
                 "triggers[0].workers"
             ]
         );
-        let e = load_in_jail(jail, &format!("{KAFKA}allowed_topics = []\n")).unwrap_err();
-        assert_eq!(keys_of(e), ["triggers[0].allowed_topics"]);
+        assert_eq!(
+            rejected_keys(jail, &format!("{KAFKA}allowed_topics = []\n")),
+            ["triggers[0].allowed_topics"]
+        );
         Ok(())
     });
 }
@@ -67,8 +69,7 @@ fn only_kafka_triggers_take_allowed_topics() {
         assert_eq!(keys_of(e), ["triggers[0].allowed_topics"]);
         let http = "[sinks.h]\ntype = \"http\"\n[[triggers]]\nname = \"t\"\nkey = \"k\"\n\
             sink = \"h\"\nurl = \"https://hooks.internal/\"\nallowed_topics = ['x']\n";
-        let e = load_in_jail(jail, http).unwrap_err();
-        assert_eq!(keys_of(e), ["triggers[0].allowed_topics"]);
+        assert_eq!(rejected_keys(jail, http), ["triggers[0].allowed_topics"]);
         Ok(())
     });
 }
