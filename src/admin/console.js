@@ -187,23 +187,32 @@ function openable(row, item) {
   row.addEventListener("keydown", (e) => { if (e.key === "Enter" && e.target === row) drawer(item, row); });
 }
 
+// Fills the table body `selector` with a row per member of `items`: `fill` writes a row's
+// cells (given the item with its `kind`), and the row opens the member's drawer.
+function memberRows(selector, kind, items, fill) {
+  const body = $(selector);
+  body.replaceChildren();
+  for (const m of items) {
+    const row = body.insertRow();
+    row.dataset.member = m.member;
+    const item = { kind, ...m };
+    fill(row, item);
+    openable(row, item);
+  }
+}
+
 function scheduledRows(items) {
-  const sb = $("#scheduled tbody");
-  sb.replaceChildren();
-  for (const e of items) {
-    const row = sb.insertRow();
-    row.dataset.member = e.member;
+  memberRows("#scheduled tbody", "scheduled", items, (row, e) => {
     cell(row, when(e.due_ms));
     cell(row, short(e.member));
     cell(row, e.attempts, "num");
     cell(row, e.body_size == null ? "" : e.body_preview + (e.body_size > e.body_preview.length ? " ..." : ""));
     const a = row.insertCell();
-    button(a, "Show", "show", { member: e.member }, () => drawer({ kind: "scheduled", ...e }, row));
+    button(a, "Show", "show", { member: e.member }, () => drawer(e, row));
     button(a, "Promote", "promote", { member: e.member }, () => act("Promoted", selected, "/promote", { members: [e.member] }));
     button(a, "Cancel", "cancel", { member: e.member }, () => act("Cancelled", selected, "/cancel", { members: [e.member] },
       "Cancel " + short(e.member, 60) + "? It will not be sent."), true);
-    openable(row, { kind: "scheduled", ...e });
-  }
+  });
 }
 
 async function detail() {
@@ -223,34 +232,22 @@ async function detail() {
       $("#next-page").disabled = !page.next;
       $("#next-page").dataset.next = page.next || "";
     }
-    const ib = $("#inflight tbody");
-    ib.replaceChildren();
-    for (const m of inflight.items) {
-      const row = ib.insertRow();
-      row.dataset.member = m.member;
+    memberRows("#inflight tbody", "inflight", inflight.items, (row, m) => {
       cell(row, when(m.lease_deadline_ms));
       cell(row, short(m.member));
-      const item = { kind: "inflight", ...m };
-      button(row.insertCell(), "Show", "show", { member: m.member }, () => drawer(item, row));
-      openable(row, item);
-    }
-    const db = $("#dead tbody");
-    db.replaceChildren();
-    for (const d of dead.items) {
-      const row = db.insertRow();
-      row.dataset.member = d.member;
+      button(row.insertCell(), "Show", "show", { member: m.member }, () => drawer(m, row));
+    });
+    memberRows("#dead tbody", "dead", dead.items, (row, d) => {
       cell(row, when(d.at_ms));
       cell(row, short(d.member));
       cell(row, d.reason ? d.reason.reason : "-", "", "reason");
       cell(row, d.attempts == null ? "-" : d.attempts, "num", "attempts");
       cell(row, d.reason && d.reason.detail ? short(String(d.reason.detail), 160) : "", "", "detail");
       const a = row.insertCell();
-      const item = { kind: "dead", ...d };
-      button(a, "Show", "show", { member: d.member }, () => drawer(item, row));
+      button(a, "Show", "show", { member: d.member }, () => drawer(d, row));
       button(a, "Requeue", "requeue", { member: d.member }, () => act("Requeued", selected, "/dead/requeue", { members: [d.member] },
         "Requeue " + short(d.member, 60) + "? It will be sent now."));
-      openable(row, item);
-    }
+    });
     reasons(dead.items);
     $("#dead-next").disabled = !dead.next;
     $("#dead-next").dataset.next = dead.next || "";
