@@ -192,9 +192,10 @@ pub struct TriggerConfig {
     pub dead_letter_topic: Option<String>,
     /// `[triggers.ingress]`: producers publish delayed messages to the broker (an `x-delay`
     /// header) and the bridge stores them in this trigger's queue. Implies `payload = "hash"`
-    /// and `format = "envelope"`.
+    /// and `format = "envelope"`. (Boxed: most triggers have none, and every trigger's
+    /// settings are held for as long as it runs.)
     #[serde(default)]
-    pub ingress: Option<IngressConfig>,
+    pub ingress: Option<Box<IngressConfig>>,
 }
 
 fn default_shards() -> u32 {
