@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::Config;
+use crate::config::{Config, Trigger};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::redis::conn::{Conn, Endpoint};
@@ -84,7 +84,7 @@ pub fn redis_endpoint(config: &Config) -> anyhow::Result<Arc<Endpoint>> {
 }
 
 /// Runs the daemon until `shutdown.stop` is cancelled, then drains within `shutdown.timeout`.
-pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run(mut config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow::Result<()> {
     let stop = shutdown.stop.clone();
     let endpoint = redis_endpoint(&config)?;
     for warning in config.warnings() {
@@ -142,17 +142,24 @@ pub async fn run(config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow
         enable_keyspace_events: config.redis.enable_keyspace_events,
         admin: admin_triggers,
     });
+    // Each trigger's settings leave the configuration for its running trigger, held once.
+    let triggers: Vec<Arc<Trigger>> = std::mem::take(&mut config.triggers)
+        .into_iter()
+        .map(Arc::new)
+        .collect();
     // Every key a trigger stops serving must be empty; a pause holds on every key it serves.
-    if let Err(refused) = crate::redis::queue::take_layouts(&config.triggers, &conn).await {
+    let layouts = crate::redis::queue::take_layouts(triggers.iter().map(|t| &**t), &conn).await;
+    if let Err(refused) = layouts {
         return Err(anyhow::Error::new(refused));
     }
-    for tc in &config.triggers {
+    let count = triggers.len();
+    for tc in triggers {
         running.start(tc).map_err(anyhow::Error::msg)?;
     }
     running.publish(config.metrics.backlog_interval);
     health.triggers_started();
     tracing::info!(
-        triggers = config.triggers.len(),
+        triggers = count,
         workers = running.worker_count(),
         notifications,
         "delay-bridge running"

@@ -56,20 +56,46 @@ pub(super) struct Running {
     entries: BTreeMap<String, Entry>,
     notify_stop: CancellationToken,
     housekeeping_stop: CancellationToken,
+    /// Cancelled once the next notification listener has subscribed (or failed to, or there
+    /// is none): the lead workers of the triggers started meanwhile wait for it, so that
+    /// their first claims come after the listener's wake-up of every trigger, which those
+    /// claims answer, instead of a second round of claims.
+    listening: CancellationToken,
 }
 
 impl Running {
     pub(super) fn new(shared: Services) -> Self {
-        Self {
+        let mut running = Self {
             shared,
             entries: BTreeMap::new(),
             notify_stop: CancellationToken::new(),
             housekeeping_stop: CancellationToken::new(),
+            listening: CancellationToken::new(),
+        };
+        running.renew_gate();
+        running
+    }
+
+    /// A new gate for the triggers started until the next [`Self::publish`] (open at once
+    /// without notifications). The last one opens: its triggers must not wait for a listener
+    /// that may not come.
+    fn renew_gate(&mut self) {
+        self.listening.cancel();
+        self.listening = CancellationToken::new();
+        if !self.shared.notifications {
+            self.listening.cancel();
         }
     }
 
-    /// Starts `tc`'s workers; [`Self::publish`] adds it to the housekeeping.
-    pub(super) fn start(&mut self, tc: &Trigger) -> Result<(), String> {
+    /// [`Self::start`]; when it fails, the gate opens for the triggers started so far.
+    fn start_or_open(&mut self, tc: &Trigger) -> Result<(), String> {
+        self.start(Arc::new(tc.clone()))
+            .inspect_err(|_| self.listening.cancel())
+    }
+
+    /// Starts `tc`'s workers; [`Self::publish`] adds it to the housekeeping. Its settings are
+    /// held once, shared by its shards, workers and the admin API.
+    pub(super) fn start(&mut self, tc: Arc<Trigger>) -> Result<(), String> {
         let s = &self.shared;
         let sink = s.sinks.get(&tc.sink).ok_or_else(|| {
             format!(
@@ -77,8 +103,8 @@ impl Running {
                 tc.name, tc.sink
             )
         })?;
-        let queue = Queue::new(tc, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
-        let tc = &Arc::new(tc.clone());
+        let queue = Queue::new(&tc, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
+        let tc = &tc;
         let shards = Shard::shards(tc, &queue, sink.clone(), &s.metrics, s.health.clone())?;
         let (stop, abort) = (s.stop.child_token(), s.abort.child_token());
         let workers = TaskTracker::new();
@@ -87,7 +113,8 @@ impl Running {
         let mut deferred: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (w, served) in worker::assign(&shards, tc.workers).into_iter().enumerate() {
             if w < leads {
-                let run = worker::run(served, w, stop.clone(), abort.clone());
+                let gate = self.listening.clone();
+                let run = worker::run_after(gate, served, w, stop.clone(), abort.clone());
                 s.workers.spawn(workers.track_future(run));
             } else {
                 deferred.entry(w % shards.len()).or_default().push(w);
@@ -206,6 +233,7 @@ impl Running {
             s.enable_keyspace_events,
             listeners,
             Arc::new(s.health.clone()),
+            self.listening.clone(),
             self.notify_stop.clone(),
         ));
     }
@@ -242,6 +270,7 @@ impl Running {
                 ));
             }
         }
+        self.renew_gate();
         let wanted: BTreeMap<&str, &Trigger> =
             new.triggers.iter().map(|t| (t.name.as_str(), t)).collect();
         let (mut added, mut removed, mut replaced) = (Vec::new(), Vec::new(), Vec::new());
@@ -256,7 +285,7 @@ impl Running {
                     if section(tc.settings()) != section(self.entries[&name].config.settings()) =>
                 {
                     self.stop(&name, new.shutdown.timeout);
-                    self.start(tc)?;
+                    self.start_or_open(tc)?;
                     replaced.push(name);
                 }
                 Some(_) => {}
@@ -264,7 +293,7 @@ impl Running {
         }
         for tc in &new.triggers {
             if !self.entries.contains_key(&tc.name) {
-                self.start(tc)?;
+                self.start_or_open(tc)?;
                 added.push(tc.name.clone());
             }
         }

@@ -175,8 +175,9 @@ pub struct TriggerConfig {
     pub dead_letter_topic: Option<String>,
     /// `[triggers.ingress]`: producers publish delayed messages to the broker (an `x-delay`
     /// header) and the bridge stores them in this trigger's queue. Implies `payload = "hash"`
-    /// and `format = "envelope"`.
-    pub ingress: Option<IngressConfig>,
+    /// and `format = "envelope"`. (Boxed: most triggers have none, and every trigger's
+    /// settings are held for as long as it runs.)
+    pub ingress: Option<Box<IngressConfig>>,
 }
 
 fn default_shards() -> u32 {

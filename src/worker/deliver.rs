@@ -218,7 +218,7 @@ async fn publish(
     let mut prepared = Vec::with_capacity(batch.items.len());
     let mut slots = Vec::with_capacity(batch.items.len());
     for (i, c) in batch.items.iter().enumerate() {
-        match prepare(cfg, &t.destination, c, batch.now_ms) {
+        match prepare(cfg, &t.config.destination, c, batch.now_ms) {
             Ok(p) => {
                 slots.push(i);
                 prepared.push((c, p));

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::settlement;
 use super::wake::{Wakes, Woken};
-use crate::config::{Destination, Trigger};
+use crate::config::Trigger;
 use crate::health::Health;
 use crate::metrics::{Metrics, TriggerMetrics};
 use crate::redis::notify;
@@ -20,8 +20,8 @@ use crate::sink::{MessageId, PublishError, Sink};
 
 /// Everything the workers of one trigger share.
 pub(crate) struct Shard {
+    /// The trigger's settings and routes, shared by its shards and workers.
     pub(crate) config: Arc<Trigger>,
-    pub(super) destination: Destination,
     /// This shard's queue (the whole queue of an unsharded trigger).
     pub(crate) store: Store,
     /// The shard's position among the trigger's shards.
@@ -65,8 +65,8 @@ impl Shard {
         metrics: &Metrics,
         health: Health,
     ) -> Result<Vec<Arc<Self>>, String> {
-        let destination = config.destination.clone();
-        for d in std::iter::once(&destination).chain(&config.dead_letter) {
+        let destination = &config.destination;
+        for d in std::iter::once(destination).chain(&config.dead_letter) {
             if !sink.serves(d) {
                 return Err(format!(
                     "trigger {}: sink {} cannot publish to {d}",
@@ -79,7 +79,7 @@ impl Shard {
             metrics,
             &config.name,
             sink.name(),
-            PublishError::reasons_of(&destination),
+            PublishError::reasons_of(destination),
             queue.shards().len(),
         );
         Ok(queue
@@ -89,7 +89,6 @@ impl Shard {
             .map(|(shard, store)| {
                 Arc::new(Self {
                     config: config.clone(),
-                    destination: destination.clone(),
                     store: store.clone(),
                     shard,
                     sink: sink.clone(),

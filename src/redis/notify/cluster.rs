@@ -46,6 +46,7 @@ pub(super) async fn listen(
     enable: bool,
     by_channel: ByChannel,
     state: Arc<dyn Subscription>,
+    up: CancellationToken,
     stop: CancellationToken,
 ) {
     let channels: Vec<&Vec<u8>> = by_channel.keys().collect();
@@ -57,6 +58,7 @@ pub(super) async fn listen(
             &channels,
             &by_channel,
             &*state,
+            &up,
             &stop,
             &mut failures,
             enable,
@@ -64,6 +66,7 @@ pub(super) async fn listen(
         )
         .await;
         first = false;
+        up.cancel();
         if !between_subscriptions(outcome, &by_channel, &*state, &mut failures, &stop).await {
             return;
         }
@@ -72,13 +75,15 @@ pub(super) async fn listen(
 
 /// Subscribes where the topology says, then handles messages until the topology changes,
 /// a subscriber's connection ends, or `stop`. With `recheck` (not the first time), every
-/// node's settings are checked again first, and with `enable` `Kz` set where missing.
+/// node's settings are checked again first, and with `enable` `Kz` set where missing. `up`
+/// is cancelled once subscribed (see [`super::listen`]).
 #[allow(clippy::too_many_arguments)]
 async fn follow(
     conn: &Conn,
     channels: &[&Vec<u8>],
     by_channel: &ByChannel,
     state: &dyn Subscription,
+    up: &CancellationToken,
     stop: &CancellationToken,
     failures: &mut Repeated,
     enable: bool,
@@ -124,6 +129,7 @@ async fn follow(
     state.live(true);
     // A write may have gone unnoticed while unsubscribed: every trigger looks again.
     look_again(by_channel);
+    up.cancel();
     let mut messages = futures_util::stream::select_all(streams);
     let mut check = tokio::time::interval(TOPOLOGY_CHECK);
     check.reset();

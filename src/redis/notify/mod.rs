@@ -97,13 +97,17 @@ const SUBSCRIBE_CHUNK: usize = 1000;
 /// On a cluster, each key's channel is subscribed on the master that owns the key's slot (only
 /// it publishes the key's events), and the subscriptions follow failovers; after any of them
 /// every trigger looks again, and with `enable` every node gets `Kz` again.
+/// `up` is cancelled once the first subscription is made (every trigger asked to look again)
+/// or failed, or the listener stops: the workers it gates start then.
 pub(crate) async fn listen(
     conn: Conn,
     enable: bool,
     listeners: Vec<Arc<dyn Listener>>,
     state: Arc<dyn Subscription>,
+    up: CancellationToken,
     stop: CancellationToken,
 ) {
+    let _up = up.clone().drop_guard();
     let endpoint = conn.endpoint().clone();
     let mut by_channel: ByChannel = HashMap::new();
     for t in listeners {
@@ -111,13 +115,14 @@ pub(crate) async fn listen(
         by_channel.entry(channel).or_default().push(t);
     }
     if endpoint.is_cluster() {
-        return cluster::listen(conn, enable, by_channel, state, stop).await;
+        return cluster::listen(conn, enable, by_channel, state, up, stop).await;
     }
     let mut failures = Repeated::default();
     while !stop.is_cancelled() {
-        let outcome = subscribe(&endpoint, &by_channel, &*state, &stop, &mut failures)
+        let outcome = subscribe(&endpoint, &by_channel, &*state, &up, &stop, &mut failures)
             .await
             .map_err(|e| e.to_string());
+        up.cancel();
         if !between_subscriptions(outcome, &by_channel, &*state, &mut failures, &stop).await {
             return;
         }
@@ -127,6 +132,7 @@ pub(crate) async fn listen(
         endpoint: &Endpoint,
         by_channel: &ByChannel,
         state: &dyn Subscription,
+        up: &CancellationToken,
         stop: &CancellationToken,
         failures: &mut Repeated,
     ) -> redis::RedisResult<()> {
@@ -139,6 +145,7 @@ pub(crate) async fn listen(
         state.live(true);
         // A write may have gone unnoticed while unsubscribed: every trigger looks again.
         look_again(by_channel);
+        up.cancel();
         let mut messages = pubsub.on_message();
         loop {
             tokio::select! {

@@ -4,6 +4,8 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use futures_util::future::join_all;
+
 use super::Queue;
 use crate::keys::{shard_key, QueueKeys};
 use crate::redis::store::{Store, StoreError};
@@ -297,29 +299,41 @@ pub(crate) async fn take_layouts_dry<'a>(
     layouts(triggers, conn, false).await
 }
 
+/// Triggers whose keys are read at once: their calls share the connection's pipeline, so
+/// that thousands of triggers take a few hundred round trips, not several per trigger.
+const AT_ONCE: usize = 64;
+
 async fn layouts<'a>(
     triggers: impl IntoIterator<Item = &'a crate::config::Trigger>,
     conn: &crate::redis::conn::Conn,
     take: bool,
 ) -> Result<(), LayoutRefused> {
+    let triggers: Vec<&crate::config::Trigger> = triggers.into_iter().collect();
     let mut refused = Vec::new();
-    for tc in triggers {
-        // A key that cannot be sharded is the configuration's problem, reported by its start.
-        let Ok(queue) = Queue::new(tc, conn.clone()) else {
-            continue;
-        };
-        let outcome = if take {
-            queue.take_layout(&tc.name).await
-        } else {
-            queue.check_layout(&tc.name).await
-        };
-        if let Err(e) = outcome {
-            refused.push(e);
-        }
+    for chunk in triggers.chunks(AT_ONCE) {
+        let outcomes = join_all(chunk.iter().map(|tc| layout(tc, conn, take))).await;
+        refused.extend(outcomes.into_iter().filter_map(Result::err));
     }
     if refused.is_empty() {
         Ok(())
     } else {
         Err(LayoutRefused(refused))
+    }
+}
+
+/// Takes (or with `take` false, checks) the keys of one trigger.
+async fn layout(
+    tc: &crate::config::Trigger,
+    conn: &crate::redis::conn::Conn,
+    take: bool,
+) -> Result<(), LayoutError> {
+    // A key that cannot be sharded is the configuration's problem, reported by its start.
+    let Ok(queue) = Queue::new(tc, conn.clone()) else {
+        return Ok(());
+    };
+    if take {
+        queue.take_layout(&tc.name).await
+    } else {
+        queue.check_layout(&tc.name).await
     }
 }

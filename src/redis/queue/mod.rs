@@ -1,5 +1,6 @@
 //! A trigger's queue over its shards: the shard a member belongs to, and operator calls on all of them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{PayloadMode, TriggerConfig};
@@ -14,9 +15,12 @@ mod layout;
 pub(crate) use layout::{take_layouts, take_layouts_dry, LayoutError, LayoutRefused};
 
 /// One logical trigger's shard stores: those of `shards` first (where producers write), then
-/// those still drained after a change of the shard count.
+/// those still drained after a change of the shard count. Clones share one copy.
 #[derive(Clone)]
-pub(crate) struct Queue {
+pub(crate) struct Queue(Arc<Parts>);
+
+/// What a [`Queue`] is made of, held once however many hold the queue.
+pub(crate) struct Parts {
     /// The trigger's `key`.
     key: String,
     shards: Vec<Store>,
@@ -27,6 +31,14 @@ pub(crate) struct Queue {
     /// The set of shard counts the key has been served with (`None`: a key that cannot have one).
     counts_key: Option<String>,
     conn: Conn,
+}
+
+impl std::ops::Deref for Queue {
+    type Target = Parts;
+
+    fn deref(&self) -> &Parts {
+        &self.0
+    }
 }
 
 impl Queue {
@@ -56,14 +68,14 @@ impl Queue {
                 })
             })
             .collect::<anyhow::Result<Vec<Store>>>()?;
-        Ok(Self {
+        Ok(Self(Arc::new(Parts {
             key: tc.key.clone(),
             shards,
             producing: tc.shards.max(1),
             draining: tc.drain_shards,
             counts_key: layout::counts_key(&tc.key),
             conn,
-        })
+        })))
     }
 
     /// Where the queue is, for messages: its key, with the shard count when sharded.
