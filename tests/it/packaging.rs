@@ -36,11 +36,12 @@ fn names_with(text: &str, prefix: &str) -> BTreeSet<String> {
 /// Every metric family the bridge registers, read from `src/metrics/`: the trigger families'
 /// `name: "..."` and the literals given to the registering helpers, with the prefix.
 fn registered_families() -> BTreeSet<String> {
-    const OPENERS: [&str; 5] = [
+    const OPENERS: [&str; 6] = [
         "name: ",
         "counter(",
+        "by_label(",
         "histogram(",
-        "int_gauge(",
+        "gauge(",
         "Gauge::new(",
     ];
     let mut out = BTreeSet::new();
