@@ -147,7 +147,7 @@ local out = {now, deadline, '', skipped, 0, 0, repaired}
 local n = #members
 if n > 0 then
   -- A deadline of its own (another batch may have claimed in this millisecond with the same
-  -- lease), so that settle can remove a fully acked batch by its score alone.
+  -- lease), so that settle tells this batch's leases from any other's by their score alone.
   while redis.call('ZCOUNT', INFLIGHT, deadline, deadline) > 0 do
     deadline = deadline + 1
   end

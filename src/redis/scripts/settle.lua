@@ -56,22 +56,17 @@ end
 local out = {0, 0, 0}
 
 -- Acks: only members still leased by this batch; a copy the producer added again stays.
+-- Their lease scores are read one by one (ZMSCORE), not the whole batch's lease: a batch is
+-- acked in several calls while the broker confirms it, and each call costs what it acks.
 if n_ack > 0 then
-  local leased = redis.call('ZRANGEBYSCORE', INFLIGHT, deadline, deadline)
-  local held = {}
-  for _, m in ipairs(leased) do
-    held[m] = true
-  end
+  local scores = presence(INFLIGHT, acks)
   local mine = {}
   for k = 1, n_ack do
-    if held[acks[k]] then
+    if scores[k] and tonumber(scores[k]) == deadline then
       mine[#mine + 1] = acks[k]
     end
   end
-  if #mine > 0 and #mine == #leased then
-    -- The whole lease set of this deadline is acked: remove it by score.
-    redis.call('ZREMRANGEBYSCORE', INFLIGHT, deadline, deadline)
-  elseif #mine > 0 then
+  if #mine > 0 then
     each_chunk('ZREM', INFLIGHT, mine)
   end
   if #mine > 0 and redis.call('EXISTS', ATTEMPTS) == 1 then
