@@ -36,8 +36,9 @@ async fn sigkill_ten_times_while_100k_drain() {
         bridge = bridge.restart();
     }
     assert_eq!(kills_mid_drain, 10, "every kill must land mid-drain");
+    // Liveness, not speed: the killed bridges' leases expire first (30 s).
     tally
-        .expect_distinct(n, Duration::from_secs(180), &bridge)
+        .expect_distinct(n, Duration::from_secs(300), &bridge)
         .await;
     let elapsed = started.elapsed();
     let (left, inflight, dead) = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
