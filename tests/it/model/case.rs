@@ -63,6 +63,7 @@ impl Case {
                 budget,
             } => self.claim(*batch, *short, Some(*budget), false).await,
             Op::Settle { which, disp } => self.settle(*which, disp).await,
+            Op::EarlyAck { which, take } => self.early_ack(*which, *take).await,
             Op::Expire => self.expire().await,
             Op::Pause { on } => self.pause(*on).await,
             Op::Stray { field, value } => self.stray(*field, *value).await,

@@ -139,6 +139,12 @@ pub(super) enum Op {
         which: usize,
         disp: Vec<Disp>,
     },
+    /// Acks the first members of one open batch (picked by index), leaving it open with the
+    /// rest, as a worker does while the broker confirms a batch.
+    EarlyAck {
+        which: usize,
+        take: usize,
+    },
     /// `delay-bridge pause` (true) or `resume` (false).
     Pause {
         on: bool,
@@ -332,17 +338,18 @@ pub(super) fn hash_op() -> impl Strategy<Value = Op> {
             .prop_map(|(member, how, body)| Op::Ingest { member, how, body }),
         4 => (1usize..6, any::<bool>(), budget())
             .prop_map(|(batch, short, budget)| Op::ClaimBytes { batch, short, budget }),
-        28 => worker_and_operator_op(),
+        30 => worker_and_operator_op(),
         1 => (hash_derived(), hash_script()).prop_map(|(key, script)| Op::WrongType { key, script }),
     ]
 }
 
-/// The steps both modes share, weighted among themselves (28 in all): settling, lease
+/// The steps both modes share, weighted among themselves (30 in all): settling, early acks, lease
 /// expiry and recovery, rate-limited claims, forwarding dead letters, and the operator's
 /// commands.
 pub(super) fn worker_and_operator_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (any::<usize>(), vec(disp(), 1..4)).prop_map(|(which, disp)| Op::Settle { which, disp }),
+        2 => (any::<usize>(), 1usize..4).prop_map(|(which, take)| Op::EarlyAck { which, take }),
         1 => Just(Op::Expire),
         4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::RateClaim { batch, short }),
         1 => (0..POOL.len(), when(), any::<bool>())
@@ -420,7 +427,7 @@ pub(super) fn op() -> impl Strategy<Value = Op> {
         5 => (0..POOL.len(), when()).prop_map(|(member, when)| Op::Schedule { member, when }),
         1 => (0..POOL.len()).prop_map(|member| Op::Cancel { member }),
         4 => (1usize..5, any::<bool>()).prop_map(|(batch, short)| Op::Claim { batch, short }),
-        28 => worker_and_operator_op(),
+        30 => worker_and_operator_op(),
         1 => (derived(), script()).prop_map(|(key, script)| Op::WrongType { key, script }),
     ]
 }

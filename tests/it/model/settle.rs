@@ -50,6 +50,44 @@ impl Case {
         Ok(())
     }
 
+    /// Acks part of one open batch (picked by `which`) as a worker does while the broker
+    /// confirms the rest: those of its first `take` members that have a body. The batch stays
+    /// open with the others, for another early ack or its final settle.
+    pub(super) async fn early_ack(&mut self, which: usize, take: usize) -> Step {
+        if self.m.open.is_empty() {
+            return Ok(());
+        }
+        let at = which % self.m.open.len();
+        let b = self.m.open.remove(at);
+        let (mut now, mut rest) = (b.empty_like(), b.empty_like());
+        for (k, (c, sch)) in b.items.into_iter().zip(b.schedules).enumerate() {
+            let part = if k < take && c.body != Body::Missing {
+                &mut now
+            } else {
+                &mut rest
+            };
+            part.items.push(c);
+            part.schedules.push(sch);
+        }
+        let plan = vec![Disp::Ack; now.items.len()];
+        let s = settlement(&now, &plan);
+        let got = self
+            .store
+            .settle(now.deadline, self.max_attempts, &s)
+            .await
+            .unwrap();
+        let acked = self.settled_acks(&now, &plan);
+        check_eq!(got.acked, acked, "early acked count");
+        check_eq!(got.put_back, 0, "early put back count");
+        check_eq!(got.released, 0, "early released count");
+        bump(&self.tally.acked, acked);
+        bump(&self.tally.early_acks, 1);
+        if !rest.items.is_empty() {
+            self.m.open.insert(at, rest);
+        }
+        Ok(())
+    }
+
     /// Whether `member`'s lease is still batch `batch`'s.
     fn owns(&self, member: &[u8], batch: u64) -> bool {
         self.m

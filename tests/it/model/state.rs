@@ -71,6 +71,18 @@ pub(super) struct OpenBatch {
     pub(super) schedules: Vec<Schedules>,
 }
 
+impl OpenBatch {
+    /// A batch with this one's id and lease deadline and no items.
+    pub(super) fn empty_like(&self) -> Self {
+        OpenBatch {
+            id: self.id,
+            deadline: self.deadline,
+            items: Vec::new(),
+            schedules: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Scheduled {
     pub(super) score: f64,
@@ -118,6 +130,8 @@ pub(super) struct Tally {
     pub(super) skipped_in_flight: AtomicU64,
     pub(super) acked: AtomicU64,
     pub(super) acks_not_owned: AtomicU64,
+    /// Acks of part of a batch, its other members left leased.
+    pub(super) early_acks: AtomicU64,
     pub(super) retried: AtomicU64,
     pub(super) dead: AtomicU64,
     pub(super) put_back: AtomicU64,

@@ -12,6 +12,7 @@ pub(super) fn missing_paths(t: &Tally, hash: bool) -> Vec<&'static str> {
         ("claims", &t.claimed),
         ("in-flight skips", &t.skipped_in_flight),
         ("acks of a lost lease", &t.acks_not_owned),
+        ("early acks of part of a batch", &t.early_acks),
         ("merges", &t.merged),
         ("wrong-type calls", &t.wrong_type),
         ("claims while paused", &t.paused_claims),
