@@ -190,19 +190,26 @@ pub struct Lateness {
 pub struct Wakes {
     /// Claims that found nothing due.
     pub empty_claims: u64,
+    /// Heads read after a wake-up instead of a claim (`delay_bridge_head_reads_total`).
+    pub head_reads: u64,
     /// Messages confirmed by the broker.
     pub forwarded: u64,
     /// empty_claims / forwarded.
     pub per_message: f64,
+    /// head_reads / forwarded.
+    pub reads_per_message: f64,
 }
 
 impl Wakes {
-    /// `empty_claims` while `forwarded` messages went out.
-    pub fn new(empty_claims: u64, forwarded: u64) -> Self {
+    /// `empty_claims` and `head_reads` while `forwarded` messages went out.
+    pub fn new(empty_claims: u64, head_reads: u64, forwarded: u64) -> Self {
+        let per = |n: u64| n as f64 / forwarded.max(1) as f64;
         Self {
             empty_claims,
+            head_reads,
             forwarded,
-            per_message: empty_claims as f64 / forwarded.max(1) as f64,
+            per_message: per(empty_claims),
+            reads_per_message: per(head_reads),
         }
     }
 }

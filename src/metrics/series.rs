@@ -91,6 +91,8 @@ pub struct Cells {
     pub redelivered: AtomicU64,
     /// Claims that found nothing due.
     pub empty_claims: AtomicU64,
+    /// Heads read after a wake-up, before claiming.
+    pub head_reads: AtomicU64,
     /// Claims held by the rate limit.
     pub rate_limited_claims: AtomicU64,
     /// Control fields (pause, rate bucket) found out of range and repaired by a claim.
@@ -235,6 +237,7 @@ const FAMILIES: &[Family] = &[
     counter("messages_redelivered_total", "In-flight messages whose lease expired and were put back to be delivered again", |c| &c.redelivered),
     counter("messages_put_back_total", "Claimed messages returned unattempted or unconfirmed (shutdown, broker connection lost)", |c| &c.put_back),
     counter("empty_claims_total", "Claims that found nothing due", |c| &c.empty_claims),
+    counter("head_reads_total", "Queue heads read after a wake-up instead of a claim: a head not due yet is waited for, not claimed", |c| &c.head_reads),
     counter("rate_limited_claims_total", "Claims that took nothing because the trigger's rate limit was spent", |c| &c.rate_limited_claims),
     counter("control_repairs_total", "Control hash fields (paused, tokens, at) a claim found out of range and repaired", |c| &c.control_repairs),
     counter("notify_wakeups_total", "Idle waits ended early by a keyspace notification", |c| &c.notify_wakeups),

@@ -192,6 +192,11 @@ impl TriggerMetrics {
         self.cells.notify_wakeups.fetch_add(1, Relaxed);
     }
 
+    /// A wake-up read the queue's head before claiming.
+    pub fn head_read(&self) {
+        self.cells.head_reads.fetch_add(1, Relaxed);
+    }
+
     /// Shard `shard`'s sizes were read: the gauges show the sums over the shards (the oldest
     /// due age the largest).
     pub fn backlog(&self, shard: usize, s: &QueueStats) {

@@ -27,6 +27,7 @@ use batch::AdaptiveBatch;
 use deliver::Verdict;
 pub(crate) use publishing::Publishing;
 pub(crate) use shard::Shard;
+use wake::Woken;
 
 /// Runs one worker over `shards` (one, or several that no other worker serves) until
 /// `stop`; `abort` cuts short the wait for confirmations at the shutdown deadline.
@@ -326,9 +327,10 @@ impl Worker {
         tokio::select! {
             _ = tokio::time::sleep_until(wake_at) => {}
             (_, i, _) = woken => {
-                if self.shards[i].wakes.should_claim().is_some() {
-                    self.shards[i].metrics.woken();
-                    self.ready[i] = true;
+                let t = &self.shards[i];
+                if let Some(why) = t.wakes.should_claim() {
+                    t.count_wake(why);
+                    self.ready[i] = why != Woken::Asked || t.head_due().await;
                 }
             }
             _ = self.stop.cancelled() => {}
@@ -444,12 +446,26 @@ impl Worker {
     }
 
     /// Waits until a wake-up asks for a claim, or, for the worker holding the shard's gate,
-    /// until the head is due or the guard interval passes (see [`wake`]).
+    /// until the head is due or the guard interval passes (see [`wake`]). A request whose
+    /// head is not due yet is waited out without a claim ([`Shard::head_due`]).
     async fn idle(&self) {
+        loop {
+            let woken = self.wait_idle().await;
+            if woken != Woken::Asked || self.t.head_due().await {
+                return;
+            }
+        }
+    }
+
+    /// One idle wait: for a wake-up, or, holding the shard's gate, the head or the guard.
+    async fn wait_idle(&self) -> Woken {
         let t = &self.t;
         let _gate = match t.wakes.gate_or_wake(&self.stop).await {
             Ok(gate) => gate,
-            Err(woken) => return t.count_wake(woken),
+            Err(woken) => {
+                t.count_wake(woken);
+                return woken;
+            }
         };
         let guard = if t.is_paused() {
             t.config.guard_interval
@@ -459,6 +475,7 @@ impl Worker {
         let guard_at = Instant::now() + jitter_down(guard);
         let woken = t.wakes.watch(guard_at, || t.is_paused(), &self.stop).await;
         t.count_wake(woken);
+        woken
     }
 }
 

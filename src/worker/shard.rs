@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::settlement;
-use super::wake::{Wakes, Woken};
+use super::wake::{due_by, Wakes, Woken};
 use crate::config::Trigger;
 use crate::health::Health;
 use crate::metrics::{Metrics, TriggerMetrics};
@@ -165,14 +165,36 @@ impl Shard {
     /// Remembers the head reported by a claim, unless the claimer claims again at once
     /// (`again`): the idle worker watching the head looks again if it moved earlier.
     pub(super) fn note_head(&self, batch: &ClaimBatch, claimed_at: Instant, again: bool) {
+        self.wakes.set_clock(claimed_at, batch.now_ms);
         let due = batch
             .next_head_ms
             .filter(|h| h.is_finite() && !again)
-            .map(|head| {
-                let wait_ms = (head - batch.now_ms as f64).max(0.0);
-                claimed_at + Duration::from_micros((wait_ms * 1000.0).min(1e15) as u64)
-            });
+            .map(|head| due_by(claimed_at, batch.now_ms, head));
         self.wakes.note_head(due);
+    }
+
+    /// After a wake-up that asked for a claim: whether one is worth making. Only the head is
+    /// read (one command, no script, nothing written): when it is not due yet by the Redis
+    /// clock of the last claim, it becomes the head the gate's holder waits for, and no
+    /// claim is made. In doubt it claims: no claim in the last seconds to date the head by,
+    /// or a failed read (the claim reports the error and backs off).
+    pub(super) async fn head_due(&self) -> bool {
+        if self.wakes.fresh_clock().is_none() {
+            return true;
+        }
+        let head = self.store.head().await;
+        self.metrics.head_read();
+        match head {
+            Ok(None) => false,
+            Ok(Some(score)) => match self.wakes.due_at(score) {
+                Some(due) if due > Instant::now() => {
+                    self.wakes.note_earlier(due);
+                    false
+                }
+                _ => true,
+            },
+            Err(_) => true,
+        }
     }
 
     /// Counts an idle wait ended by a wake-up that asked for a claim (a notification, mostly).

@@ -10,6 +10,7 @@
 //! new head instead of claiming the same members again.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::time::Duration;
 
 use tokio::sync::{Mutex, MutexGuard, Notify};
 use tokio::time::Instant;
@@ -33,6 +34,20 @@ pub(super) struct Wakes {
     /// When the earliest known member becomes due, in local monotonic time; `None` while
     /// unknown or while a claim that took it is on its way.
     next_due: std::sync::Mutex<Option<Instant>>,
+    /// The Redis clock (epoch ms) as the last claim's reply gave it, and the instant the
+    /// reply arrived: a due time dated by it is a little late, never early.
+    clock: std::sync::Mutex<Option<(Instant, i64)>>,
+}
+
+/// How long the Redis clock of a claim dates a head read without a claim: an older one is
+/// not trusted (the clocks may have drifted apart), and the woken worker claims instead.
+const CLOCK_FRESH: Duration = Duration::from_secs(10);
+
+/// When a member scored `score` (epoch ms) becomes due, given that the Redis clock read
+/// `now_ms` at `at` or a little before.
+pub(super) fn due_by(at: Instant, now_ms: i64, score: f64) -> Instant {
+    let wait_ms = (score - now_ms as f64).max(0.0);
+    at + Duration::from_micros((wait_ms * 1000.0).min(1e15) as u64)
 }
 
 /// Why an idle worker stopped waiting.
@@ -111,6 +126,36 @@ impl Wakes {
         if earlier {
             self.rearm.notify_waiters();
         }
+    }
+
+    /// A claim's reply, arrived at `at`, read the Redis clock at `now_ms`.
+    pub(super) fn set_clock(&self, at: Instant, now_ms: i64) {
+        *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, now_ms));
+    }
+
+    /// When a member scored `score` (epoch ms) becomes due, by the clock of the last claim;
+    /// `None` without a claim in the last [`CLOCK_FRESH`].
+    pub(super) fn due_at(&self, score: f64) -> Option<Instant> {
+        let (at, now_ms) = self.fresh_clock()?;
+        Some(due_by(at, now_ms, score))
+    }
+
+    /// The last claim's clock, unless older than [`CLOCK_FRESH`].
+    pub(super) fn fresh_clock(&self) -> Option<(Instant, i64)> {
+        let clock = *self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        clock.filter(|(at, _)| at.elapsed() <= CLOCK_FRESH)
+    }
+
+    /// Records a head read without a claim: it can only move the expected head earlier, so
+    /// that a read overtaken by a claim's reply never hides an earlier head.
+    pub(super) fn note_earlier(&self, due: Instant) {
+        let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
+        if next.is_some_and(|old| old <= due) {
+            return;
+        }
+        *next = Some(due);
+        drop(next);
+        self.rearm.notify_waiters();
     }
 
     /// Takes the head's due time when it has come: the caller claims it, and no other

@@ -12,16 +12,17 @@ pub(super) struct Steady {
     pub memory: Memory,
 }
 
-/// The bridge's empty claims and forwarded messages so far, over all its triggers.
-async fn wake_counts(bridge: &BridgeProcess) -> Option<(u64, u64)> {
+/// The bridge's empty claims, head reads and forwarded messages so far, over all its triggers.
+async fn wake_counts(bridge: &BridgeProcess) -> Option<[u64; 3]> {
     wake_counts_in(&bridge.metrics().await?)
 }
 
 /// [`wake_counts`] from a scrape.
-fn wake_counts_in(metrics: &str) -> Option<(u64, u64)> {
+fn wake_counts_in(metrics: &str) -> Option<[u64; 3]> {
     let empty = metric_sum(metrics, "delay_bridge_empty_claims_total")?;
+    let reads = metric_sum(metrics, "delay_bridge_head_reads_total")?;
     let forwarded = metric_sum(metrics, "delay_bridge_messages_forwarded_total")?;
-    Some((empty as u64, forwarded as u64))
+    Some([empty as u64, reads as u64, forwarded as u64])
 }
 
 impl Bench {
@@ -174,7 +175,7 @@ impl Bench {
         });
         let memory = bridge.memory()?;
         let empty_claims = match (counts_before, metrics.as_deref().and_then(wake_counts_in)) {
-            (Some((e0, f0)), Some((e1, f1))) => Some(Wakes::new(e1 - e0, f1 - f0)),
+            (Some([e0, r0, f0]), Some([e1, r1, f1])) => Some(Wakes::new(e1 - e0, r1 - r0, f1 - f0)),
             _ => None,
         };
         bridge.stop(STOP_TIMEOUT).await?;

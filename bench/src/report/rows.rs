@@ -293,8 +293,8 @@ fn lateness_rows(l: &Lateness) -> Vec<Row> {
     if let Some(w) = &l.empty_claims {
         rows.push(Row {
             measurement: format!(
-                "empty claims per forwarded message ({label}: {} empty, {} forwarded)",
-                w.empty_claims, w.forwarded
+                "empty claims per forwarded message ({label}: {} empty, {} forwarded; head reads instead of claims {:.2} per message)",
+                w.empty_claims, w.forwarded, w.reads_per_message
             ),
             bridge: format!("{:.2}", w.per_message),
             goal: format!("<= {EMPTY_CLAIMS_PER_MESSAGE}"),

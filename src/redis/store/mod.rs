@@ -217,6 +217,20 @@ impl Store {
         parse_claim(reply, self.hash_bodies())
     }
 
+    /// The score of the source set's earliest member (`None`: the set is empty or missing):
+    /// one read command, no script, nothing written. A member in flight may be that head.
+    pub async fn head(&self) -> Result<Option<f64>, StoreError> {
+        let mut conn = self.conn.clone();
+        let head: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+            .arg(&self.keys.source)
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await?;
+        Ok(head.first().map(|(_, score)| *score))
+    }
+
     /// Acks, fails and puts back the members of one batch in one script call.
     pub async fn settle(
         &self,

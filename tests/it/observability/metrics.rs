@@ -227,6 +227,7 @@ async fn known_counters_are_exported_at_zero_from_start_up() {
         "delay_bridge_messages_redelivered_total",
         "delay_bridge_messages_put_back_total",
         "delay_bridge_empty_claims_total",
+        "delay_bridge_head_reads_total",
     ] {
         assert!(
             samples
