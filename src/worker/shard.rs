@@ -165,11 +165,11 @@ impl Shard {
     /// Remembers the head reported by a claim, unless the claimer claims again at once
     /// (`again`): the idle worker watching the head looks again if it moved earlier.
     pub(super) fn note_head(&self, batch: &ClaimBatch, claimed_at: Instant, again: bool) {
-        self.wakes.set_clock(claimed_at, batch.now_ms);
+        self.wakes.set_clock(claimed_at, batch.now_us);
         let due = batch
             .next_head_ms
             .filter(|h| h.is_finite() && !again)
-            .map(|head| due_by(claimed_at, batch.now_ms, head));
+            .map(|head| due_by(claimed_at, batch.now_us, head));
         self.wakes.note_head(due);
     }
 

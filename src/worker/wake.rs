@@ -34,7 +34,7 @@ pub(super) struct Wakes {
     /// When the earliest known member becomes due, in local monotonic time; `None` while
     /// unknown or while a claim that took it is on its way.
     next_due: std::sync::Mutex<Option<Instant>>,
-    /// The Redis clock (epoch ms) as the last claim's reply gave it, and the instant the
+    /// The Redis clock (epoch µs) as the last claim's reply gave it, and the instant the
     /// reply arrived: a due time dated by it is a little late, never early.
     clock: std::sync::Mutex<Option<(Instant, i64)>>,
 }
@@ -44,10 +44,10 @@ pub(super) struct Wakes {
 const CLOCK_FRESH: Duration = Duration::from_secs(10);
 
 /// When a member scored `score` (epoch ms) becomes due, given that the Redis clock read
-/// `now_ms` at `at` or a little before.
-pub(super) fn due_by(at: Instant, now_ms: i64, score: f64) -> Instant {
-    let wait_ms = (score - now_ms as f64).max(0.0);
-    at + Duration::from_micros((wait_ms * 1000.0).min(1e15) as u64)
+/// `now_us` (epoch µs) at `at` or a little before.
+pub(super) fn due_by(at: Instant, now_us: i64, score: f64) -> Instant {
+    let wait_us = (score * 1000.0 - now_us as f64).max(0.0);
+    at + Duration::from_micros(wait_us.min(1e15) as u64)
 }
 
 /// Why an idle worker stopped waiting.
@@ -128,16 +128,16 @@ impl Wakes {
         }
     }
 
-    /// A claim's reply, arrived at `at`, read the Redis clock at `now_ms`.
-    pub(super) fn set_clock(&self, at: Instant, now_ms: i64) {
-        *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, now_ms));
+    /// A claim's reply, arrived at `at`, read the Redis clock at `now_us`.
+    pub(super) fn set_clock(&self, at: Instant, now_us: i64) {
+        *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, now_us));
     }
 
     /// When a member scored `score` (epoch ms) becomes due, by the clock of the last claim;
     /// `None` without a claim in the last [`CLOCK_FRESH`].
     pub(super) fn due_at(&self, score: f64) -> Option<Instant> {
-        let (at, now_ms) = self.fresh_clock()?;
-        Some(due_by(at, now_ms, score))
+        let (at, now_us) = self.fresh_clock()?;
+        Some(due_by(at, now_us, score))
     }
 
     /// The last claim's clock, unless older than [`CLOCK_FRESH`].

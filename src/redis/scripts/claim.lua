@@ -22,17 +22,20 @@
 -- KEYS: the queue's eight keys (see prelude)
 -- ARGV: limit, lease ms, body byte budget (0: inline), largest body to read (0: any),
 --       rate (messages per ms, 0: none), burst (most tokens)
--- Reply: {now, deadline, next_head_score or "", skipped, paused, wait, repaired, member,
+-- Reply: {now_us, deadline, next_head_score or "", skipped, paused, wait, repaired, member,
 --         due_score, attempt, [body], ...}
+--   now_us: the Redis clock in epoch microseconds (`now` is its whole milliseconds), so
+--     that the worker times the next head to the microsecond, not up to a millisecond late.
 --   skipped: due members left in place because an earlier copy of them is still in flight.
 --   paused: 1 when the queue is paused (then nothing is claimed and the head is "").
 --   wait: ms until the rate allows the next member (then nothing is claimed); else 0.
 --   repaired: control fields this call repaired (0 almost always).
 --   body (hash mode only): the body; 0 where the id has none; its size where it is too large.
-local now, bad = begin()
+local now, bad, us = begin()
 if bad then
   return bad
 end
+local now_us = now * 1000 + us
 local limit = tonumber(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
 local control = redis.call('HMGET', CONTROL, 'paused', 'tokens', 'at')
@@ -47,7 +50,7 @@ if odd then
   end
 end
 if paused then
-  return {now, deadline, '', 0, 1, 0, repaired}
+  return {now_us, deadline, '', 0, 1, 0, repaired}
 end
 local rate = tonumber(ARGV[5]) or 0
 local tokens
@@ -70,7 +73,7 @@ if rate > 0 then
     tokens = math.min(burst, held + (now - at) * rate)
   end
   if tokens < 1 then
-    return {now, deadline, '', 0, 0, math.ceil((1 - tokens) / rate), repaired}
+    return {now_us, deadline, '', 0, 0, math.ceil((1 - tokens) / rate), repaired}
   end
   limit = math.min(limit, math.floor(tokens))
 end
@@ -143,7 +146,7 @@ if hash then
   end
 end
 
-local out = {now, deadline, '', skipped, 0, 0, repaired}
+local out = {now_us, deadline, '', skipped, 0, 0, repaired}
 local n = #members
 if n > 0 then
   -- A deadline of its own (another batch may have claimed in this millisecond with the same

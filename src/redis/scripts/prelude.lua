@@ -6,9 +6,15 @@
 -- one in flight. An entry whose stamp matches neither is stale: it counts for nothing (so a
 -- payload the producer removed and added again starts afresh) and the recover script sweeps it.
 
-local function now_ms()
+-- The Redis clock: epoch ms, and the microseconds past that millisecond.
+local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = tonumber(t[2])
+  return tonumber(t[1]) * 1000 + math.floor(us / 1000), us % 1000
+end
+
+local function now_ms()
+  return (clock())
 end
 
 -- Every script takes the queue's eight keys in this one order (`QueueKeys::all`), and names
@@ -38,13 +44,15 @@ local function wrong_type()
 end
 
 -- The start of every writing script, once its arguments are parsed: the type checks, then
--- the clock. Returns `now`, or nil and the error to return.
+-- the clock. Returns `now`, nil and the microseconds past `now`, or nil and the error to
+-- return.
 local function begin()
   local bad = wrong_type()
   if bad then
     return nil, bad
   end
-  return now_ms(), nil
+  local now, us = clock()
+  return now, nil, us
 end
 
 -- ARGV[i] as a number, or nil and an error naming `what`.

@@ -72,8 +72,10 @@ impl Claimed {
 /// The result of one claim.
 #[derive(Debug, Default)]
 pub struct ClaimBatch {
-    /// Redis server time of the claim, epoch ms.
+    /// Redis server time of the claim, epoch ms (the whole milliseconds of `now_us`).
     pub now_ms: i64,
+    /// Redis server time of the claim, epoch µs.
+    pub now_us: i64,
     /// Lease deadline of every member of this batch; also the batch's ownership token.
     pub deadline_ms: i64,
     /// Score of the earliest member left in the source set that a claim could take.
@@ -101,7 +103,7 @@ pub(super) fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreE
     }
     let mut it = items.into_iter();
     let (
-        Some(Value::Int(now_ms)),
+        Some(Value::Int(now_us)),
         Some(Value::Int(deadline_ms)),
         Some(head),
         Some(Value::Int(skipped)),
@@ -149,7 +151,8 @@ pub(super) fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreE
         });
     }
     Ok(ClaimBatch {
-        now_ms,
+        now_ms: now_us.div_euclid(1000),
+        now_us,
         deadline_ms,
         next_head_ms,
         skipped: u64::try_from(skipped).unwrap_or(0),

@@ -4,7 +4,32 @@ use super::*;
 
 use delay_bridge::redis::store::ClaimBatch;
 
+/// This machine's clock, epoch µs.
+fn wall_us() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
+}
+
 impl Case {
+    /// The claim's clock is the Redis server's in µs, read during the call (within a second
+    /// of this machine's clock around it, whatever host Redis runs on), and `now` is its
+    /// whole milliseconds. Claims whose clock falls inside a millisecond are counted: a
+    /// script that gave whole milliseconds in µs would never make one.
+    fn check_clock(&self, got: &ClaimBatch, before: i64, after: i64) -> Step {
+        check!(
+            (before - 1_000_000..=after + 1_000_000).contains(&got.now_us),
+            "claim clock {} µs read between {before} and {after}",
+            got.now_us
+        );
+        check_eq!(got.now_ms, got.now_us.div_euclid(1000), "claim clock in ms");
+        if got.now_us % 1000 != 0 {
+            bump(&self.tally.sub_ms_clocks, 1);
+        }
+        Ok(())
+    }
+
     /// Members a claim at `now` may take, earliest first: due and not in flight.
     pub(super) fn claimable(&self, now: i64) -> Vec<(Vec<u8>, f64)> {
         let mut due: Vec<(Vec<u8>, f64)> = self
@@ -30,8 +55,10 @@ impl Case {
         let lease = if short { SHORT_LEASE } else { LONG_LEASE };
         let budget = self.m.bodies.as_ref().map(|_| budget.unwrap_or(ROOMY));
         let store = self.claim_store(budget, rated);
+        let before = wall_us();
         let got = store.claim(batch, lease).await.unwrap();
         let now = got.now_ms;
+        self.check_clock(&got, before, wall_us())?;
         // Every claim repairs a `paused` value that is not canonical.
         let (paused, odd) = pause_value(&self.m.paused);
         let mut repaired = 0;

@@ -147,6 +147,8 @@ pub(super) struct Tally {
     pub(super) browsed: AtomicU64,
     pub(super) purged: AtomicU64,
     pub(super) cut_by_rate: AtomicU64,
+    /// Claims whose clock (µs) fell inside a millisecond.
+    pub(super) sub_ms_clocks: AtomicU64,
     /// Dead letters claimed for forwarding.
     pub(super) forward_claimed: AtomicU64,
     /// Of those, letters whose earlier lease had expired.

@@ -10,6 +10,7 @@ pub(super) fn bump(c: &AtomicU64, n: u64) {
 pub(super) fn missing_paths(t: &Tally, hash: bool) -> Vec<&'static str> {
     let mut paths = vec![
         ("claims", &t.claimed),
+        ("claims timed inside a millisecond", &t.sub_ms_clocks),
         ("in-flight skips", &t.skipped_in_flight),
         ("acks of a lost lease", &t.acks_not_owned),
         ("early acks of part of a batch", &t.early_acks),
