@@ -21,6 +21,7 @@ mod publishing;
 mod route;
 mod settlement;
 mod shard;
+mod timer;
 mod wake;
 
 use batch::AdaptiveBatch;
@@ -315,17 +316,17 @@ impl Worker {
 
     /// Waits until a shard's head or guard time comes, or a notification wakes one of them.
     async fn idle_shards(&mut self) {
-        let wake_at = self
-            .shards
+        let head = self.shards.iter().filter_map(|t| t.next_due()).min();
+        let guard = self
+            .guard_at
             .iter()
-            .zip(&self.guard_at)
-            .map(|(t, &guard)| t.next_due().map_or(guard, |due| due.min(guard)))
+            .copied()
             .min()
             .unwrap_or_else(Instant::now);
         let woken =
             futures_util::future::select_all(self.shards.iter().map(|t| Box::pin(t.wakes.woken())));
         tokio::select! {
-            _ = tokio::time::sleep_until(wake_at) => {}
+            _ = timer::head_or_guard(head, guard) => {}
             (_, i, _) = woken => {
                 let t = &self.shards[i];
                 if let Some(why) = t.wakes.should_claim() {

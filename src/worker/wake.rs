@@ -221,9 +221,8 @@ impl Wakes {
             if now >= guard_at || self.take_due(now) {
                 return Woken::Timer;
             }
-            let wake_at = self.next_due().map_or(guard_at, |due| due.min(guard_at));
             tokio::select! {
-                _ = tokio::time::sleep_until(wake_at) => {}
+                _ = super::timer::head_or_guard(self.next_due(), guard_at) => {}
                 _ = &mut woken => {}
                 _ = &mut rearm => {}
                 _ = stop.cancelled() => return Woken::Stop,
