@@ -69,6 +69,16 @@ impl Broker {
         }
     }
 
+    /// The broker server's process name, looked for on this machine (none for the bench's
+    /// own HTTP endpoint).
+    fn process_name(&self) -> Option<&'static str> {
+        match self {
+            Broker::Amqp(_) => Some("beam.smp"),
+            Broker::Kafka(_) => Some("tansu"),
+            Broker::Http(_) => None,
+        }
+    }
+
     async fn cleanup(&self) -> anyhow::Result<()> {
         match self {
             Broker::Amqp(b) => b.cleanup().await,

@@ -12,7 +12,8 @@ use super::ceiling::{Ceiling, Window};
 use super::process::{free_port, histogram_bound, metric_sum, BridgeProcess};
 use super::redis_ops::{self, CommandCounter};
 use super::report::{
-    Crash, Forward, Idle, Lateness, Machine, PhaseError, Rate, Report, Rss, Settings, Wakes,
+    Crash, Forward, Idle, Lateness, Machine, PhaseError, ProcessCpu, Rate, Report, Rss, Settings,
+    Wakes,
 };
 use super::tally::quantile;
 use super::{Bench, BridgeToml, Phase};
@@ -330,6 +331,21 @@ impl Bench {
         Ok(())
     }
 
+    /// CPU seconds so far of the Redis server and of the broker's process on this machine
+    /// (with its pid, so that a restart between two readings is not taken for CPU).
+    async fn other_cpu(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+    ) -> (Option<f64>, Option<(u32, f64)>) {
+        let redis = redis_ops::server_cpu_seconds(conn).await.ok().flatten();
+        let broker = self
+            .broker
+            .process_name()
+            .and_then(crate::process::find_process)
+            .and_then(|pid| Some((pid, crate::process::process_cpu_seconds(pid).ok()?)));
+        (redis, broker)
+    }
+
     /// Empties the queue nobody consumes; returns how many messages it held.
     async fn purge_backlog(&self) -> anyhow::Result<u64> {
         match &self.broker {
@@ -351,6 +367,7 @@ impl Bench {
             .start_bridge_to(what, std::slice::from_ref(&key), true, backlog)
             .await?;
         self.tally.reset(staged.base, n);
+        let others = self.other_cpu(&mut conn).await;
         let cpu_before = bridge.cpu_seconds()?;
         let start = Instant::now();
         self.release(&staged).await?;
@@ -366,6 +383,16 @@ impl Bench {
         .await?;
         let secs = start.elapsed().as_secs_f64();
         let cpu = bridge.cpu_seconds()? - cpu_before;
+        let per_100k = |seconds: f64| seconds * 100_000.0 / n as f64;
+        let (redis_before, broker_before) = others;
+        let (redis_after, broker_after) = self.other_cpu(&mut conn).await;
+        let redis_cpu_per_100k = redis_before.zip(redis_after).map(|(a, b)| per_100k(b - a));
+        let broker_cpu_per_100k = broker_before.zip(broker_after).and_then(|(a, b)| {
+            (a.0 == b.0).then(|| ProcessCpu {
+                process: self.broker.process_name().unwrap_or_default().to_string(),
+                seconds_per_100k: per_100k(b.1 - a.1),
+            })
+        });
         let memory = bridge.memory()?;
         bridge.stop(STOP_TIMEOUT).await?;
         if backlog {
@@ -384,7 +411,9 @@ impl Bench {
         Ok(Forward {
             rate: Rate::new(n, secs),
             cpu_seconds: cpu,
-            cpu_seconds_per_100k: cpu * 100_000.0 / n as f64,
+            cpu_seconds_per_100k: per_100k(cpu),
+            redis_cpu_per_100k,
+            broker_cpu_per_100k,
             peak_rss_bytes: memory.peak_bytes,
             // Nobody reads the backlog queue: no consumer to count copies.
             duplicates: if backlog {

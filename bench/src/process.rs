@@ -191,6 +191,21 @@ pub fn process_cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     cpu_seconds_from_stat(&stat, clock_ticks()).context("parsing /proc/PID/stat")
 }
 
+/// The local process named `name` (its /proc comm) that has used the most CPU, if any: the
+/// broker's server process when it runs on this machine.
+pub fn find_process(name: &str) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let comm = &stat[stat.find('(')? + 1..stat.rfind(')')?];
+            (comm == name).then(|| Some((pid, cpu_seconds_from_stat(&stat, clock_ticks())?)))?
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(pid, _)| pid)
+}
+
 /// Kernel clock ticks per second for /proc times (USER_HZ, 100 on every common Linux).
 fn clock_ticks() -> f64 {
     static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();

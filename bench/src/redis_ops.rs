@@ -151,6 +151,23 @@ pub async fn info_field(
         .map(|v| v.trim().to_string()))
 }
 
+/// The Redis server's own CPU time so far (`used_cpu_sys` + `used_cpu_user`), seconds.
+pub async fn server_cpu_seconds(
+    conn: &mut MultiplexedConnection,
+) -> redis::RedisResult<Option<f64>> {
+    let mut total = 0.0;
+    for field in ["used_cpu_sys", "used_cpu_user"] {
+        match info_field(conn, "cpu", field)
+            .await?
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            Some(v) => total += v,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(total))
+}
+
 /// Counts the commands every client sends, by client port, until `stop` (`MONITOR`).
 pub struct CommandCounter {
     counts: Arc<std::sync::Mutex<HashMap<u16, u64>>>,

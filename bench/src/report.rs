@@ -146,10 +146,25 @@ pub struct Forward {
     pub cpu_seconds: f64,
     /// Bridge CPU per 100,000 messages.
     pub cpu_seconds_per_100k: f64,
+    /// The Redis server's CPU per 100,000 messages over the same time (every client's
+    /// commands; nothing but the bridge uses it meanwhile).
+    pub redis_cpu_per_100k: Option<f64>,
+    /// The broker's server process (RabbitMQ's `beam.smp`, tansu), when it runs on this
+    /// machine: its CPU per 100,000 messages over the same time.
+    pub broker_cpu_per_100k: Option<ProcessCpu>,
     /// Bridge peak RSS (VmHWM) at the end.
     pub peak_rss_bytes: u64,
     /// Messages the consumer received more than once.
     pub duplicates: u64,
+}
+
+/// Another process's CPU over a phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessCpu {
+    /// Its name (/proc comm).
+    pub process: String,
+    /// User + system CPU per 100,000 messages.
+    pub seconds_per_100k: f64,
 }
 
 /// Lateness under a steady load: consumer receive time minus due time.

@@ -194,6 +194,7 @@ impl Report {
             bridge: format!("{:.2} s", f.cpu_seconds_per_100k),
             ..Row::default()
         });
+        rows.extend(others_cpu_rows(f));
         rows.push(Row {
             measurement: "bridge peak RSS while forwarding".into(),
             bridge: mib(f.peak_rss_bytes),
@@ -232,6 +233,7 @@ impl Report {
             rows.extend(c.ratio_rows("backlog rate", v, BACKLOG_MIN_RATIO));
             rows.extend(c.cpu_rows(f.cpu_seconds_per_100k));
         }
+        rows.extend(others_cpu_rows(f));
         rows
     }
 }
@@ -339,5 +341,27 @@ fn idle_rows(i: &Idle) -> Vec<Row> {
         result: verdict(i.startup_s <= IDLE_STARTUP_S),
         ..Row::default()
     });
+    rows
+}
+
+/// Where else the machine's CPU went while the bridge forwarded: the Redis server and the
+/// broker's process, per 100k messages (on a machine of two cores, every second they take
+/// is one the others do not get).
+fn others_cpu_rows(f: &Forward) -> Vec<Row> {
+    let mut rows = Vec::new();
+    if let Some(s) = f.redis_cpu_per_100k {
+        rows.push(Row {
+            measurement: "  redis server CPU per 100k messages, meanwhile".into(),
+            bridge: format!("{s:.2} s"),
+            ..Row::default()
+        });
+    }
+    if let Some(b) = &f.broker_cpu_per_100k {
+        rows.push(Row {
+            measurement: format!("  broker CPU per 100k messages, meanwhile ({})", b.process),
+            bridge: format!("{:.2} s", b.seconds_per_100k),
+            ..Row::default()
+        });
+    }
     rows
 }

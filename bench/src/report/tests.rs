@@ -14,6 +14,8 @@ fn amqp_report(forward: f64) -> Report {
             rate: Rate::new(forward as u64, 1.0),
             cpu_seconds: 0.1,
             cpu_seconds_per_100k: 10.0,
+            redis_cpu_per_100k: None,
+            broker_cpu_per_100k: None,
             peak_rss_bytes: 10 << 20,
             duplicates: 0,
         }),
@@ -58,6 +60,7 @@ fn the_backlog_is_judged_against_its_own_ceiling() {
     r.backlog_ceiling = Some(Rate::new(500, 1.0));
     r.backlog = r.forward.as_ref().map(|f| Forward {
         rate: Rate::new(440, 1.0),
+        broker_cpu_per_100k: None,
         ..*f
     });
     let row = r
@@ -107,4 +110,36 @@ fn json_lists_the_goals() {
     assert_eq!(v["goals"].as_array().unwrap().len(), 1);
     assert_eq!(v["all_passed"], true);
     assert_eq!(v["broker_ceiling"]["msg_per_s"], 1000.0);
+}
+
+#[test]
+fn redis_and_broker_cpu_are_shown_beside_the_bridges_when_measured() {
+    let mut r = amqp_report(950.0);
+    assert!(!r
+        .rows()
+        .iter()
+        .any(|row| row.measurement.contains("meanwhile")));
+    if let Some(f) = r.forward.as_mut() {
+        f.redis_cpu_per_100k = Some(0.71);
+        f.broker_cpu_per_100k = Some(ProcessCpu {
+            process: "beam.smp".into(),
+            seconds_per_100k: 3.5,
+        });
+    }
+    let rows = r.rows();
+    let shown: Vec<(&str, &str)> = rows
+        .iter()
+        .filter(|row| row.measurement.contains("meanwhile"))
+        .map(|row| (row.measurement.as_str(), row.bridge.as_str()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("  redis server CPU per 100k messages, meanwhile", "0.71 s"),
+            (
+                "  broker CPU per 100k messages, meanwhile (beam.smp)",
+                "3.50 s"
+            ),
+        ]
+    );
 }
