@@ -332,17 +332,16 @@ impl Bench {
     }
 
     /// CPU seconds so far of the Redis server and of the broker's process on this machine
-    /// (with its pid, so that a restart between two readings is not taken for CPU).
+    /// (with its name and pid, so that a restart between two readings is not taken for CPU).
     async fn other_cpu(
         &self,
         conn: &mut redis::aio::MultiplexedConnection,
-    ) -> (Option<f64>, Option<(u32, f64)>) {
+    ) -> (Option<f64>, Option<(&'static str, u32, f64)>) {
         let redis = redis_ops::server_cpu_seconds(conn).await.ok().flatten();
-        let broker = self
-            .broker
-            .process_name()
-            .and_then(crate::process::find_process)
-            .and_then(|pid| Some((pid, crate::process::process_cpu_seconds(pid).ok()?)));
+        let broker = self.broker.process_name().and_then(|name| {
+            let pid = crate::process::find_process(name)?;
+            Some((name, pid, crate::process::process_cpu_seconds(pid).ok()?))
+        });
         (redis, broker)
     }
 
@@ -388,9 +387,9 @@ impl Bench {
         let (redis_after, broker_after) = self.other_cpu(&mut conn).await;
         let redis_cpu_per_100k = redis_before.zip(redis_after).map(|(a, b)| per_100k(b - a));
         let broker_cpu_per_100k = broker_before.zip(broker_after).and_then(|(a, b)| {
-            (a.0 == b.0).then(|| ProcessCpu {
-                process: self.broker.process_name().unwrap_or_default().to_string(),
-                seconds_per_100k: per_100k(b.1 - a.1),
+            (a.1 == b.1).then(|| ProcessCpu {
+                process: a.0.to_string(),
+                seconds_per_100k: per_100k(b.2 - a.2),
             })
         });
         let memory = bridge.memory()?;

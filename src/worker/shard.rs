@@ -179,20 +179,21 @@ impl Shard {
     /// claim is made. In doubt it claims: no claim in the last seconds to date the head by,
     /// or a failed read (the claim reports the error and backs off).
     pub(super) async fn head_due(&self) -> bool {
-        if self.wakes.fresh_clock().is_none() {
+        let Some((at, now_us)) = self.wakes.fresh_clock() else {
             return true;
-        }
+        };
         let head = self.store.head().await;
         self.metrics.head_read();
         match head {
             Ok(None) => false,
-            Ok(Some(score)) => match self.wakes.due_at(score) {
-                Some(due) if due > Instant::now() => {
-                    self.wakes.note_earlier(due);
-                    false
+            Ok(Some(score)) => {
+                let due = due_by(at, now_us, score);
+                if due <= Instant::now() {
+                    return true;
                 }
-                _ => true,
-            },
+                self.wakes.note_earlier(due);
+                false
+            }
             Err(_) => true,
         }
     }

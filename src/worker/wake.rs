@@ -133,14 +133,8 @@ impl Wakes {
         *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, now_us));
     }
 
-    /// When a member scored `score` (epoch ms) becomes due, by the clock of the last claim;
-    /// `None` without a claim in the last [`CLOCK_FRESH`].
-    pub(super) fn due_at(&self, score: f64) -> Option<Instant> {
-        let (at, now_us) = self.fresh_clock()?;
-        Some(due_by(at, now_us, score))
-    }
-
-    /// The last claim's clock, unless older than [`CLOCK_FRESH`].
+    /// The last claim's clock (the instant its reply arrived, the Redis clock in µs), unless
+    /// older than [`CLOCK_FRESH`].
     pub(super) fn fresh_clock(&self) -> Option<(Instant, i64)> {
         let clock = *self.clock.lock().unwrap_or_else(|e| e.into_inner());
         clock.filter(|(at, _)| at.elapsed() <= CLOCK_FRESH)
