@@ -331,18 +331,15 @@ impl Bench {
         Ok(())
     }
 
-    /// CPU seconds so far of the Redis server and of the broker's process on this machine
-    /// (with its name and pid, so that a restart between two readings is not taken for CPU).
-    async fn other_cpu(
-        &self,
-        conn: &mut redis::aio::MultiplexedConnection,
-    ) -> (Option<f64>, Option<(&'static str, u32, f64)>) {
+    /// CPU seconds so far of the Redis server and of the broker's process on this machine.
+    async fn other_cpu(&self, conn: &mut redis::aio::MultiplexedConnection) -> OtherCpu {
         let redis = redis_ops::server_cpu_seconds(conn).await.ok().flatten();
         let broker = self.broker.process_name().and_then(|name| {
             let pid = crate::process::find_process(name)?;
-            Some((name, pid, crate::process::process_cpu_seconds(pid).ok()?))
+            let seconds = crate::process::process_cpu_seconds(pid).ok()?;
+            Some(BrokerCpu { name, pid, seconds })
         });
-        (redis, broker)
+        OtherCpu { redis, broker }
     }
 
     /// Empties the queue nobody consumes; returns how many messages it held.
@@ -383,15 +380,8 @@ impl Bench {
         let secs = start.elapsed().as_secs_f64();
         let cpu = bridge.cpu_seconds()? - cpu_before;
         let per_100k = |seconds: f64| seconds * 100_000.0 / n as f64;
-        let (redis_before, broker_before) = others;
-        let (redis_after, broker_after) = self.other_cpu(&mut conn).await;
-        let redis_cpu_per_100k = redis_before.zip(redis_after).map(|(a, b)| per_100k(b - a));
-        let broker_cpu_per_100k = broker_before.zip(broker_after).and_then(|(a, b)| {
-            (a.1 == b.1).then(|| ProcessCpu {
-                process: a.0.to_string(),
-                seconds_per_100k: per_100k(b.2 - a.2),
-            })
-        });
+        let (redis_cpu_per_100k, broker_cpu_per_100k) =
+            others.until(&self.other_cpu(&mut conn).await, per_100k);
         let memory = bridge.memory()?;
         bridge.stop(STOP_TIMEOUT).await?;
         if backlog {
@@ -483,5 +473,38 @@ impl Errors {
             phase: phase.into(),
             error: format!("{e:#}"),
         });
+    }
+}
+
+/// The Redis server's and the broker process's CPU seconds at one moment.
+struct OtherCpu {
+    redis: Option<f64>,
+    broker: Option<BrokerCpu>,
+}
+
+/// The broker's process (named, with its pid, so that a restart between two readings is not
+/// taken for CPU) and its CPU seconds.
+struct BrokerCpu {
+    name: &'static str,
+    pid: u32,
+    seconds: f64,
+}
+
+impl OtherCpu {
+    /// What each used from this reading to `later`, through `per_100k`.
+    fn until(
+        &self,
+        later: &OtherCpu,
+        per_100k: impl Fn(f64) -> f64,
+    ) -> (Option<f64>, Option<ProcessCpu>) {
+        let redis = self.redis.zip(later.redis).map(|(a, b)| per_100k(b - a));
+        let broker = self.broker.as_ref().zip(later.broker.as_ref());
+        let broker = broker
+            .filter(|(a, b)| a.pid == b.pid)
+            .map(|(a, b)| ProcessCpu {
+                process: a.name.to_string(),
+                seconds_per_100k: per_100k(b.seconds - a.seconds),
+            });
+        (redis, broker)
     }
 }

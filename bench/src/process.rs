@@ -200,7 +200,10 @@ pub fn find_process(name: &str) -> Option<u32> {
         .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             let comm = &stat[stat.find('(')? + 1..stat.rfind(')')?];
-            (comm == name).then(|| Some((pid, cpu_seconds_from_stat(&stat, clock_ticks())?)))?
+            if comm != name {
+                return None;
+            }
+            Some((pid, cpu_seconds_from_stat(&stat, clock_ticks())?))
         })
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(pid, _)| pid)

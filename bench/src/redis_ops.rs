@@ -145,27 +145,25 @@ pub async fn info_field(
     field: &str,
 ) -> redis::RedisResult<Option<String>> {
     let text: String = redis::cmd("INFO").arg(section).query_async(conn).await?;
-    Ok(text
-        .lines()
+    Ok(field_of(&text, field).map(str::to_string))
+}
+
+/// The value of `field` in the text of an `INFO` reply.
+fn field_of<'t>(text: &'t str, field: &str) -> Option<&'t str> {
+    text.lines()
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .map(|v| v.trim().to_string()))
+        .map(str::trim)
 }
 
 /// The Redis server's own CPU time so far (`used_cpu_sys` + `used_cpu_user`), seconds.
 pub async fn server_cpu_seconds(
     conn: &mut MultiplexedConnection,
 ) -> redis::RedisResult<Option<f64>> {
-    let mut total = 0.0;
-    for field in ["used_cpu_sys", "used_cpu_user"] {
-        match info_field(conn, "cpu", field)
-            .await?
-            .and_then(|v| v.parse::<f64>().ok())
-        {
-            Some(v) => total += v,
-            None => return Ok(None),
-        }
-    }
-    Ok(Some(total))
+    let text: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let seconds = |field| field_of(&text, field)?.parse::<f64>().ok();
+    Ok(seconds("used_cpu_sys")
+        .zip(seconds("used_cpu_user"))
+        .map(|(s, u)| s + u))
 }
 
 /// Counts the commands every client sends, by client port, until `stop` (`MONITOR`).
