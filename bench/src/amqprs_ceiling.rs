@@ -4,7 +4,8 @@
 //! amqprs has no confirmation futures: the broker's acks, nacks and returns arrive through a
 //! `ChannelCallback`, and the publisher tracks its delivery tags itself (one counter per
 //! channel, starting at 1 after `confirm.select`). A window of unconfirmed messages shared by
-//! the connection's channels keeps the broker busy without queueing without bound.
+//! the connection's channels keeps the broker busy without queueing without bound. The same
+//! publisher also forwards what the bridge's claim script hands out (`forward_claimed`).
 
 use std::collections::BTreeSet;
 use std::str::FromStr;
@@ -20,6 +21,7 @@ use amqprs::{
     ShortStr,
 };
 use anyhow::{anyhow, bail, Context};
+use delay_bridge::redis::store::{Settlement, Store};
 use delay_bridge::wire::{MessageId, HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_TRIGGER};
 use lapin::uri::{AMQPScheme, AMQPUri};
 use tokio::sync::{Notify, Semaphore};
@@ -33,6 +35,8 @@ type Result<T> = std::result::Result<T, amqprs::error::Error>;
 
 /// The trigger name the messages carry, as the bridge's bench trigger's do.
 const TRIGGER: &str = "bench";
+/// The lease of what `forward_claimed` claims: longer than any run.
+const LEASE: Duration = Duration::from_secs(600);
 
 /// How the raw publishers keep the broker busy: `channels` confirm-mode channels on one
 /// connection, at most `window` messages unconfirmed on all of them together.
@@ -72,6 +76,8 @@ struct Tags {
     /// The last delivery tag used on the channel (0 before any publish).
     last: AtomicU64,
     unconfirmed: Mutex<BTreeSet<u64>>,
+    /// Delivery tags the broker answered on the channel (each once, acked or nacked).
+    answered: AtomicU64,
     window: Arc<Semaphore>,
     answers: Arc<Answers>,
 }
@@ -92,6 +98,7 @@ impl Tags {
             }
         };
         self.window.add_permits(n);
+        self.answered.fetch_add(n as u64, Ordering::Relaxed);
         n as u64
     }
 }
@@ -188,6 +195,7 @@ impl RawPublisher {
             let tags = Arc::new(Tags {
                 last: AtomicU64::new(0),
                 unconfirmed: Mutex::default(),
+                answered: AtomicU64::new(0),
                 window: window.clone(),
                 answers: answers.clone(),
             });
@@ -218,30 +226,16 @@ impl RawPublisher {
         let mut lanes = Vec::new();
         for (ch, tags) in &self.channels {
             let (ch, tags, next, w) = (ch.clone(), tags.clone(), next.clone(), w.clone());
-            let args = BasicPublishArguments::new(&self.exchange, &self.routing_key)
-                .mandatory(true)
-                .finish();
+            let args = self.publish_args();
             lanes.push(tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     if i >= w.count {
                         return Ok::<_, anyhow::Error>(());
                     }
-                    let Ok(room) = tags.window.acquire().await else {
-                        bail!("a channel closed while publishing");
-                    };
-                    room.forget();
                     let body = payload(w.base + i, w.payload_bytes);
-                    let props = properties(&w, &body);
-                    // This lane alone publishes on the channel: tags follow its publishes.
-                    let tag = tags.last.fetch_add(1, Ordering::Relaxed) + 1;
-                    tags.unconfirmed
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(tag);
-                    ch.basic_publish(props, body, args.clone())
-                        .await
-                        .map_err(|e| anyhow!("amqprs: publishing: {e}"))?;
+                    let props = properties(&w.key, &body, w.due_ms, 1);
+                    publish_one(&ch, &tags, props, body, &args).await?;
                 }
             }));
         }
@@ -249,28 +243,94 @@ impl RawPublisher {
             lane.await.context("an amqprs publisher panicked")??;
         }
         let end = Instant::now() + timeout;
-        loop {
-            let changed = self.answers.changed.notified();
-            if let Some(why) = self.answers.closed() {
-                bail!("{why}");
-            }
-            if self.answers.settled() - before >= w.count {
-                break;
-            }
-            if tokio::time::timeout_at(end, changed).await.is_err() {
-                bail!(
+        let answers = &self.answers;
+        until(answers, end, || answers.settled() - before >= w.count)
+            .await
+            .with_context(|| {
+                format!(
                     "the broker confirmed {} of {} messages within {timeout:?}",
-                    self.answers.settled() - before,
+                    answers.settled() - before,
                     w.count
-                );
-            }
+                )
+            })?;
+        self.all_acked()?;
+        Ok(started)
+    }
+
+    /// Forwards what `store`'s claim script hands out until it hands out nothing, and
+    /// settles it with the settle script: per channel a loop that claims up to `batch`
+    /// members, publishes them, waits until the broker answered for all of them and then
+    /// acks them in Redis in the background while it claims again. The same Redis work as
+    /// the bridge's (one settle call per batch, where the bridge settles as confirmations
+    /// arrive), with this client's publishing. Returns the members forwarded; fails on a
+    /// nack, a return or a closed channel.
+    pub async fn forward_claimed(
+        &self,
+        store: &Store,
+        key: &str,
+        batch: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<u64> {
+        let end = Instant::now() + timeout;
+        let mut lanes = Vec::new();
+        for (ch, tags) in &self.channels {
+            let (ch, tags, store, key) = (ch.clone(), tags.clone(), store.clone(), key.to_string());
+            let args = self.publish_args();
+            lanes.push(tokio::spawn(async move {
+                let mut settles = Vec::new();
+                let mut forwarded = 0u64;
+                loop {
+                    let b = store.claim(batch, LEASE).await?;
+                    if b.items.is_empty() {
+                        break;
+                    }
+                    for c in &b.items {
+                        let body = c.payload().context("a claimed member without a body")?;
+                        let props = properties(&key, body, c.due_ms, c.attempt);
+                        publish_one(&ch, &tags, props, body.to_vec(), &args).await?;
+                    }
+                    // Every tag up to the last one answered: the whole batch.
+                    let last = tags.last.load(Ordering::Relaxed);
+                    until(&tags.answers, end, || {
+                        tags.answered.load(Ordering::Relaxed) >= last
+                    })
+                    .await?;
+                    forwarded += b.items.len() as u64;
+                    let store = store.clone();
+                    settles.push(tokio::spawn(async move {
+                        let s = Settlement::ack_unpublished(&b.items);
+                        store.settle(b.deadline_ms, 1, &s).await
+                    }));
+                }
+                for s in settles {
+                    s.await.context("a settle call panicked")??;
+                }
+                Ok::<_, anyhow::Error>(forwarded)
+            }));
         }
+        let mut forwarded = 0;
+        for lane in lanes {
+            forwarded += lane.await.context("an amqprs forwarder panicked")??;
+        }
+        self.all_acked()?;
+        Ok(forwarded)
+    }
+
+    /// Every publish's arguments: the target, `mandatory`.
+    fn publish_args(&self) -> BasicPublishArguments {
+        BasicPublishArguments::new(&self.exchange, &self.routing_key)
+            .mandatory(true)
+            .finish()
+    }
+
+    /// Fails if the broker nacked or returned a message since the last call.
+    fn all_acked(&self) -> anyhow::Result<()> {
         let nacked = self.answers.nacked.swap(0, Ordering::Relaxed);
         let returned = self.answers.returned.swap(0, Ordering::Relaxed);
         if nacked + returned > 0 {
             bail!("the broker nacked {nacked} and returned {returned} messages");
         }
-        Ok(started)
+        Ok(())
     }
 
     /// Closes the channels and the connection.
@@ -282,18 +342,158 @@ impl RawPublisher {
     }
 }
 
-/// The bridge's properties for a message: persistent, its id, the trigger, due time and
-/// attempt headers.
-fn properties(w: &Window, body: &[u8]) -> BasicProperties {
+/// Publishes one message on `ch` once the window has room, its delivery tag noted as
+/// unconfirmed. Only one task publishes on a channel: tags follow its publishes.
+async fn publish_one(
+    ch: &Channel,
+    tags: &Tags,
+    props: BasicProperties,
+    body: Vec<u8>,
+    args: &BasicPublishArguments,
+) -> anyhow::Result<()> {
+    let Ok(room) = tags.window.acquire().await else {
+        bail!("a channel closed while publishing");
+    };
+    room.forget();
+    let tag = tags.last.fetch_add(1, Ordering::Relaxed) + 1;
+    tags.unconfirmed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(tag);
+    ch.basic_publish(props, body, args.clone())
+        .await
+        .map_err(|e| anyhow!("amqprs: publishing: {e}"))
+}
+
+/// Waits until `done()` holds, looking again at each answer of the broker; fails when a
+/// channel closes or at `end`.
+async fn until(answers: &Answers, end: Instant, done: impl Fn() -> bool) -> anyhow::Result<()> {
+    loop {
+        // Created before looking: an answer arriving in between still wakes it.
+        let changed = answers.changed.notified();
+        if let Some(why) = answers.closed() {
+            bail!("{why}");
+        }
+        if done() {
+            return Ok(());
+        }
+        if tokio::time::timeout_at(end, changed).await.is_err() {
+            bail!("the broker did not answer in time");
+        }
+    }
+}
+
+/// The bridge's properties for a message of queue `key`: persistent, its id, the trigger,
+/// due time and attempt headers.
+fn properties(key: &str, body: &[u8], due_ms: i64, attempt: u32) -> BasicProperties {
     let mut headers = FieldTable::new();
     let name = |s: &str| ShortStr::try_from(s).expect("a short header name");
     let trigger = LongStr::try_from(TRIGGER).expect("a short trigger name");
     headers.insert(name(HEADER_TRIGGER), FieldValue::S(trigger));
-    headers.insert(name(HEADER_DUE_MS), FieldValue::l(w.due_ms));
-    headers.insert(name(HEADER_ATTEMPT), FieldValue::l(1));
+    headers.insert(name(HEADER_DUE_MS), FieldValue::l(due_ms));
+    headers.insert(name(HEADER_ATTEMPT), FieldValue::l(attempt.into()));
     BasicProperties::default()
         .with_delivery_mode(amqprs::DELIVERY_MODE_PERSISTENT)
-        .with_message_id(MessageId::new(&w.key, body).as_str())
+        .with_message_id(MessageId::new(key, body).as_str())
         .with_headers(headers)
         .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shape::{FormatArg, PayloadArg, Shape};
+    use delay_bridge::keys::QueueKeys;
+    use delay_bridge::redis::conn::Conn;
+    use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
+    use lapin::types::FieldTable as LapinTable;
+
+    const REDIS: &str = "redis://127.0.0.1:6379";
+    const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+    /// The ceiling with the scripts forwards every claimed member once to the broker, with the
+    /// bridge's headers, and leaves nothing scheduled or in flight in Redis.
+    #[tokio::test]
+    async fn forwarding_claimed_members_publishes_each_once_and_settles_them() {
+        let run = std::process::id();
+        let (key, queue) = (
+            format!("delay-bridge-bench-test:{{scripts-{run}}}"),
+            format!("delay-bridge-bench-test-scripts-{run}"),
+        );
+        let lapin = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
+            .await
+            .expect("RabbitMQ on 127.0.0.1:5672");
+        let ch = lapin.create_channel().await.unwrap();
+        let durable = QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        };
+        ch.queue_declare(&queue, durable, LapinTable::default())
+            .await
+            .unwrap();
+
+        let shape = Shape {
+            payload: PayloadArg::Inline,
+            format: FormatArg::Raw,
+            payload_bytes: 100,
+        };
+        let n = 1_000;
+        let mut redis = redis::Client::open(REDIS)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("Redis on 127.0.0.1:6379");
+        crate::redis_ops::load(&mut redis, &shape, &key, &key, 7_000, n, |_| 1)
+            .await
+            .unwrap();
+        let store = Store::new(
+            Conn::open(REDIS).await.unwrap(),
+            QueueKeys::derive(&key).unwrap(),
+        );
+        let u = Unconfirmed {
+            channels: 2,
+            window: 100,
+        };
+        // The default exchange routes by queue name.
+        let publisher = RawPublisher::connect(AMQP, "", &queue, u).await.unwrap();
+        let forwarded = publisher
+            .forward_claimed(&store, &key, 64, Duration::from_secs(60))
+            .await
+            .unwrap();
+        publisher.close().await;
+
+        let left = crate::redis_ops::queue_len(&mut redis, &key).await.unwrap();
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        let held = ch
+            .queue_declare(&queue, passive, LapinTable::default())
+            .await
+            .unwrap()
+            .message_count();
+        let first = ch
+            .basic_get(&queue, lapin::options::BasicGetOptions::default())
+            .await
+            .unwrap()
+            .expect("a message");
+        ch.queue_delete(&queue, QueueDeleteOptions::default())
+            .await
+            .unwrap();
+        crate::redis_ops::unlink_queue(&mut redis, &key)
+            .await
+            .unwrap();
+
+        assert_eq!((forwarded, left, held), (n, 0, n as u32));
+        let headers = first.properties.headers().clone().unwrap_or_default();
+        assert!(headers.inner().contains_key(HEADER_DUE_MS));
+        assert_eq!(
+            first
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|id| id.as_str().to_owned()),
+            Some(MessageId::new(&key, &first.data).as_str().to_owned())
+        );
+    }
 }

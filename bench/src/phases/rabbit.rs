@@ -1,16 +1,60 @@
 //! RabbitMQ's ceilings, each measured by a publisher that is not the bridge: amqprs and
-//! amqplib publishing the bridge's messages, and beside them the bridge's sink code alone.
+//! amqplib publishing the bridge's messages, and beside them the bridge's sink code alone
+//! and amqprs forwarding through the bridge's claim and settle scripts.
 
 use super::*;
 use crate::amqplib_ceiling::{self, NodePublisher};
 use crate::amqprs_ceiling::{RawPublisher, Unconfirmed};
 use crate::report::{AmqpCeilings, ClientRate};
+use crate::shape::{FormatArg, Shape};
+use delay_bridge::redis::store::Store;
 
 /// A publisher a ceiling is measured with.
 enum Client {
     Amqprs(RawPublisher),
     Amqplib(Box<NodePublisher>),
     SinkAlone(Ceiling),
+    WithScripts(Box<WithScripts>),
+}
+
+/// amqprs forwarding what the claim script hands out, settling with the settle script: the
+/// Redis work of the bridge around another client's publishing.
+struct WithScripts {
+    publisher: RawPublisher,
+    store: Store,
+    key: String,
+    conn: redis::aio::MultiplexedConnection,
+    /// The window's messages as stored: raw, inline or in the bodies hash as the bench's.
+    shape: Shape,
+    batch: usize,
+}
+
+impl WithScripts {
+    /// Schedules `w`'s messages as already due (not timed), then forwards them; returns when
+    /// forwarding started.
+    async fn publish(&mut self, w: &Window, timeout: Duration) -> anyhow::Result<Instant> {
+        let due = now_ms() - 1000;
+        let key = &self.key;
+        redis_ops::load(
+            &mut self.conn,
+            &self.shape,
+            key,
+            key,
+            w.base,
+            w.count,
+            |_| due,
+        )
+        .await?;
+        let started = Instant::now();
+        let n = self
+            .publisher
+            .forward_claimed(&self.store, &w.key, self.batch, timeout)
+            .await?;
+        if n != w.count {
+            bail!("forwarded {n} of {} messages", w.count);
+        }
+        Ok(started)
+    }
 }
 
 impl Client {
@@ -21,6 +65,7 @@ impl Client {
             Client::Amqprs(p) => p.publish(w, timeout).await,
             Client::Amqplib(p) => p.publish(w, timeout).await,
             Client::SinkAlone(c) => c.publish(w).await,
+            Client::WithScripts(p) => p.publish(w, timeout).await,
         }
     }
 
@@ -29,6 +74,7 @@ impl Client {
             Client::Amqprs(_) => "amqprs",
             Client::Amqplib(_) => "amqplib",
             Client::SinkAlone(_) => "the bridge's sink alone",
+            Client::WithScripts(_) => "amqprs with the claim and settle scripts",
         }
     }
 
@@ -36,7 +82,7 @@ impl Client {
     fn cpu_seconds(&self) -> anyhow::Result<f64> {
         match self {
             Client::Amqplib(p) => p.cpu_seconds(),
-            Client::Amqprs(_) | Client::SinkAlone(_) => {
+            Client::Amqprs(_) | Client::SinkAlone(_) | Client::WithScripts(_) => {
                 super::super::process::process_cpu_seconds(std::process::id())
             }
         }
@@ -47,6 +93,7 @@ impl Client {
             Client::Amqprs(p) => p.close().await,
             Client::Amqplib(p) => p.close().await,
             Client::SinkAlone(c) => c.close().await,
+            Client::WithScripts(p) => p.publisher.close().await,
         }
     }
 }
@@ -117,7 +164,41 @@ impl Bench {
                 Err(e) => errors.push(e.context("the sink alone")),
             }
         }
+        let scripted = self.with_scripts(url, exchange, &key, u).await;
+        match self.ceiling_of(scripted, backlog).await {
+            Ok(r) => out.with_scripts = Some(r),
+            Err(e) => errors.push(e.context("amqprs with the scripts")),
+        }
         (out, errors)
+    }
+
+    /// amqprs connected as for its own ceiling, with a queue of its own for the scripts.
+    async fn with_scripts(
+        &self,
+        url: &str,
+        exchange: &str,
+        routing_key: &str,
+        u: Unconfirmed,
+    ) -> anyhow::Result<Client> {
+        let key = self.new_key("with-scripts");
+        let conn = delay_bridge::redis::conn::Conn::open(&self.args.redis_url).await?;
+        let shape = Shape {
+            format: FormatArg::Raw,
+            ..self.args.shape()
+        };
+        let mut store = Store::new(conn, QueueKeys::derive(&key)?);
+        if shape.payload == crate::shape::PayloadArg::Hash {
+            store = store.with_hash_bodies(16 * 1024 * 1024);
+        }
+        let publisher = RawPublisher::connect(url, exchange, routing_key, u).await?;
+        Ok(Client::WithScripts(Box::new(WithScripts {
+            publisher,
+            store,
+            key,
+            conn: self.conn.clone(),
+            shape,
+            batch: self.trigger.batch,
+        })))
     }
 
     /// One client's rate: into the consumed queue after an untimed warm-up, timed until the
