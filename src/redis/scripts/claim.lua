@@ -22,14 +22,18 @@
 -- KEYS: the queue's eight keys (see prelude)
 -- ARGV: limit, lease ms, body byte budget (0: inline), largest body to read (0: any),
 --       rate (messages per ms, 0: none), burst (most tokens)
--- Reply: {now_us, deadline, next_head_score or "", skipped, paused, wait, repaired, member,
---         due_score, attempt, [body], ...}
+-- Reply: {now_us, deadline, next_head_score or "", skipped, paused, wait, repaired, scores,
+--         member, [body], ...}
 --   now_us: the Redis clock in epoch microseconds (`now` is its whole milliseconds), so
 --     that the worker times the next head to the microsecond, not up to a millisecond late.
 --   skipped: due members left in place because an earlier copy of them is still in flight.
 --   paused: 1 when the queue is paused (then nothing is claimed and the head is "").
 --   wait: ms until the rate allows the next member (then nothing is claimed); else 0.
 --   repaired: control fields this call repaired (0 almost always).
+--   scores: each claimed member's due score and attempt, in the members' order, in one
+--     string separated by spaces (`due attempt due attempt ...`; "" when nothing was
+--     claimed): one value for the batch instead of two per member, which a client parses
+--     far more cheaply.
 --   body (hash mode only): the body; 0 where the id has none; its size where it is too large.
 local now, bad, us = begin()
 if bad then
@@ -50,7 +54,7 @@ if odd then
   end
 end
 if paused then
-  return {now_us, deadline, '', 0, 1, 0, repaired}
+  return {now_us, deadline, '', 0, 1, 0, repaired, ''}
 end
 local rate = tonumber(ARGV[5]) or 0
 local tokens
@@ -73,7 +77,7 @@ if rate > 0 then
     tokens = math.min(burst, held + (now - at) * rate)
   end
   if tokens < 1 then
-    return {now_us, deadline, '', 0, 0, math.ceil((1 - tokens) / rate), repaired}
+    return {now_us, deadline, '', 0, 0, math.ceil((1 - tokens) / rate), repaired, ''}
   end
   limit = math.min(limit, math.floor(tokens))
 end
@@ -146,7 +150,7 @@ if hash then
   end
 end
 
-local out = {now_us, deadline, '', skipped, 0, 0, repaired}
+local out = {now_us, deadline, '', skipped, 0, 0, repaired, ''}
 local n = #members
 if n > 0 then
   -- A deadline of its own (another batch may have claimed in this millisecond with the same
@@ -179,6 +183,7 @@ if n > 0 then
     redis.call('HSET', CONTROL, 'tokens', string.format('%.17g', tokens - n), 'at', now)
   end
   local counted = redis.call('EXISTS', ATTEMPTS) == 1
+  local scores = {}
   for i = 1, n do
     local attempt = 1
     if counted then
@@ -189,13 +194,15 @@ if n > 0 then
         attempt = failed + 1
       end
     end
+    scores[#scores + 1] = dues[i]
+    -- A literal for the first attempt: formatting a number costs more than the rest.
+    scores[#scores + 1] = attempt == 1 and '1' or tostring(attempt)
     out[#out + 1] = members[i]
-    out[#out + 1] = dues[i]
-    out[#out + 1] = attempt
     if hash then
       out[#out + 1] = bodies[i]
     end
   end
+  out[8] = table.concat(scores, ' ')
 end
 
 -- The next head is the earliest member a claim could take: one still in flight is not.

@@ -97,8 +97,8 @@ pub(super) fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreE
     let Value::Array(items) = reply else {
         return Err(StoreError::Reply("claim reply is not an array"));
     };
-    let width = if hash { 4 } else { 3 };
-    if items.len() < 7 || (items.len() - 7) % width != 0 {
+    let width = if hash { 2 } else { 1 };
+    if items.len() < 8 || (items.len() - 8) % width != 0 {
         return Err(StoreError::Reply("claim reply length"));
     }
     let mut it = items.into_iter();
@@ -110,7 +110,9 @@ pub(super) fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreE
         Some(Value::Int(paused)),
         Some(Value::Int(wait)),
         Some(Value::Int(repaired)),
+        Some(Value::BulkString(scores)),
     ) = (
+        it.next(),
         it.next(),
         it.next(),
         it.next(),
@@ -133,22 +135,32 @@ pub(super) fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreE
         }
         _ => None,
     };
+    // `due attempt due attempt ...`, one pair per member in the members' order.
+    let mut fields = scores.split(|b| *b == b' ').filter(|_| !scores.is_empty());
     let mut out = Vec::with_capacity(it.len() / width);
-    while let (Some(m), Some(score), Some(attempt)) = (it.next(), it.next(), it.next()) {
-        let (Value::BulkString(member), Value::BulkString(due_raw), Value::Int(attempt)) =
-            (m, score, attempt)
-        else {
+    while let Some(m) = it.next() {
+        let Value::BulkString(member) = m else {
             return Err(StoreError::Reply("claimed member"));
         };
         let body = Body::from_reply(hash, &mut it)?;
-        let due_ms = score_ms(&due_raw).ok_or(StoreError::Reply("due score"))?;
+        let (Some(due_raw), Some(attempt)) = (fields.next(), fields.next()) else {
+            return Err(StoreError::Reply("claimed member's score"));
+        };
+        let due_ms = score_ms(due_raw).ok_or(StoreError::Reply("due score"))?;
+        let attempt: i64 = std::str::from_utf8(attempt)
+            .ok()
+            .and_then(|a| a.parse().ok())
+            .ok_or(StoreError::Reply("claimed member's attempt"))?;
         out.push(Claimed {
             member,
             body,
-            due_raw,
+            due_raw: due_raw.to_vec(),
             due_ms,
             attempt: attempt.clamp(1, u32::MAX as i64) as u32,
         });
+    }
+    if fields.next().is_some() {
+        return Err(StoreError::Reply("claim reply scores"));
     }
     Ok(ClaimBatch {
         now_ms: now_us.div_euclid(1000),
@@ -161,4 +173,85 @@ pub(super) fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreE
         repaired: u64::try_from(repaired).unwrap_or(0),
         items: out,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(scores: &str, rest: Vec<Value>) -> Value {
+        let mut v = vec![
+            Value::Int(1_700_000_000_000_123),
+            Value::Int(1_700_000_030_000),
+            Value::BulkString(b"1700000000500".to_vec()),
+            Value::Int(0),
+            Value::Int(0),
+            Value::Int(0),
+            Value::Int(0),
+            Value::BulkString(scores.as_bytes().to_vec()),
+        ];
+        v.extend(rest);
+        Value::Array(v)
+    }
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn each_member_takes_its_score_and_attempt_from_the_packed_scores_in_order() {
+        let got = parse_claim(
+            reply("1700000000000 1 -inf 3", vec![bulk("a"), bulk("b")]),
+            false,
+        )
+        .unwrap();
+        let items: Vec<_> = got
+            .items
+            .iter()
+            .map(|c| {
+                (
+                    c.member.as_slice(),
+                    c.due_raw.as_slice(),
+                    c.due_ms,
+                    c.attempt,
+                )
+            })
+            .collect();
+        assert_eq!(
+            items,
+            [
+                (&b"a"[..], &b"1700000000000"[..], 1_700_000_000_000, 1),
+                (&b"b"[..], &b"-inf"[..], i64::MIN, 3),
+            ]
+        );
+        assert_eq!(
+            (got.now_ms, got.next_head_ms),
+            (1_700_000_000_000, Some(1_700_000_000_500.0))
+        );
+        let hash = parse_claim(reply("5 1", vec![bulk("id"), bulk("body")]), true).unwrap();
+        assert_eq!(hash.items[0].body, Body::Stored(b"body".to_vec()));
+        assert!(parse_claim(reply("", vec![]), false)
+            .unwrap()
+            .items
+            .is_empty());
+    }
+
+    #[test]
+    fn scores_that_do_not_match_the_members_are_a_reply_error() {
+        for (scores, members) in [
+            ("1 1", vec![bulk("a"), bulk("b")]),
+            ("1 1 2 1", vec![bulk("a")]),
+            ("1", vec![bulk("a")]),
+            ("1 x", vec![bulk("a")]),
+            ("", vec![bulk("a")]),
+        ] {
+            assert!(
+                matches!(
+                    parse_claim(reply(scores, members), false),
+                    Err(StoreError::Reply(_))
+                ),
+                "{scores:?}"
+            );
+        }
+    }
 }
