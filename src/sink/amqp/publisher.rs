@@ -122,13 +122,15 @@ impl AmqpPublisher {
             let Some(permit) = room.as_mut().and_then(|r| r.split(1)) else {
                 break;
             };
-            let publish = channel.basic_publish(
+            // Boxed: lapin's publish future is large, and moving it into `writing` and then
+            // into its await would copy it twice more.
+            let publish = Box::pin(channel.basic_publish(
                 exchange,
                 m.routing_key.unwrap_or(routing_key),
                 MANDATORY,
                 m.payload,
                 props,
-            );
+            ));
             // Frames are queued on the first poll; one abandoned later may still reach the
             // broker, which makes it a possible duplicate, never a loss.
             writing.push(async move { (i, publish.await, permit) });
