@@ -53,9 +53,12 @@ pub struct AmqpPublisher {
 }
 
 impl AmqpPublisher {
-    /// False once the channel was closed by the broker or the connection dropped.
+    /// False once the channel was closed by the broker or the connection dropped, and while
+    /// RabbitMQ blocks the connection (a resource alarm): a worker holding this publisher
+    /// then asks the sink for another, which refuses while the alarm lasts, so nothing is
+    /// claimed meanwhile.
     pub fn is_usable(&self) -> bool {
-        self.channel.status().connected()
+        self.channel.status().connected() && !self.conn.status().blocked()
     }
 
     /// Publishes the whole batch back to back, a run of the window at a time, then collects
