@@ -53,7 +53,7 @@ impl AmqpPublisher {
         // The broker closed the channel (the connection still stands) or said why it closed
         // the connection; a connection lost without a word says nothing of the messages.
         let closed_by_broker = self.conn.status().connected() || close_of(results).is_some();
-        if self.is_usable() || !closed_by_broker {
+        if self.channel_open() || !closed_by_broker {
             return;
         }
         let suspects: Vec<usize> = (0..results.len())

@@ -58,7 +58,13 @@ impl AmqpPublisher {
     /// then asks the sink for another, which refuses while the alarm lasts, so nothing is
     /// claimed meanwhile.
     pub fn is_usable(&self) -> bool {
-        self.channel.status().connected() && !self.conn.status().blocked()
+        self.channel_open() && !self.conn.status().blocked()
+    }
+
+    /// False once the channel was closed by the broker or the connection dropped, whatever
+    /// an alarm says: what a closed channel means for the messages on it.
+    pub(super) fn channel_open(&self) -> bool {
+        self.channel.status().connected()
     }
 
     /// Publishes the whole batch back to back, a run of the window at a time, then collects
@@ -166,7 +172,7 @@ impl AmqpPublisher {
         let unanswered = if self.conn.status().blocked() {
             // A resource alarm, not the messages: back without an attempt.
             Some(PublishError::Blocked)
-        } else if !self.is_usable() {
+        } else if !self.channel_open() {
             // The channel closed (a refusal closes it for every message on it): a confirmation
             // it still owed can no longer come, which says nothing of the message.
             Some(PublishError::Connection(
