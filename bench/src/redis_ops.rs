@@ -78,6 +78,17 @@ pub async fn queue_len(conn: &mut impl ConnectionLike, key: &str) -> redis::Redi
     Ok(a + b)
 }
 
+/// The store a ceiling claims from: queue `key`, its bodies in the bodies hash when `shape`
+/// keeps them there.
+pub fn ceiling_store(conn: Conn, key: &str, shape: &Shape) -> anyhow::Result<Store> {
+    let store = Store::new(conn, QueueKeys::derive(key)?);
+    Ok(if shape.payload == PayloadArg::Hash {
+        store.with_hash_bodies(16 * 1024 * 1024)
+    } else {
+        store
+    })
+}
+
 /// Drains `key` with the bridge's own claim and settle scripts and nothing else: `workers`
 /// concurrent loops of claim(`batch`) then ack-all; returns the members claimed.
 pub async fn claim_ceiling(
@@ -87,10 +98,7 @@ pub async fn claim_ceiling(
     workers: usize,
     batch: usize,
 ) -> anyhow::Result<u64> {
-    let mut store = Store::new(conn, QueueKeys::derive(key)?);
-    if shape.payload == PayloadArg::Hash {
-        store = store.with_hash_bodies(16 * 1024 * 1024);
-    }
+    let store = ceiling_store(conn, key, shape)?;
     let lease = Duration::from_secs(60);
     let mut tasks = Vec::new();
     for _ in 0..workers {

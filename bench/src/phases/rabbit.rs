@@ -186,10 +186,7 @@ impl Bench {
             format: FormatArg::Raw,
             ..self.args.shape()
         };
-        let mut store = Store::new(conn, QueueKeys::derive(&key)?);
-        if shape.payload == crate::shape::PayloadArg::Hash {
-            store = store.with_hash_bodies(16 * 1024 * 1024);
-        }
+        let store = redis_ops::ceiling_store(conn, &key, &shape)?;
         let publisher = RawPublisher::connect(url, exchange, routing_key, u).await?;
         Ok(Client::WithScripts(Box::new(WithScripts {
             publisher,
