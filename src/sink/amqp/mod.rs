@@ -2,6 +2,7 @@
 //! declared on connect; persistent, mandatory publishes on a bounded set of shared
 //! confirm-mode channels.
 
+mod channel;
 mod connector;
 mod frame;
 mod isolate;
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use lapin::options::{ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::types::FieldTable;
-use lapin::{Channel, Connection, ConnectionStatus, ExchangeKind};
+use lapin::{Connection, ConnectionStatus, ExchangeKind};
 use tokio_util::sync::CancellationToken;
 
 use super::window::Window;
@@ -27,6 +28,7 @@ use crate::config::{AmqpDeclare, AmqpRoute, AmqpSinkConfig};
 use crate::metrics::Metrics;
 use crate::repeat::Repeated;
 use crate::tls::Tls;
+use channel::ConfirmChannel;
 use connector::Connector;
 use nodes::{Node, Nodes};
 pub use publisher::AmqpPublisher;
@@ -87,7 +89,7 @@ pub struct AmqpSink {
 struct Pool {
     /// The connection the channels are on; another one empties the pool.
     conn: Option<Arc<Connection>>,
-    channels: Vec<Channel>,
+    channels: Vec<ConfirmChannel>,
     /// Which channel the next publisher gets, once the pool is full.
     next: usize,
     /// Exchanges seen to exist on this connection. Forgotten when a channel closes (the
@@ -353,9 +355,9 @@ impl AmqpSink {
         pool: &mut Pool,
         conn: &Connection,
         exchange: &str,
-    ) -> Result<Result<Channel, PublishError>, lapin::Error> {
+    ) -> Result<Result<ConfirmChannel, PublishError>, lapin::Error> {
         let open = pool.channels.len();
-        pool.channels.retain(|c| c.status().connected());
+        pool.channels.retain(|c| c.channel().status().connected());
         if pool.channels.len() < open {
             pool.exchanges.clear();
         }
@@ -385,6 +387,7 @@ impl AmqpSink {
             channel
                 .confirm_select(ConfirmSelectOptions::default())
                 .await?;
+            let channel = ConfirmChannel::new(channel);
             pool.channels.push(channel.clone());
             return Ok(Ok(channel));
         }

@@ -11,12 +11,13 @@ use futures_util::StreamExt;
 use lapin::options::BasicPublishOptions;
 use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection};
+use lapin::{BasicProperties, Connection};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use crate::envelope::HeaderValue;
 
+use super::channel::ConfirmChannel;
 use super::frame;
 use super::Connector;
 use crate::config::{AmqpRoute, AmqpRouting};
@@ -38,7 +39,7 @@ pub(super) struct Target<'a> {
 /// channel; clones share it too: a worker's batches in flight).
 #[derive(Clone)]
 pub struct AmqpPublisher {
-    pub(super) channel: Channel,
+    pub(super) channel: ConfirmChannel,
     pub(super) conn: Arc<Connection>,
     /// Opens a connection of its own to isolate a message that closed the shared one.
     pub(super) connector: Arc<Connector>,
@@ -64,7 +65,7 @@ impl AmqpPublisher {
     /// False once the channel was closed by the broker or the connection dropped, whatever
     /// an alarm says: what a closed channel means for the messages on it.
     pub(super) fn channel_open(&self) -> bool {
-        self.channel.status().connected()
+        self.channel.channel().status().connected()
     }
 
     /// Publishes the whole batch back to back, a run of the window at a time, then collects
@@ -131,15 +132,14 @@ impl AmqpPublisher {
             let Some(permit) = room.as_mut().and_then(|r| r.split(1)) else {
                 break;
             };
-            // Boxed: lapin's publish future is large, and moving it into `writing` and then
-            // into its await would copy it twice more.
-            let publish = Box::pin(channel.basic_publish(
+            // Numbered and queued in the channel's order (see `ConfirmChannel`).
+            let publish = channel.publish(
                 exchange,
                 m.routing_key.unwrap_or(routing_key),
                 MANDATORY,
                 m.payload,
                 props,
-            ));
+            );
             // Frames are queued on the first poll; one abandoned later may still reach the
             // broker, which makes it a possible duplicate, never a loss.
             writing.push(async move { (i, publish.await, permit) });

@@ -220,6 +220,39 @@ pub async fn members_in_redis(r: &mut Conn, key: &str) -> Vec<Vec<u8>> {
     source
 }
 
+/// Where `member` is in Redis, for a failure message: its score in the source set, its
+/// lease, its attempts entry and its dead-letter reason, or "nowhere".
+pub async fn whereabouts(r: &mut Conn, key: &str, member: &[u8]) -> String {
+    let keys = QueueKeys::derive(key).unwrap();
+    let (source, lease, attempts, dead): (
+        Option<f64>,
+        Option<f64>,
+        Option<String>,
+        Option<String>,
+    ) = redis::pipe()
+        .zscore(&keys.source, member)
+        .zscore(&keys.inflight, member)
+        .hget(&keys.attempts, member)
+        .hget(&keys.dead_reasons, member)
+        .query_async(r)
+        .await
+        .unwrap();
+    let found: Vec<String> = [
+        source.map(|s| format!("scheduled at {s}")),
+        lease.map(|l| format!("leased until {l}")),
+        attempts.map(|a| format!("attempts {a}")),
+        dead.map(|d| format!("dead: {d}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if found.is_empty() {
+        "nowhere".into()
+    } else {
+        found.join(", ")
+    }
+}
+
 /// The dead-letter reason JSON of `member`, if it is a dead letter.
 pub async fn dead_reason(
     r: &mut Conn,

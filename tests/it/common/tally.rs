@@ -15,7 +15,9 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
 use tokio_util::sync::CancellationToken;
 
-use super::{body, queue_sizes, trigger, unique, wait_until, Bridge, ConfigToml, Conn};
+use super::{
+    body, queue_sizes, trigger, unique, wait_until, whereabouts, Bridge, ConfigToml, Conn,
+};
 
 /// What a consumer saw.
 #[derive(Default)]
@@ -168,6 +170,33 @@ impl Tally {
             wait_until(timeout, || self.distinct() >= n).await,
             "{} of {n} delivered\n{}",
             self.distinct(),
+            bridge.log()
+        );
+    }
+
+    /// Asserts that messages `0..n` (padded by `pad`) all arrive within `timeout`; a failure
+    /// says where each missing one is in Redis (see [`whereabouts`]), with the bridge's log.
+    pub async fn expect_all(
+        &self,
+        n: usize,
+        pad: usize,
+        timeout: Duration,
+        bridge: &Bridge,
+        r: &mut Conn,
+        key: &str,
+    ) {
+        if wait_until(timeout, || self.missing(n, pad).is_empty()).await {
+            return;
+        }
+        let mut missing = Vec::new();
+        for i in self.missing(n, pad).into_iter().take(10) {
+            let place = whereabouts(r, key, &body(i, pad)).await;
+            missing.push(format!("msg-{i:07}: {place}"));
+        }
+        panic!(
+            "{} of {n} delivered; missing:\n{}\n{}",
+            n - self.missing(n, pad).len(),
+            missing.join("\n"),
             bridge.log()
         );
     }
