@@ -15,7 +15,7 @@ use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection};
 use tokio_util::sync::CancellationToken;
 
-use super::publisher::{classify, confirmation, properties, AmqpPublisher, Target, MANDATORY};
+use super::publisher::{confirmation, properties, AmqpPublisher, Target, MANDATORY};
 use super::refused::Verdict;
 use crate::sink::{record_outcome, Confirms, OutMessage, Outcome, PublishError};
 
@@ -135,38 +135,35 @@ impl AmqpPublisher {
         alone.close().await;
     }
 
-    /// A new confirm-mode channel on the shared connection while it stands, else on the
-    /// publisher's own connection (opened, or opened again, as needed).
+    /// A new confirm-mode channel on the publisher's own connection (opened, or opened
+    /// again, as needed). A failure says nothing of the message it was for: it did not go out.
     async fn fresh_channel(
         &self,
         private: &mut Option<Connection>,
     ) -> Result<Channel, PublishError> {
-        let conn = if self.conn.status().connected() {
-            &*self.conn
-        } else {
-            if !private.as_ref().is_some_and(|c| c.status().connected()) {
-                let opened = self
-                    .connector
-                    .open_private("/isolating")
-                    .await
-                    .map_err(PublishError::Connection)?;
-                *private = Some(opened);
-            }
-            private.as_ref().expect("just opened")
-        };
-        let ch = conn.create_channel().await.map_err(classify)?;
+        if !private.as_ref().is_some_and(|c| c.status().connected()) {
+            let opened = self
+                .connector
+                .open_private("/isolating")
+                .await
+                .map_err(PublishError::Connection)?;
+            *private = Some(opened);
+        }
+        let conn = private.as_ref().expect("just opened");
+        let unsent = |e: lapin::Error| PublishError::Connection(e.to_string());
+        let ch = conn.create_channel().await.map_err(unsent)?;
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
-            .map_err(classify)?;
+            .map_err(unsent)?;
         Ok(ch)
     }
 }
 
 /// One message at a time: on a channel with nothing else unconfirmed, the next one sent
 /// only once the last is answered, so that a close is this message's and no frame follows it
-/// (frames on a channel the broker has closed make it close the whole connection). On the
-/// shared connection while it stands (a channel costs no other trigger anything), else on
-/// one of the publisher's own.
+/// (frames on a channel the broker has closed make it close the whole connection). On a
+/// connection of the publisher's own: on the shared one, another publisher's frames can make
+/// the broker close the whole connection, which would be blamed on this message.
 #[derive(Default)]
 struct Alone {
     private: Option<Connection>,
@@ -195,7 +192,8 @@ impl Alone {
             .await;
         let outcome = match sent {
             Ok(confirm) => confirmation(confirm.await),
-            Err(e) => Err(classify(e)),
+            // Refused before it went out: the channel or the connection was gone already.
+            Err(e) => Err(PublishError::Connection(e.to_string())),
         };
         self.channel = Some(ch);
         outcome

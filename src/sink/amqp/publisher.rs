@@ -41,7 +41,8 @@ pub(super) struct Target<'a> {
 pub struct AmqpPublisher {
     pub(super) channel: ConfirmChannel,
     pub(super) conn: Arc<Connection>,
-    /// Opens a connection of its own to isolate a message that closed the shared one.
+    /// Opens the connections of its own that messages are published alone on, to find the
+    /// one the broker refuses.
     pub(super) connector: Arc<Connector>,
     /// Messages the broker refused alone, shared by the sink's publishers.
     pub(super) refused: Arc<super::refused::Refused>,
