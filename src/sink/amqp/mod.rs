@@ -2,6 +2,7 @@
 //! declared on connect; persistent, mandatory publishes on a bounded set of shared
 //! confirm-mode channels.
 
+mod answers;
 mod channel;
 mod connector;
 mod frame;
@@ -357,7 +358,8 @@ impl AmqpSink {
         exchange: &str,
     ) -> Result<Result<ConfirmChannel, PublishError>, lapin::Error> {
         let open = pool.channels.len();
-        pool.channels.retain(|c| c.channel().status().connected());
+        pool.channels
+            .retain(|c| c.channel().status().connected() && c.trusted());
         if pool.channels.len() < open {
             pool.exchanges.clear();
         }

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use lapin::options::BasicPublishOptions;
-use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
+use lapin::publisher_confirm::Confirmation;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Connection};
 use tokio::sync::OwnedSemaphorePermit;
@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::envelope::HeaderValue;
 
+use super::answers::Answer;
 use super::channel::ConfirmChannel;
 use super::frame;
 use super::Connector;
@@ -55,12 +56,13 @@ pub struct AmqpPublisher {
 }
 
 impl AmqpPublisher {
-    /// False once the channel was closed by the broker or the connection dropped, and while
+    /// False once the channel was closed by the broker or the connection dropped, once a
+    /// publish on it was abandoned half-way (its answers are no longer trusted), and while
     /// RabbitMQ blocks the connection (a resource alarm): a worker holding this publisher
     /// then asks the sink for another, which refuses while the alarm lasts, so nothing is
     /// claimed meanwhile.
     pub fn is_usable(&self) -> bool {
-        self.channel_open() && !self.conn.status().blocked()
+        self.channel_open() && self.channel.trusted() && !self.conn.status().blocked()
     }
 
     /// False once the channel was closed by the broker or the connection dropped, whatever
@@ -135,6 +137,7 @@ impl AmqpPublisher {
             };
             // Numbered and queued in the channel's order (see `ConfirmChannel`).
             let publish = channel.publish(
+                m.id,
                 exchange,
                 m.routing_key.unwrap_or(routing_key),
                 MANDATORY,
@@ -212,7 +215,7 @@ enum Halt {
 /// A message's confirmation still owed, holding its room in the window until it comes.
 struct Confirm {
     i: usize,
-    confirm: PublisherConfirm,
+    confirm: Answer,
     _room: OwnedSemaphorePermit,
 }
 
@@ -263,7 +266,7 @@ impl Run<'_, '_> {
     /// Waits until lapin wrote every publish of `writing`, whose confirmations are then owed.
     async fn write<W>(&mut self, writing: &mut FuturesUnordered<W>) -> Result<(), Halt>
     where
-        W: Future<Output = (usize, lapin::Result<PublisherConfirm>, OwnedSemaphorePermit)>,
+        W: Future<Output = (usize, lapin::Result<Answer>, OwnedSemaphorePermit)>,
     {
         let mut failed = None;
         while !writing.is_empty() {
