@@ -8,10 +8,11 @@
 //! reads every confirmation in the order the publishes were numbered, takes the returned
 //! messages off them, and gives each back to the publish whose message id it carries.
 //!
-//! A return rides on a confirmation resolved no later than its own message's, and only a
-//! message numbered before that moment can be confirmed by it; so once a message's own
-//! confirmation is seen, it is answered as soon as every publish numbered until then has
-//! been read.
+//! The broker returns messages in the order they were published, and lapin pins each on the
+//! next confirmation it resolves: once every publish up to a message was seen answered, its
+//! return rode on one of them or on a confirmation resolved before, of a publish numbered
+//! before that moment. A message is answered once every publish up to it was seen answered
+//! and every publish numbered until then has been read again.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
@@ -99,7 +100,10 @@ pub(super) async fn collect(
                 None => return,
             }
         }
-        if !c.settle_pass(&mut entries, &mut open) {
+        if c.settle_pass(&mut entries, &mut open) {
+            // More may be ready at once; other tasks run meanwhile.
+            tokio::task::yield_now().await;
+        } else {
             let got = tokio::select! {
                 _ = c.first_waiting() => None,
                 _ = written.notified() => None,
@@ -195,10 +199,18 @@ impl Collector {
             return true;
         }
         if full {
+            // Only the publishes whose every predecessor was answered too: the broker returns
+            // messages in the order they were published and lapin pins each on the next
+            // confirmation it resolves, so once every publish up to this one was answered,
+            // its return rode on one of them or on one resolved before, read by now.
             let newest = self.seq;
             for p in &mut self.queue {
-                if let State::Answered { horizon, .. } = &mut p.state {
-                    horizon.get_or_insert(newest);
+                match &mut p.state {
+                    State::Answered { horizon, .. } => {
+                        horizon.get_or_insert(newest);
+                    }
+                    State::Unwritten(_) | State::Waiting(_) => break,
+                    State::Lost | State::Done => {}
                 }
             }
         }
@@ -256,9 +268,13 @@ impl Collector {
                             State::Waiting(confirm)
                         }
                         // Refused before it was numbered: nobody waits for its answer.
-                        Ok(None) => State::Done,
+                        Ok(None) => {
+                            resolved = true;
+                            State::Done
+                        }
                         Err(oneshot::error::TryRecvError::Empty) => break,
                         Err(oneshot::error::TryRecvError::Closed) => {
+                            resolved = true;
                             self.first_lost.get_or_insert(p.seq);
                             State::Lost
                         }

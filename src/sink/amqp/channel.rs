@@ -151,6 +151,7 @@ impl Future for Numbered<'_> {
             if let Poll::Ready(Err(e)) = polled {
                 // Refused before it was numbered (the channel or the connection is gone).
                 let _ = written.send(None);
+                this.shared.written.notify_one();
                 return Poll::Ready(Err(e));
             }
             drop(order);
