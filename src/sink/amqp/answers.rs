@@ -389,20 +389,19 @@ fn take_return(
         Ok(Confirmation::Nack(Some(r))) => (false, r),
         other => return other,
     };
-    let Some(id) = ret.delivery.properties.message_id().as_ref() else {
-        return Ok(if ack {
-            Confirmation::Ack(Some(ret))
+    let answer = |ret| {
+        Ok(if ack {
+            Confirmation::Ack(ret)
         } else {
-            Confirmation::Nack(Some(ret))
-        });
+            Confirmation::Nack(ret)
+        })
+    };
+    let Some(id) = ret.delivery.properties.message_id().as_ref() else {
+        return answer(Some(ret));
     };
     returned
         .entry(id_hash(id.as_str().as_bytes()))
         .or_default()
         .push_back(*ret);
-    Ok(if ack {
-        Confirmation::Ack(None)
-    } else {
-        Confirmation::Nack(None)
-    })
+    answer(None)
 }

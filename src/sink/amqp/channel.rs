@@ -65,9 +65,10 @@ impl ConfirmChannel {
         &self.channel
     }
 
-    /// False once a publish on this channel was abandoned half-way (see [`Shared`]).
-    pub(crate) fn trusted(&self) -> bool {
-        !self.shared.doubtful.load(Ordering::Relaxed)
+    /// Open, and no publish on it was abandoned half-way (see [`Shared`]): a publisher may
+    /// still be given it.
+    pub(crate) fn usable(&self) -> bool {
+        self.channel.status().connected() && !self.shared.doubtful.load(Ordering::Relaxed)
     }
 
     /// `basic_publish` of the message `id`, its delivery tag and its frames in the same

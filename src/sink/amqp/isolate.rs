@@ -150,13 +150,18 @@ impl AmqpPublisher {
             *private = Some(opened);
         }
         let conn = private.as_ref().expect("just opened");
-        let unsent = |e: lapin::Error| PublishError::Connection(e.to_string());
         let ch = conn.create_channel().await.map_err(unsent)?;
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(unsent)?;
         Ok(ch)
     }
+}
+
+/// A message refused before it went out (the channel or the connection was gone already, or
+/// could not be opened): nothing is known of it, it goes back untried.
+fn unsent(e: lapin::Error) -> PublishError {
+    PublishError::Connection(e.to_string())
 }
 
 /// One message at a time: on a channel with nothing else unconfirmed, the next one sent
@@ -192,8 +197,7 @@ impl Alone {
             .await;
         let outcome = match sent {
             Ok(confirm) => confirmation(confirm.await),
-            // Refused before it went out: the channel or the connection was gone already.
-            Err(e) => Err(PublishError::Connection(e.to_string())),
+            Err(e) => Err(unsent(e)),
         };
         self.channel = Some(ch);
         outcome

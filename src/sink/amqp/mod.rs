@@ -358,8 +358,7 @@ impl AmqpSink {
         exchange: &str,
     ) -> Result<Result<ConfirmChannel, PublishError>, lapin::Error> {
         let open = pool.channels.len();
-        pool.channels
-            .retain(|c| c.channel().status().connected() && c.trusted());
+        pool.channels.retain(ConfirmChannel::usable);
         if pool.channels.len() < open {
             pool.exchanges.clear();
         }

@@ -62,7 +62,7 @@ impl AmqpPublisher {
     /// then asks the sink for another, which refuses while the alarm lasts, so nothing is
     /// claimed meanwhile.
     pub fn is_usable(&self) -> bool {
-        self.channel_open() && self.channel.trusted() && !self.conn.status().blocked()
+        self.channel.usable() && !self.conn.status().blocked()
     }
 
     /// False once the channel was closed by the broker or the connection dropped, whatever
