@@ -147,17 +147,28 @@ impl RedisCluster {
             .unwrap()
             .expect("redis-cli must be installed");
         assert_success(&out, "redis-cli --cluster create failed: ");
-        assert!(
-            me.wait_formed(Duration::from_secs(30)).await,
-            "the cluster did not form"
-        );
+        // 60 s: on two cores under a full test run, replicas' first syncs and the gossip that
+        // makes every node agree on the slot map can take a good part of half a minute.
+        if let Err(why) = me.wait_formed(Duration::from_secs(60)).await {
+            let logs: Vec<String> = me
+                .nodes
+                .iter()
+                .map(|n| {
+                    let log = me.log(n.port);
+                    let tail: Vec<&str> = log.lines().rev().take(12).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    format!("node {}:\n{}", n.port, tail.join("\n"))
+                })
+                .collect();
+            panic!("the cluster did not form: {why}\n{}", logs.join("\n"));
+        }
         me
     }
 
     /// Waits until every running node says `cluster_state:ok`, every replica's link is up,
     /// there are three masters that each have a replica, and every node sees the same master
-    /// for every slot.
-    pub async fn wait_formed(&self, timeout: Duration) -> bool {
+    /// for every slot; on timeout, says what was still missing.
+    pub async fn wait_formed(&self, timeout: Duration) -> Result<(), String> {
         poll(
             timeout,
             Duration::from_millis(100),
@@ -168,32 +179,42 @@ impl RedisCluster {
                 // MOVED replies back and forth.
                 let mut views = std::collections::BTreeSet::new();
                 for node in self.nodes.iter().filter(|n| n.child.is_some()) {
-                    let Ok(nodes) = self.cli(node.port, &["CLUSTER", "NODES"]).await else {
-                        return false;
-                    };
+                    let port = node.port;
+                    let nodes = self
+                        .cli(port, &["CLUSTER", "NODES"])
+                        .await
+                        .map_err(|e| format!("node {port}: CLUSTER NODES: {e}"))?;
                     views.insert(slot_owners(&nodes));
-                    let Ok(info) = self.cli(node.port, &["CLUSTER", "INFO"]).await else {
-                        return false;
-                    };
+                    let info = self
+                        .cli(port, &["CLUSTER", "INFO"])
+                        .await
+                        .map_err(|e| format!("node {port}: CLUSTER INFO: {e}"))?;
                     if !info.contains("cluster_state:ok") {
-                        return false;
+                        return Err(format!("node {port}: not cluster_state:ok"));
                     }
-                    let Ok(repl) = self.cli(node.port, &["INFO", "replication"]).await else {
-                        return false;
-                    };
+                    let repl = self
+                        .cli(port, &["INFO", "replication"])
+                        .await
+                        .map_err(|e| format!("node {port}: INFO replication: {e}"))?;
                     if repl.contains("role:slave") && !repl.contains("master_link_status:up") {
-                        return false;
+                        return Err(format!("node {port}: replica whose link is not up"));
                     }
                     if repl.contains("role:master") && repl.contains("connected_slaves:1") {
                         masters += 1;
                     }
                 }
-                masters == 3 && views.len() == 1
+                if masters != 3 {
+                    return Err(format!("{masters} masters with a replica, not 3"));
+                }
+                if views.len() != 1 {
+                    return Err(format!("{} different slot maps", views.len()));
+                }
+                Ok(())
             },
-            |ok| *ok,
+            |formed| formed.is_ok(),
         )
         .await
-        .0
+        .1
     }
 
     /// `redis-cli` with the password and TLS flags the nodes need.
