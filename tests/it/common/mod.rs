@@ -141,6 +141,13 @@ pub async fn poll<T>(
     }
 }
 
+/// The last `n` lines of `log`, for a failed assertion.
+pub fn tail(log: &str, n: usize) -> String {
+    let mut lines: Vec<&str> = log.lines().rev().take(n).collect();
+    lines.reverse();
+    lines.join("\n")
+}
+
 /// Polls `f` until it returns true or `timeout` passes; returns whether it became true.
 pub async fn wait_until<F: FnMut() -> bool>(timeout: Duration, mut f: F) -> bool {
     poll(timeout, Duration::from_millis(20), async || f(), |ok| *ok)

@@ -151,10 +151,11 @@ impl RabbitCluster {
         self.nodes
             .iter()
             .map(|n| {
-                let log = n.log();
-                let tail: Vec<&str> = log.lines().rev().take(30).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                format!("--- {} (last 30 lines)\n{}", n.node(), tail.join("\n"))
+                format!(
+                    "--- {} (last 30 lines)\n{}",
+                    n.node(),
+                    super::tail(&n.log(), 30)
+                )
             })
             .collect::<Vec<_>>()
             .join("\n")

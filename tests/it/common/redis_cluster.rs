@@ -154,10 +154,8 @@ impl RedisCluster {
                 .nodes
                 .iter()
                 .map(|n| {
-                    let log = me.log(n.port);
-                    let tail: Vec<&str> = log.lines().rev().take(12).collect();
-                    let tail: Vec<&str> = tail.into_iter().rev().collect();
-                    format!("node {}:\n{}", n.port, tail.join("\n"))
+                    let tail = super::tail(&me.log(n.port), 12);
+                    format!("--- node {} (last 12 lines)\n{tail}", n.port)
                 })
                 .collect();
             panic!("the cluster did not form: {why}\n{}", logs.join("\n"));
