@@ -192,12 +192,26 @@ async fn drain_through(
         |d| *d == n,
     )
     .await;
-    assert!(
-        all,
-        "{} of {n} delivered after the failure: {}",
-        delivered(&capture.tally()),
-        bridge.log()
-    );
+    if !all {
+        // Where the rest are, and what the bridge was doing, for a drain that stopped.
+        let mut r = cluster.conn().await;
+        let due: Result<usize, _> = r.zcard(&key).await;
+        let inflight: Result<usize, _> = r.zcard(format!("{key}:inflight")).await;
+        let counters: Vec<String> = bridge
+            .scrape()
+            .await
+            .lines()
+            .filter(|l| l.starts_with("delay_bridge_") && !l.contains("_bucket"))
+            .map(str::to_string)
+            .collect();
+        panic!(
+            "{} of {n} delivered after the failure; in Redis: {due:?} waiting, {inflight:?} \
+             in flight\n{}\n{}",
+            delivered(&capture.tally()),
+            counters.join("\n"),
+            bridge.log()
+        );
+    }
     let duplicates = capture.tally().values().filter(|c| **c > 1).count();
 
     // After the topology change a write still wakes the idle worker (its guard is 60 s).
