@@ -206,8 +206,9 @@ async fn drain_through(
             .collect();
         panic!(
             "{} of {n} delivered after the failure; in Redis: {due:?} waiting, {inflight:?} \
-             in flight\n{}\n{}",
+             in flight; {}\n{}\n{}",
             delivered(&capture.tally()),
+            capture.state().await,
             counters.join("\n"),
             bridge.log()
         );

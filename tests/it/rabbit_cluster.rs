@@ -120,8 +120,9 @@ async fn the_node_the_bridge_is_on_killed_mid_stream_loses_nothing() {
         "the bridge is on {now_on:?}, the killed node was {on}"
     );
 
+    // A failure says where each missing message is (waiting, in flight, dead, or gone).
     tally
-        .expect_distinct(n, Duration::from_secs(180), &bridge)
+        .expect_all(n, 0, Duration::from_secs(180), &bridge, &mut r, &key)
         .await;
     let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
     let [put_back, retried] = bridge.metrics([PUT_BACK, RETRIED], &[]).await;

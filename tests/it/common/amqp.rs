@@ -77,6 +77,8 @@ pub struct AmqpCapture {
     pub queue: String,
     pub routing_key: String,
     pub received: Arc<Mutex<Vec<Received>>>,
+    /// Why the consumer stopped (its stream ended or failed), once it did.
+    ended: Arc<Mutex<Option<String>>>,
     conn: Connection,
 }
 
@@ -115,9 +117,15 @@ impl AmqpCapture {
             .await
             .unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
-        let sink = received.clone();
+        let ended = Arc::new(Mutex::new(None));
+        let (sink, why) = (received.clone(), ended.clone());
         tokio::spawn(async move {
-            while let Some(Ok(d)) = consumer.next().await {
+            let end = loop {
+                let d = match consumer.next().await {
+                    Some(Ok(d)) => d,
+                    Some(Err(e)) => break format!("failed: {e}"),
+                    None => break "its stream ended".to_string(),
+                };
                 let headers = d.properties.headers().clone().unwrap_or_default();
                 let h = headers.inner();
                 let int = |k: &str| match h.get(k) {
@@ -141,15 +149,43 @@ impl AmqpCapture {
                 };
                 sink.lock().unwrap().push(r);
                 let _ = d.ack(BasicAckOptions::default()).await;
-            }
+            };
+            *why.lock().unwrap() = Some(end);
         });
         Self {
             exchange,
             queue,
             routing_key: routing_key.to_string(),
             received,
+            ended,
             conn,
         }
+    }
+
+    /// For a failure message: whether the consumer still runs, and how many messages wait
+    /// in the queue unconsumed (the broker's count, read on a channel of its own).
+    pub async fn state(&self) -> String {
+        let consumer = match &*self.ended.lock().unwrap() {
+            Some(why) => format!("the capture's consumer stopped ({why})"),
+            None => "the capture's consumer runs".to_string(),
+        };
+        let ready = match self.conn.create_channel().await {
+            Ok(ch) => {
+                let passive = QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                };
+                match ch
+                    .queue_declare(&self.queue, passive, FieldTable::default())
+                    .await
+                {
+                    Ok(q) => format!("{} messages wait in its queue", q.message_count()),
+                    Err(e) => format!("its queue cannot be read: {e}"),
+                }
+            }
+            Err(e) => format!("its connection cannot open a channel: {e}"),
+        };
+        format!("{consumer}; {ready}")
     }
 
     /// Binds the capture's (exclusive) queue to another exchange, on the queue's own connection.
@@ -207,12 +243,14 @@ pub async fn sigkill_mid_drain(
     let before = capture.count();
     assert!(before < n, "the kill must land mid-drain");
     let bridge = bridge.restart();
-    assert!(
-        super::wait_until(Duration::from_secs(60), || capture.tally().len() >= n).await,
-        "only {} of {n} delivered\n{}",
-        capture.tally().len(),
-        bridge.log()
-    );
+    if !super::wait_until(Duration::from_secs(60), || capture.tally().len() >= n).await {
+        panic!(
+            "only {} of {n} delivered; {}\n{}",
+            capture.tally().len(),
+            capture.state().await,
+            bridge.log()
+        );
+    }
     let seen = capture.tally();
     let duplicates: usize = seen.values().map(|c| c - 1).sum();
     println!("{what}: {n} messages, lost 0, duplicates {duplicates} (killed after {before})");
