@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::redis_cluster::RedisCluster;
 use common::*;
-use delay_bridge::keys::{shard_key, shard_of};
+use delay_bridge::keys::{shard_key, shard_of, QueueKeys};
 use redis::AsyncCommands;
 
 /// How long a bridge may take to become ready.
@@ -196,7 +196,7 @@ async fn drain_through(
         // Where the rest are, and what the bridge was doing, for a drain that stopped.
         let mut r = cluster.conn().await;
         let due: Result<usize, _> = r.zcard(&key).await;
-        let inflight: Result<usize, _> = r.zcard(format!("{key}:inflight")).await;
+        let inflight: Result<usize, _> = r.zcard(QueueKeys::derive(&key).unwrap().inflight).await;
         let counters: Vec<String> = bridge
             .scrape()
             .await

@@ -175,13 +175,15 @@ impl AmqpCapture {
                     passive: true,
                     ..Default::default()
                 };
-                match ch
+                let read = match ch
                     .queue_declare(&self.queue, passive, FieldTable::default())
                     .await
                 {
                     Ok(q) => format!("{} messages wait in its queue", q.message_count()),
                     Err(e) => format!("its queue cannot be read: {e}"),
-                }
+                };
+                let _ = ch.close(200, "read").await;
+                read
             }
             Err(e) => format!("its connection cannot open a channel: {e}"),
         };
