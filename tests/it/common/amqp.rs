@@ -14,6 +14,26 @@ use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
 use super::{amqp_url, now_ms, socket_addr, unique};
 
+/// Messages ready in `queue` (a passive declare on a channel of its own, closed after), or
+/// why they cannot be counted (no such queue, or the connection cannot open a channel).
+pub async fn queue_depth(conn: &Connection, queue: &str) -> Result<u32, String> {
+    let ch = conn
+        .create_channel()
+        .await
+        .map_err(|e| format!("no channel: {e}"))?;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let read = ch
+        .queue_declare(queue, passive, FieldTable::default())
+        .await
+        .map(|q| q.message_count())
+        .map_err(|e| e.to_string());
+    let _ = ch.close(200, "read").await;
+    read
+}
+
 /// Declares the exchange (name, kind, options) and the queue (name, options) on `ch`, and
 /// binds the queue to the exchange with `routing_key`.
 pub async fn declare_bound_queue(
@@ -169,23 +189,9 @@ impl AmqpCapture {
             Some(why) => format!("the capture's consumer stopped ({why})"),
             None => "the capture's consumer runs".to_string(),
         };
-        let ready = match self.conn.create_channel().await {
-            Ok(ch) => {
-                let passive = QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                };
-                let read = match ch
-                    .queue_declare(&self.queue, passive, FieldTable::default())
-                    .await
-                {
-                    Ok(q) => format!("{} messages wait in its queue", q.message_count()),
-                    Err(e) => format!("its queue cannot be read: {e}"),
-                };
-                let _ = ch.close(200, "read").await;
-                read
-            }
-            Err(e) => format!("its connection cannot open a channel: {e}"),
+        let ready = match queue_depth(&self.conn, &self.queue).await {
+            Ok(n) => format!("{n} messages wait in its queue"),
+            Err(e) => format!("its queue cannot be read: {e}"),
         };
         format!("{consumer}; {ready}")
     }

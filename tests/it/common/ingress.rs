@@ -1,8 +1,7 @@
 //! An ingress's broker side: the exchange producers publish delayed messages to (with `x-delay`), a confirming publisher on it, and its queue's depth.
 
 use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeleteOptions, QueueDeclareOptions,
-    QueueDeleteOptions,
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeleteOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
@@ -84,17 +83,7 @@ impl IngressBroker {
 
     /// Messages ready in the ingress queue (a passive declare); `None` if it does not exist.
     pub async fn depth(&self) -> Option<u32> {
-        let ch = self.conn.create_channel().await.ok()?;
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        let q = ch
-            .queue_declare(&self.queue, passive, FieldTable::default())
-            .await
-            .ok()?;
-        let _ = ch.close(200, "read").await;
-        Some(q.message_count())
+        super::amqp::queue_depth(&self.conn, &self.queue).await.ok()
     }
 
     /// Declares the exchange, durable, of `kind`, before the bridge does.
