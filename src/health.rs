@@ -27,9 +27,9 @@ struct Inner {
     outage: Mutex<Repeated>,
     /// Triggers an operator has paused: still ready, but `/readyz` says so.
     paused: Mutex<std::collections::BTreeSet<String>>,
-    /// Triggers whose sink refuses every message (each published alone): trigger -> what
-    /// the broker said. Not ready: an operator must fix the exchange or the permissions.
-    refusing: Mutex<std::collections::BTreeMap<String, String>>,
+    /// Triggers whose own destination is held (missing, refusing, unreachable): trigger ->
+    /// what the broker or endpoint said. Not ready: an operator must fix the destination.
+    held: Mutex<std::collections::BTreeMap<String, String>>,
     /// Ingresses not consuming (starting, the broker away, Redis not taking their writes):
     /// trigger -> (the ingress instance that said so, why). Not ready: producers' messages
     /// wait at the broker.
@@ -52,7 +52,7 @@ impl Health {
                 started: AtomicBool::new(false),
                 outage: Mutex::default(),
                 paused: Mutex::default(),
-                refusing: Mutex::default(),
+                held: Mutex::default(),
                 ingress_stopped: Mutex::default(),
                 sinks,
                 metrics: metrics.clone(),
@@ -107,33 +107,25 @@ impl Health {
         }
     }
 
-    /// The broker refused every message of `trigger`'s last batch, each alone: its messages
-    /// went back to Redis without an attempt. Logged when it starts (`/readyz` shows the broker's latest words), not per batch.
-    pub(crate) fn sink_refuses(&self, trigger: &str, sink: &str, why: &str) {
-        let line = format!("sink {sink} refuses every message ({why})");
-        let mut refusing = self
-            .inner
-            .refusing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        // Logged once per run of refusals, whatever the broker says meanwhile (its words can
-        // change from batch to batch); `/readyz` shows the latest.
-        if refusing.insert(trigger.to_string(), line).is_none() {
-            tracing::warn!(trigger, sink, reply = why,
-                "the broker refuses every message of this trigger, each published alone: they stay in Redis, no attempt counted; check the exchange and the user's permissions");
-        }
+    /// `trigger`'s own destination is held (`why`: what the broker or endpoint said):
+    /// `/readyz` names it, with the latest words (the trigger's hold logs the start).
+    pub(crate) fn hold(&self, trigger: &str, sink: &str, why: &str) {
+        let line = format!("held: sink {sink}: {why}");
+        self.lock_held().insert(trigger.to_string(), line);
     }
 
-    /// Messages of `trigger` went through again: the end of a refusal, if there was one.
-    pub(crate) fn sink_accepts(&self, trigger: &str) {
-        let mut refusing = self
-            .inner
-            .refusing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if refusing.remove(trigger).is_some() {
-            tracing::info!(trigger, "the broker takes this trigger's messages again");
-        }
+    /// `trigger`'s destination takes messages again (or the trigger is gone).
+    pub(crate) fn release(&self, trigger: &str) {
+        self.lock_held().remove(trigger);
+    }
+
+    /// The held triggers, by name, with what `/readyz` says of each.
+    pub(crate) fn held(&self) -> std::collections::BTreeMap<String, String> {
+        self.lock_held().clone()
+    }
+
+    fn lock_held(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, String>> {
+        self.inner.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `trigger`'s ingress `instance` does not consume (`why`: starting, the broker, Redis
@@ -182,15 +174,9 @@ impl Health {
                 reasons.push(format!("sink {}: {}", sink.name(), sink.why_down()));
             }
         }
-        let refusing = self
-            .inner
-            .refusing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        for (trigger, line) in refusing.iter() {
+        for (trigger, line) in self.held() {
             reasons.push(format!("trigger {trigger}: {line}"));
         }
-        drop(refusing);
         let stopped = self
             .inner
             .ingress_stopped

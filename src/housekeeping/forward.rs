@@ -12,7 +12,8 @@ use crate::config::Destination;
 use crate::envelope::{HeaderValue, Properties};
 use crate::redis::store::{Body, DeadClaim, DeadItem, DeadOutcome};
 use crate::repeat::Repeated;
-use crate::sink::{Batch, Disposition, MessageId, OutMessage, PublishError, Publisher};
+use crate::sink::blame::{self, Chosen, Verdict};
+use crate::sink::{Batch, MessageId, OutMessage, PublishError, Publisher};
 use crate::wire::{
     HEADER_DEAD_ATTEMPTS, HEADER_DEAD_AT_MS, HEADER_DEAD_DETAIL, HEADER_DEAD_ID,
     HEADER_DEAD_ID_B64, HEADER_DEAD_KEY, HEADER_DEAD_REASON,
@@ -238,15 +239,17 @@ impl Forwarder {
                 Err(e) => e,
             };
             sorted.sink_broken |= e.breaks_sink();
-            if e.is_refusal() {
-                // Refused alone while others went through: it would be refused again.
-                sorted.refuse(member, e.reason(), e.to_string());
-                continue;
-            }
-            match e.disposition() {
-                Disposition::DeadLetter => sorted.refuse(member, e.reason(), e.to_string()),
-                Disposition::PutBack => sorted.outcome.released.push(member),
-                Disposition::Retry => sorted.unconfirmed.push(e.reason()),
+            // The dead-letter route is the trigger's own: a refusal of the letter itself keeps
+            // it for good (it would be refused again), a failure of the destination leaves it
+            // for later.
+            match blame::judge(&e, Chosen::default(), false) {
+                Verdict::DeadLetter { reason } | Verdict::Attempt { reason } => {
+                    sorted.refuse(member, reason, e.to_string())
+                }
+                Verdict::PutBack { hold } if hold && !e.breaks_sink() => {
+                    sorted.unconfirmed.push(e.reason())
+                }
+                Verdict::PutBack { .. } => sorted.outcome.released.push(member),
             }
         }
         sorted

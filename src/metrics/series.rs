@@ -119,6 +119,8 @@ pub struct Cells {
     pub oldest_due_age: AtomicU64,
     /// 1 while paused.
     pub paused: AtomicI64,
+    /// 1 while the trigger's destination is held.
+    pub held: AtomicI64,
     /// Members on the trigger's keys that its configuration does not serve.
     pub unserved: AtomicI64,
 }
@@ -261,6 +263,7 @@ const FAMILIES: &[Family] = &[
         series: Series::Each(|c, out| out(None, f64::from_bits(c.oldest_due_age.load(Relaxed)))),
     },
     gauge("trigger_paused", "1 while an operator has paused the trigger's claims, else 0", |c| &c.paused),
+    gauge("trigger_held", "1 while the trigger's destination is held (missing, refusing, unreachable: its messages wait in Redis, no attempt counted), else 0", |c| &c.held),
     gauge("unserved_members", "Members on the trigger's keys that its configuration does not serve (an earlier shard count's): nothing delivers them", |c| &c.unserved),
 ];
 

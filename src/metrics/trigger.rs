@@ -229,6 +229,11 @@ impl TriggerMetrics {
             .store(i64::try_from(members).unwrap_or(i64::MAX), Relaxed);
     }
 
+    /// Whether the trigger's destination is held.
+    pub fn destination_held(&self, held: bool) {
+        self.cells.held.store(i64::from(held), Relaxed);
+    }
+
     /// Whether an operator has paused shard `shard`, as the last claim or stats call saw it:
     /// the gauge is 1 while any shard is.
     pub fn paused(&self, shard: usize, paused: bool) {

@@ -1,8 +1,9 @@
-//! Why a message was not confirmed, and what the worker does about it: retry, dead-letter or put back.
+//! Why a message was not confirmed, in the broker's or endpoint's words; who is at fault is [`super::blame`]'s.
 
 use std::borrow::Cow;
 use std::time::Duration;
 
+use super::blame::{KafkaBlame, Part};
 use crate::config::Destination;
 
 /// Why a message was not confirmed.
@@ -27,8 +28,8 @@ pub enum PublishError {
         code: String,
         /// Human-readable error.
         message: String,
-        /// Retrying cannot help (too large, unknown topic, not authorized).
-        permanent: bool,
+        /// Whose error it is: the record's, the topic's or the cluster's.
+        blame: KafkaBlame,
     },
     /// The AMQP exchange does not exist: nothing is claimed until an operator declares it.
     #[error("exchange `{0}` does not exist")]
@@ -81,21 +82,24 @@ pub enum PublishError {
         /// The broker's reply text.
         text: String,
     },
-    /// Every message of the batch was refused, each alone on a fresh channel (the exchange
-    /// deleted, the user's permissions revoked): the sink's fault, not the messages'.
-    #[error("the broker refuses every message of this route: {code} {text}")]
-    SinkRefused {
+    /// The broker closed the channel on this message published alone for a reason of its
+    /// destination (404: the exchange is missing; 403: the user may not write to the exchange,
+    /// or to the routing key): whose fault it is depends on whether the message chose `part`.
+    #[error("the broker refused the destination: {code} {text}")]
+    DestinationRefused {
         /// The AMQP reply code of the close.
         code: u16,
         /// The broker's reply text.
         text: String,
+        /// What the refusal is about: the exchange, or the routing key.
+        part: Part,
     },
     /// The message's properties and headers do not fit in one AMQP frame of the size the
     /// broker negotiated (`frame_max`): the broker would close the whole connection on it.
     #[error("{0}")]
     FrameTooLarge(String),
-    /// HTTP: the endpoint answered with a status other than 2xx. 408, 425, 429 and 5xx are
-    /// retried (not before `Retry-After`), any other the message's fault.
+    /// HTTP: the endpoint answered with a status other than 2xx (see
+    /// [`super::blame::http_status_of_endpoint`] for whose fault each is).
     #[error("the endpoint answered {status}")]
     HttpStatus {
         /// The HTTP status code.
@@ -104,6 +108,9 @@ pub enum PublishError {
         excerpt: String,
         /// The answer's `Retry-After`, if it had one.
         retry_after: Option<Duration>,
+        /// Every recent request to this endpoint got this status: the endpoint's, not the
+        /// message's.
+        every_request: bool,
     },
     /// HTTP: no answer within the sink's `timeout`.
     #[error("no answer within the http sink's timeout")]
@@ -121,22 +128,10 @@ pub enum PublishError {
     AddressNotAllowed(String),
 }
 
-/// What the worker does with a message that was not confirmed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
-    /// Count an attempt and retry after a backoff (dead-letter after `max_attempts`).
-    Retry,
-    /// Dead-letter now: retrying cannot help.
-    DeadLetter,
-    /// Return unattempted with its original due time: the sink, not the message, failed.
-    PutBack,
-}
-
-/// The same for an HTTP route: the usual statuses (others appear as `http_<status>` when
-/// they happen).
+/// The reasons an HTTP route's messages can be retried or dead-lettered for (others appear
+/// as `http_<status>` when they happen). An endpoint's failures hold it and count nothing.
 const HTTP_REASONS: &[&str] = &[
-    "timeout",
-    "http_connection",
+    "destination_refused",
     "too_large",
     "bad_payload",
     "missing_body",
@@ -145,30 +140,16 @@ const HTTP_REASONS: &[&str] = &[
     "address_not_allowed",
     "expired",
     "http_400",
-    "http_401",
-    "http_403",
-    "http_404",
-    "http_405",
-    "http_408",
     "http_409",
-    "http_410",
     "http_413",
     "http_415",
     "http_422",
-    "http_425",
-    "http_429",
-    "http_500",
-    "http_502",
-    "http_503",
-    "http_504",
 ];
 
-/// Retry and dead-letter reasons an AMQP route can produce (their counters start at 0).
+/// The same for an AMQP route (their counters start at 0).
 const AMQP_REASONS: &[&str] = &[
-    "nack",
-    "unroutable",
-    "timeout",
     "broker_refused",
+    "destination_refused",
     "too_large",
     "bad_payload",
     "missing_body",
@@ -178,7 +159,7 @@ const AMQP_REASONS: &[&str] = &[
 ];
 /// The same for a Kafka route (other `kafka_<error>` reasons appear when they happen).
 const KAFKA_REASONS: &[&str] = &[
-    "timeout",
+    "destination_refused",
     "too_large",
     "missing_body",
     "bad_envelope",
@@ -219,7 +200,7 @@ impl PublishError {
             PublishError::Blocked => "blocked".into(),
             PublishError::BrokerRefused { .. } => "broker_refused".into(),
             PublishError::Closed { .. } => "connection".into(),
-            PublishError::SinkRefused { .. } => "sink_refused".into(),
+            PublishError::DestinationRefused { .. } => "destination_refused".into(),
             PublishError::FrameTooLarge(_) => "too_large".into(),
             PublishError::HttpStatus { status, .. } => format!("http_{status}").into(),
             PublishError::HttpTimeout => "timeout".into(),
@@ -235,7 +216,8 @@ impl PublishError {
     pub fn detail(&self) -> Option<String> {
         let owned;
         let why = match self {
-            PublishError::BrokerRefused { code, text } => {
+            PublishError::BrokerRefused { code, text }
+            | PublishError::DestinationRefused { code, text, .. } => {
                 owned = format!("{code} {text}");
                 &owned
             }
@@ -259,62 +241,12 @@ impl PublishError {
         Some(why[..end].to_string())
     }
 
-    /// How the worker settles a message that ended in this error.
-    pub fn disposition(&self) -> Disposition {
-        match self {
-            PublishError::Nack
-            | PublishError::Returned(_)
-            | PublishError::Timeout
-            | PublishError::BrokerRefused { .. } => Disposition::Retry,
-            PublishError::Kafka {
-                permanent: false, ..
-            }
-            | PublishError::HttpTimeout
-            | PublishError::HttpConnect(_) => Disposition::Retry,
-            PublishError::HttpStatus { status, .. } => {
-                if super::http::retryable(*status) {
-                    Disposition::Retry
-                } else {
-                    Disposition::DeadLetter
-                }
-            }
-            PublishError::Kafka {
-                permanent: true, ..
-            }
-            | PublishError::TooLarge
-            | PublishError::FrameTooLarge(_)
-            | PublishError::BadPayload(_)
-            | PublishError::MissingBody
-            | PublishError::BadEnvelope(_)
-            | PublishError::RouteNotAllowed(_)
-            | PublishError::TopicNotAllowed(_)
-            | PublishError::UrlNotAllowed(_)
-            | PublishError::AddressNotAllowed(_)
-            | PublishError::Expired => Disposition::DeadLetter,
-            PublishError::Connection(_)
-            | PublishError::Closed { .. }
-            | PublishError::SinkRefused { .. }
-            | PublishError::NoExchange(_)
-            | PublishError::Aborted
-            | PublishError::Blocked => Disposition::PutBack,
-        }
-    }
-
     /// How long the endpoint asked the bridge to wait before trying again (`Retry-After`).
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             PublishError::HttpStatus { retry_after, .. } => *retry_after,
             _ => None,
         }
-    }
-
-    /// True when the broker refused this message itself, alone: a forwarded dead letter
-    /// that the broker refuses is kept for good rather than forwarded again.
-    pub fn is_refusal(&self) -> bool {
-        matches!(
-            self,
-            PublishError::BrokerRefused { .. } | PublishError::FrameTooLarge(_)
-        )
     }
 
     /// True when the sink itself is suspect and the worker should get a fresh publisher
@@ -324,7 +256,7 @@ impl PublishError {
             self,
             PublishError::Connection(_)
                 | PublishError::Closed { .. }
-                | PublishError::SinkRefused { .. }
+                | PublishError::DestinationRefused { .. }
                 | PublishError::Timeout
                 | PublishError::Blocked
         )

@@ -1,6 +1,7 @@
 //! Sinks: the brokers messages are forwarded to, and the errors a publish can end in.
 
 pub mod amqp;
+pub mod blame;
 mod error;
 pub mod http;
 pub mod kafka;
@@ -14,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Destination, SinkConfig};
 use crate::envelope::Properties;
 pub use crate::wire::MessageId;
-pub use error::{Disposition, PublishError};
+pub use error::PublishError;
 
 /// One message to publish: the member and what the headers say about it.
 #[derive(Debug, Clone, Copy)]

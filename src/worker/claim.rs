@@ -10,11 +10,7 @@ impl Worker {
     /// nothing due or the trigger is paused, for a backoff when the claim failed. A batch
     /// says whether more is due.
     pub(super) async fn claim(&mut self) -> Claim {
-        let asked = if std::mem::take(&mut self.witness) {
-            self.batch.size.max(2)
-        } else {
-            self.batch.size
-        };
+        let asked = self.batch.size;
         // Every wake-up asked for so far is answered by this claim.
         self.t.wakes.claiming();
         let started = Instant::now();

@@ -8,22 +8,23 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::prepare::prepare;
-use super::settlement::{plan, Plan};
+use super::settlement::{plan, Plan, Policy};
 use super::{Shard, ERROR_BACKOFF};
 use crate::backoff::Backoff;
 use crate::redis::store::{ClaimBatch, FailOutcome, Settled, Settlement, StoreError};
-use crate::sink::{Batch, Confirmed, MessageId, OutMessage, Outcome, Publisher};
+use crate::sink::blame::Chosen;
+use crate::sink::{Batch, Confirmed, MessageId, OutMessage, Outcome, PublishError, Publisher};
 
 /// How a delivered batch went, for the worker that claimed it.
 pub(super) enum Verdict {
     /// Every member was settled on its own merits (acked, retried, dead-lettered).
     Settled,
-    /// The sink failed on this publisher: the worker drops it (and, if it keeps failing,
-    /// its connection) and backs off before claiming.
-    SinkFailed {
-        publisher: Box<Publisher>,
-        /// The broker refused every member alone: the next claim takes at least two, so that
-        /// a lone message the broker refuses meets one that tells whose fault it was.
+    /// The trigger's destination failed (it is held): the worker backs off before claiming.
+    Held {
+        /// The publisher, when the sink broke on it: the worker drops it (and, if it keeps
+        /// failing, its connection).
+        broken: Option<Box<Publisher>>,
+        /// The broker refused the destination (not the connection's fault).
         refused: bool,
     },
 }
@@ -48,19 +49,18 @@ pub(super) async fn deliver(
         .map(|c| MessageId::new(&t.config.key, &c.member))
         .collect();
     let mut early = Early::new(&t, &batch, claimed_at);
-    let outcomes = publish(&t, &mut publisher, &batch, &ids, &abort, &mut early).await;
+    let (outcomes, chosen) = publish(&t, &mut publisher, &batch, &ids, &abort, &mut early).await;
     early.flush().await;
     let backoff = Backoff {
         initial: t.config.backoff_initial,
         max: t.config.backoff_max,
     };
-    let plan = plan(
-        &batch.items,
-        &outcomes,
-        &early.acked,
-        &backoff,
-        t.config.on_expired,
-    );
+    let policy = Policy {
+        backoff: &backoff,
+        on_expired: t.config.on_expired,
+        held: t.hold.is_held(),
+    };
+    let plan = plan(&batch.items, &outcomes, &chosen, &early.acked, &policy);
     // Counted at confirmation: a member whose lease was lost meanwhile is redelivered and
     // counted again (a duplicate the broker really received twice).
     t.metrics
@@ -68,17 +68,19 @@ pub(super) async fn deliver(
     settle(&t, &abort, &batch, &plan).await;
     let went_through = !plan.confirmed_due_ms.is_empty() || early.acked.contains(&true);
     t.note_refusals(&plan, went_through, &ids);
-    if !plan.sink_broken {
-        Verdict::Settled
-    } else {
-        if plan.sink_refusal.is_none() {
-            tracing::warn!(sink = %t.sink.name(), confirmed = plan.settlement.ack.len(),
-                "broker connection failed mid-batch; unconfirmed messages went back");
-        }
-        Verdict::SinkFailed {
-            publisher: Box::new(publisher),
-            refused: plan.sink_refusal.is_some(),
-        }
+    if plan.hold.is_none() && !plan.sink_broken {
+        return Verdict::Settled;
+    }
+    let refused = outcomes
+        .iter()
+        .any(|o| matches!(o, Some(Err(PublishError::DestinationRefused { .. }))));
+    if plan.sink_broken && plan.hold.is_none() {
+        tracing::warn!(sink = %t.sink.name(), confirmed = plan.settlement.ack.len(),
+            "broker connection failed mid-batch; unconfirmed messages went back");
+    }
+    Verdict::Held {
+        broken: plan.sink_broken.then(|| Box::new(publisher)),
+        refused,
     }
 }
 
@@ -204,7 +206,8 @@ impl<'a> Early<'a> {
 
 /// One outcome slot per member: members refused before publishing get their error, the
 /// rest what the sink answered. A slot the sink did not fill stays `None` (unconfirmed).
-/// Confirmations are handed to `early` as they arrive, which acks them meanwhile.
+/// Confirmations are handed to `early` as they arrive, which acks them meanwhile. Beside
+/// them, what each member chose of its destination (by position).
 async fn publish(
     t: &Shard,
     publisher: &mut Publisher,
@@ -212,9 +215,10 @@ async fn publish(
     ids: &[MessageId],
     abort: &CancellationToken,
     early: &mut Early<'_>,
-) -> Vec<Option<Outcome>> {
+) -> (Vec<Option<Outcome>>, Vec<Chosen>) {
     let cfg = &t.config;
     let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.items.len()];
+    let mut chosen = vec![Chosen::default(); batch.items.len()];
     let mut prepared = Vec::with_capacity(batch.items.len());
     let mut slots = Vec::with_capacity(batch.items.len());
     for (i, c) in batch.items.iter().enumerate() {
@@ -227,7 +231,7 @@ async fn publish(
         }
     }
     if prepared.is_empty() {
-        return outcomes;
+        return (outcomes, chosen);
     }
     let out: Vec<OutMessage<'_>> = prepared
         .iter()
@@ -248,6 +252,9 @@ async fn publish(
             topic: p.topic.as_deref(),
         })
         .collect();
+    for (m, &i) in out.iter().zip(&slots) {
+        chosen[i] = Chosen::of(m);
+    }
     let started = Instant::now();
     // The publisher reports positions among the prepared messages, `slots` maps them to the
     // batch.
@@ -285,7 +292,7 @@ async fn publish(
     for (slot, outcome) in slots.into_iter().zip(published) {
         outcomes[slot] = Some(outcome);
     }
-    outcomes
+    (outcomes, chosen)
 }
 
 /// Runs the settle script, retrying Redis errors until the lease would expire anyway

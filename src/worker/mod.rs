@@ -16,6 +16,7 @@ use crate::sink::Publisher;
 mod batch;
 mod claim;
 mod deliver;
+mod hold;
 mod prepare;
 mod publishing;
 mod route;
@@ -26,6 +27,7 @@ mod wake;
 
 use batch::AdaptiveBatch;
 use deliver::Verdict;
+pub(crate) use hold::Held;
 pub(crate) use publishing::Publishing;
 pub(crate) use shard::Shard;
 use wake::Woken;
@@ -111,11 +113,9 @@ struct Worker {
     /// A turn among the first claims at start (see [`STARTING`]), while held.
     turn: Option<tokio::sync::SemaphorePermit<'static>>,
     batch: AdaptiveBatch,
-    /// Consecutive batches that ended with the sink failing; the worker backs off by it.
+    /// Consecutive batches that ended with the destination failing (held); the worker
+    /// backs off by it.
     broken_batches: u32,
-    /// The broker refused every member of the last batch alone: the next claim takes at
-    /// least two (see [`Verdict::SinkFailed`]).
-    witness: bool,
     publishing: Publishing,
     /// Failed claims.
     redis_failures: Repeated,
@@ -185,7 +185,6 @@ impl Worker {
             turn: None,
             batch,
             broken_batches: 0,
-            witness: false,
             publishing: Publishing::default(),
             redis_failures: Repeated::default(),
             in_flight: JoinSet::new(),
@@ -418,18 +417,19 @@ impl Worker {
     async fn delivered(&mut self, done: Result<Verdict, tokio::task::JoinError>) {
         match done {
             Ok(Verdict::Settled) => self.broken_batches = 0,
-            Ok(Verdict::SinkFailed {
-                publisher: broken,
-                refused,
-            }) => {
-                self.witness |= refused;
+            Ok(Verdict::Held { broken, refused }) => {
                 self.broken_batches += 1;
-                self.publishing.current = None;
-                // A route the broker refuses is no fault of the connection, which other
-                // triggers publish on: only a connection that keeps failing is made anew.
-                if self.broken_batches > 1 && !refused {
-                    self.t.sink.reset(&broken).await;
+                if let Some(broken) = broken {
+                    self.publishing.current = None;
+                    // A destination the broker refuses is no fault of the connection, which
+                    // other triggers publish on: only a connection that keeps failing is
+                    // made anew.
+                    if self.broken_batches > 1 && !refused {
+                        self.t.sink.reset(&broken).await;
+                    }
                 }
+                // Capped: a held destination is tried again every few seconds at most, and
+                // its head is not claimed in a hot loop meanwhile.
                 self.pause(ERROR_BACKOFF.delay(self.broken_batches)).await;
             }
             Err(e) => {

@@ -31,7 +31,7 @@ fn string_at(payload: &[u8], pointer: &str, max: usize) -> Result<String, Publis
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sink::Disposition;
+    use crate::sink::blame::Fault;
 
     #[test]
     fn routing_keys_come_from_the_pointer() {
@@ -48,7 +48,7 @@ mod tests {
         ] {
             let e = routing_key_at(bad, "/type").unwrap_err();
             assert_eq!(e.reason(), "bad_payload");
-            assert_eq!(e.disposition(), Disposition::DeadLetter);
+            assert_eq!(e.fault(), Fault::Unfit);
         }
     }
 }

@@ -3,7 +3,8 @@
 use crate::backoff::Backoff;
 use crate::config::OnExpired;
 use crate::redis::store::{Claimed, Failure, Settlement};
-use crate::sink::{Disposition, Outcome, PublishError};
+use crate::sink::blame::{self, Chosen, Verdict};
+use crate::sink::{Outcome, PublishError};
 
 /// The settlement of one batch and what it tells the worker.
 #[derive(Debug)]
@@ -14,51 +15,76 @@ pub(super) struct Plan<'a> {
     pub confirmed_due_ms: Vec<i64>,
     /// The sink failed, not a message: the worker gets a new publisher and backs off.
     pub sink_broken: bool,
-    /// The broker refused every message of the batch, each alone: what it said.
-    pub sink_refusal: Option<String>,
-    /// Members the broker refused alone while others went through.
+    /// The trigger's own destination failed in this batch: what it said (the hold's reason).
+    pub hold: Option<String>,
+    /// Members blamed for their own failure (an attempt counted), for the log.
     pub refused: Option<Refusals>,
 }
 
-/// The members of a batch the broker refused alone.
+/// The members of a batch blamed for their own failure.
 #[derive(Debug)]
 pub(super) struct Refusals {
     pub count: usize,
     /// The position of the first in the batch.
     pub first: usize,
-    /// What the broker said of the first.
+    /// What the broker or endpoint said of the first.
     pub reply: String,
 }
 
-/// Builds the settlement of `items` from `outcomes` (one per item, by position). A member
-/// with no outcome, or with a slot left `None`, was not confirmed: it is failed like a
-/// timeout, never acked. Only a [`crate::sink::Confirmed`] outcome acks.
-/// An expired member is dead-lettered, or with `on_expired = "drop"` removed unpublished.
-/// Members marked in `early` were acked while the rest of the batch was in flight: left out.
+/// How a batch's failures are settled: the trigger's settings and whether its destination
+/// was held when the batch was claimed.
+pub(super) struct Policy<'p> {
+    pub backoff: &'p Backoff,
+    pub on_expired: OnExpired,
+    /// The trigger's own destination was held before this batch.
+    pub held: bool,
+}
+
+/// Builds the settlement of `items` from `outcomes` (one per item, by position) by the one
+/// rule of [`blame`], given what each message chose of its destination (`chosen`, by
+/// position; a message missing there chose nothing). A member with no outcome, or with a
+/// slot left `None`, was not confirmed: it counts as a timeout, never an ack. Only a
+/// [`crate::sink::Confirmed`] outcome acks. An expired member is dead-lettered, or with
+/// `on_expired = "drop"` removed unpublished. Members marked in `early` were acked while the
+/// rest of the batch was in flight: left out.
 pub(super) fn plan<'a>(
     items: &'a [Claimed],
     outcomes: &[Option<Outcome>],
+    chosen: &[Chosen],
     early: &[bool],
-    backoff: &Backoff,
-    on_expired: OnExpired,
+    policy: &Policy<'_>,
 ) -> Plan<'a> {
+    const UNCONFIRMED: Outcome = Err(PublishError::Timeout);
+    let outcome_of = |i: usize| {
+        outcomes
+            .get(i)
+            .and_then(Option::as_ref)
+            .unwrap_or(&UNCONFIRMED)
+    };
+    let chosen_of = |i: usize| chosen.get(i).copied().unwrap_or_default();
+    let pending = |i: &usize| !early.get(*i).copied().unwrap_or(false);
+    // The trigger's own destination: held by a failure of it in this batch, or still held
+    // from before when nothing of this batch went through.
+    let own_failure = (0..items.len())
+        .filter(pending)
+        .find_map(|i| match outcome_of(i) {
+            Err(e) if blame::holds_own(e, chosen_of(i)) => Some(e.to_string()),
+            _ => None,
+        });
+    let went_through = early.contains(&true)
+        || (0..items.len())
+            .filter(pending)
+            .any(|i| outcome_of(i).is_ok());
+    let held = own_failure.is_some() || (policy.held && !went_through);
     let mut plan = Plan {
         settlement: Settlement::default(),
         confirmed_due_ms: Vec::with_capacity(items.len()),
         sink_broken: false,
-        sink_refusal: None,
+        hold: own_failure,
         refused: None,
     };
-    const UNCONFIRMED: Outcome = Err(PublishError::Timeout);
-    for (i, c) in items.iter().enumerate() {
-        if early.get(i).copied().unwrap_or(false) {
-            continue;
-        }
-        let outcome = outcomes
-            .get(i)
-            .and_then(Option::as_ref)
-            .unwrap_or(&UNCONFIRMED);
-        let e = match outcome {
+    for (i, c) in items.iter().enumerate().filter(|(i, _)| pending(i)) {
+        let e = match outcome_of(i) {
             Ok(_confirmed) => {
                 plan.settlement.ack.push(&c.member);
                 plan.confirmed_due_ms.push(c.due_ms);
@@ -67,38 +93,49 @@ pub(super) fn plan<'a>(
             Err(e) => e,
         };
         plan.sink_broken |= e.breaks_sink();
-        match e {
-            PublishError::SinkRefused { .. } if plan.sink_refusal.is_none() => {
-                plan.sink_refusal = Some(e.to_string());
-            }
-            PublishError::BrokerRefused { .. } => match &mut plan.refused {
-                Some(r) => r.count += 1,
-                None => {
-                    plan.refused = Some(Refusals {
-                        count: 1,
-                        first: i,
-                        reply: e.to_string(),
-                    })
-                }
-            },
-            _ => {}
-        }
-        if matches!(e, PublishError::Expired) && on_expired == OnExpired::Drop {
+        if matches!(e, PublishError::Expired) && policy.on_expired == OnExpired::Drop {
             plan.settlement.drop.push(&c.member);
             continue;
         }
-        match e.disposition() {
-            Disposition::PutBack => plan.settlement.put_back.push(c),
-            d => plan.settlement.fail.push(Failure {
-                member: &c.member,
-                retry_in: retry_in(backoff, c.attempt, e),
-                reason: e.reason(),
-                permanent: d == Disposition::DeadLetter,
-                detail: e.detail(),
-            }),
-        }
+        let mut detail = e.detail();
+        let (reason, permanent) = match blame::judge(e, chosen_of(i), held) {
+            Verdict::PutBack { .. } => {
+                plan.settlement.put_back.push(c);
+                continue;
+            }
+            Verdict::Attempt { reason } => {
+                note_refusal(&mut plan.refused, i, e);
+                if reason == blame::DESTINATION_REFUSED {
+                    // Its own destination's words: the reason alone says too little.
+                    detail = Some(detail.unwrap_or_else(|| e.to_string()));
+                }
+                (reason, false)
+            }
+            Verdict::DeadLetter { reason } => (reason, true),
+        };
+        plan.settlement.fail.push(Failure {
+            member: &c.member,
+            retry_in: retry_in(policy.backoff, c.attempt, e),
+            reason,
+            permanent,
+            detail,
+        });
     }
     plan
+}
+
+/// Counts a message blamed for its own failure.
+fn note_refusal(refused: &mut Option<Refusals>, i: usize, e: &PublishError) {
+    match refused {
+        Some(r) => r.count += 1,
+        None => {
+            *refused = Some(Refusals {
+                count: 1,
+                first: i,
+                reply: e.to_string(),
+            })
+        }
+    }
 }
 
 /// The backoff before attempt `attempt + 1`, but not sooner than the endpoint's
@@ -132,6 +169,20 @@ mod tests {
         max: Duration::from_secs(60),
     };
 
+    fn run<'a>(
+        items: &'a [Claimed],
+        outcomes: &[Option<Outcome>],
+        early: &[bool],
+        on_expired: OnExpired,
+    ) -> Plan<'a> {
+        let policy = Policy {
+            backoff: &BACKOFF,
+            on_expired,
+            held: false,
+        };
+        plan(items, outcomes, &[], early, &policy)
+    }
+
     fn members<'a>(v: impl IntoIterator<Item = &'a [u8]>) -> Vec<&'a str> {
         v.into_iter()
             .map(|m| std::str::from_utf8(m).unwrap())
@@ -145,12 +196,12 @@ mod tests {
             Some(Err(PublishError::Expired)),
             Some(Ok(crate::sink::Confirmed::for_tests())),
         ];
-        let dead = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::DeadLetter);
+        let dead = run(&items, &outcomes, &[], OnExpired::DeadLetter);
         assert_eq!(dead.settlement.fail.len(), 1);
         assert_eq!(dead.settlement.fail[0].reason, "expired");
         assert!(dead.settlement.fail[0].permanent);
         assert!(dead.settlement.drop.is_empty());
-        let dropped = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::Drop);
+        let dropped = run(&items, &outcomes, &[], OnExpired::Drop);
         assert_eq!(members(dropped.settlement.drop.iter().copied()), ["old"]);
         assert_eq!(members(dropped.settlement.ack.iter().copied()), ["ok"]);
         assert!(dropped.settlement.fail.is_empty());
@@ -166,22 +217,23 @@ mod tests {
         let items = [item("a", 1), item("b", 1), item("c", 1)];
         // A publisher that answered for the first member only.
         let outcomes = [Some(Ok(crate::sink::Confirmed::for_tests()))];
-        let p = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::DeadLetter);
+        let p = run(&items, &outcomes, &[], OnExpired::DeadLetter);
         assert_eq!(members(p.settlement.ack.iter().copied()), ["a"]);
-        let failed = members(p.settlement.fail.iter().map(|f| f.member));
-        assert_eq!(failed, ["b", "c"]);
-        assert!(p.settlement.fail.iter().all(|f| f.reason == "timeout"));
+        let back = members(p.settlement.put_back.iter().map(|c| c.member.as_slice()));
+        assert_eq!(back, ["b", "c"], "unanswered: the broker's, no attempt");
+        assert!(p.settlement.fail.is_empty());
         assert!(p.sink_broken);
+        assert!(p.hold.is_some());
 
         // A slot left empty counts the same as a missing one.
         let outcomes = [None, Some(Ok(crate::sink::Confirmed::for_tests())), None];
-        let p = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::DeadLetter);
+        let p = run(&items, &outcomes, &[], OnExpired::DeadLetter);
         assert_eq!(members(p.settlement.ack.iter().copied()), ["b"]);
-        assert_eq!(p.settlement.fail.len(), 2);
+        assert_eq!(p.settlement.put_back.len(), 2);
     }
 
     #[test]
-    fn each_error_lands_where_its_disposition_says() {
+    fn each_error_lands_where_the_rule_says() {
         let items = [
             item("ok", 1),
             item("nack", 3),
@@ -189,7 +241,7 @@ mod tests {
             item("down", 2),
             item("refused", 1),
             item("blocked", 1),
-            item("every", 1),
+            item("own-key", 3),
         ];
         let outcomes = [
             Some(Ok(crate::sink::Confirmed::for_tests())),
@@ -201,12 +253,21 @@ mod tests {
                 text: "PRECONDITION_FAILED".into(),
             })),
             Some(Err(PublishError::Blocked)),
-            Some(Err(PublishError::SinkRefused {
+            Some(Err(PublishError::DestinationRefused {
                 code: 403,
-                text: "ACCESS_REFUSED".into(),
+                text: "ACCESS_REFUSED - write access to topic".into(),
+                part: crate::sink::blame::Part::RoutingKey,
             })),
         ];
-        let p = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::DeadLetter);
+        // The last one chose its routing key.
+        let mut chosen = vec![Chosen::default(); items.len()];
+        chosen[6] = chosen_key();
+        let policy = Policy {
+            backoff: &BACKOFF,
+            on_expired: OnExpired::DeadLetter,
+            held: false,
+        };
+        let p = plan(&items, &outcomes, &chosen, &[], &policy);
         assert_eq!(members(p.settlement.ack.iter().copied()), ["ok"]);
         assert_eq!(p.confirmed_due_ms, [1000]);
         let fail: Vec<(&str, &str, bool)> = p
@@ -221,31 +282,87 @@ mod tests {
                 )
             })
             .collect();
+        // The batch held the trigger's destination (the nack, the lost connection): the
+        // message's own routing key is refused while it is held, so no attempt for it.
         assert_eq!(
             fail,
             [
-                ("nack", "nack", false),
                 ("big", "too_large", true),
-                ("refused", "broker_refused", false),
+                ("refused", "broker_refused", false)
             ]
         );
         assert_eq!(
-            p.settlement.fail[2].detail.as_deref(),
+            p.settlement.fail[1].detail.as_deref(),
             Some("406 PRECONDITION_FAILED"),
             "the broker's reply is the dead letter's detail"
         );
         assert_eq!(p.refused.as_ref().map(|r| r.count), Some(1));
-        assert!(p.sink_refusal.as_deref().unwrap().contains("403"));
-        // The third attempt waits longer than the first (the backoff doubles per attempt).
-        assert!(p.settlement.fail[0].retry_in >= Duration::from_secs(2));
-        assert!(p.settlement.fail[1].retry_in <= Duration::from_secs(1));
+        assert!(p.hold.as_deref().unwrap().contains("nacked"));
         let back = members(p.settlement.put_back.iter().map(|c| c.member.as_slice()));
         assert_eq!(
             back,
-            ["down", "blocked", "every"],
-            "a sink's refusal costs no attempt"
+            ["nack", "down", "blocked", "own-key"],
+            "a destination's failure costs no attempt"
         );
         assert!(p.sink_broken);
+    }
+
+    fn chosen_key() -> Chosen {
+        let m = crate::sink::OutMessage {
+            payload: b"",
+            member: b"",
+            due_ms: 0,
+            attempt: 1,
+            id: "",
+            routing_key: Some("own"),
+            properties: None,
+            url: None,
+            topic: None,
+        };
+        Chosen::of(&m)
+    }
+
+    #[test]
+    fn a_chosen_destination_refused_counts_an_attempt_while_the_triggers_flows() {
+        let items = [item("ok", 1), item("own-key", 2)];
+        let outcomes = [
+            Some(Ok(crate::sink::Confirmed::for_tests())),
+            Some(Err(PublishError::DestinationRefused {
+                code: 403,
+                text: "ACCESS_REFUSED - write access to topic".into(),
+                part: crate::sink::blame::Part::RoutingKey,
+            })),
+        ];
+        let chosen = [Chosen::default(), chosen_key()];
+        for held_before in [false, true] {
+            let policy = Policy {
+                backoff: &BACKOFF,
+                on_expired: OnExpired::DeadLetter,
+                held: held_before,
+            };
+            let p = plan(&items, &outcomes, &chosen, &[], &policy);
+            assert!(
+                p.hold.is_none(),
+                "a confirmation of the trigger's: not held"
+            );
+            assert_eq!(p.settlement.fail.len(), 1);
+            assert_eq!(p.settlement.fail[0].reason, "destination_refused");
+            assert!(!p.settlement.fail[0].permanent);
+            assert!(p.settlement.fail[0]
+                .detail
+                .as_deref()
+                .unwrap()
+                .contains("403"));
+        }
+        // Held from before, and nothing of this batch went through: put back.
+        let policy = Policy {
+            backoff: &BACKOFF,
+            on_expired: OnExpired::DeadLetter,
+            held: true,
+        };
+        let p = plan(&items[1..], &outcomes[1..], &chosen[1..], &[], &policy);
+        assert!(p.settlement.fail.is_empty());
+        assert_eq!(p.settlement.put_back.len(), 1);
     }
 
     #[test]
@@ -253,11 +370,10 @@ mod tests {
         let items = [item("a", 1), item("b", 1), item("c", 1)];
         let ok = || Some(Ok(crate::sink::Confirmed::for_tests()));
         let outcomes = [ok(), ok(), None];
-        let p = plan(
+        let p = run(
             &items,
             &outcomes,
             &[true, false, false],
-            &BACKOFF,
             OnExpired::DeadLetter,
         );
         assert_eq!(members(p.settlement.ack.iter().copied()), ["b"]);
@@ -275,7 +391,7 @@ mod tests {
             })),
             Some(Err(PublishError::BadPayload("x".into()))),
         ];
-        let p = plan(&items, &outcomes, &[], &BACKOFF, OnExpired::DeadLetter);
+        let p = run(&items, &outcomes, &[], OnExpired::DeadLetter);
         assert!(!p.sink_broken);
         assert!(p.settlement.ack.is_empty());
         assert_eq!(p.settlement.fail.len(), 2);

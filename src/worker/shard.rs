@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::hold::Hold;
 use super::settlement;
 use super::wake::{due_by, Wakes, Woken};
 use crate::config::Trigger;
@@ -47,8 +48,10 @@ pub(crate) struct Shard {
     /// Starts this shard's other workers: they start when a claim first leaves more due than
     /// one worker takes, so an idle trigger holds one worker task per shard, not `workers`.
     pub(super) extra_workers: std::sync::Mutex<Option<StartWorkers>>,
-    /// Batches in which the broker refused members published alone, logged at growing gaps.
+    /// Batches with members blamed for their own failure, logged at growing gaps.
     pub(super) refusals: std::sync::Mutex<Repeated>,
+    /// The trigger's held state, shared by its shards.
+    pub(crate) hold: Arc<Hold>,
 }
 
 /// Starts a shard's deferred workers (given the shard).
@@ -82,6 +85,12 @@ impl Shard {
             PublishError::reasons_of(destination),
             queue.shards().len(),
         );
+        let hold = Arc::new(Hold::new(
+            &config.name,
+            sink.name(),
+            metrics.clone(),
+            health.clone(),
+        ));
         Ok(queue
             .shards()
             .iter()
@@ -102,6 +111,7 @@ impl Shard {
                     paused: std::sync::atomic::AtomicBool::new(false),
                     extra_workers: std::sync::Mutex::new(None),
                     refusals: std::sync::Mutex::default(),
+                    hold: hold.clone(),
                 })
             })
             .collect())
@@ -245,19 +255,19 @@ impl Shard {
         self.paused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Takes note of what the broker refused in a batch: a refusal of every member (the
-    /// sink's fault) goes to `/readyz` and is logged when it starts and ends; members
-    /// refused alone are logged at growing gaps, with the broker's words and the first id.
+    /// Takes note of a settled batch: a failure of the trigger's own destination holds it,
+    /// a message that went through releases it; members blamed for their own failure are
+    /// logged at growing gaps, with the broker's or endpoint's words and the first id.
     pub(super) fn note_refusals(
         &self,
         plan: &settlement::Plan<'_>,
         went_through: bool,
         ids: &[MessageId],
     ) {
-        if let Some(why) = &plan.sink_refusal {
-            self.health.sink_refuses(self.name(), self.sink.name(), why);
+        if let Some(why) = &plan.hold {
+            self.hold.hold(why);
         } else if went_through {
-            self.health.sink_accepts(self.name());
+            self.hold.release();
         }
         let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
         match &plan.refused {
@@ -266,7 +276,7 @@ impl Shard {
                     let first = ids.get(r.first);
                     tracing::warn!(sink = %self.sink.name(), refused = r.count, reply = %r.reply,
                         first_id = first.map(MessageId::as_str), unlogged,
-                        "the broker refused messages published alone; each is retried with backoff, then dead-lettered as broker_refused");
+                        "messages failed for a reason of their own; each is retried with backoff, then dead-lettered");
                 }
             }
             None if went_through => {

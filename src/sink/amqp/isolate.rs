@@ -1,22 +1,20 @@
-//! Finding the message the broker refuses: after RabbitMQ closed a batch's channel or
-//! connection, the unconfirmed members are published again one at a time.
+//! Whose fault a close is: after RabbitMQ closed a batch's channel or connection, the
+//! unconfirmed members are published again one at a time.
 //!
 //! A close fails every confirmation still pending on the channel (or on every channel of the
-//! connection), the culprit's and its innocent neighbours' alike, and the reply code does not
-//! say whose fault it was (403 is a routing key outside the user's topic permissions as much
-//! as permissions revoked for all of them; 404 a deleted exchange). The effect says it: a
-//! message the broker refuses alone on both sides of another message's confirmation is
-//! refused for what it is (`BrokerRefused`: an attempt, then a dead letter; see
-//! [`refused`](super::refused)); while nothing goes through, alone or together, the sink
-//! refuses every message (`SinkRefused`: put back without an attempt, and the worker backs
-//! off).
+//! connection), the culprit's and its innocent neighbours' alike. Published alone, each
+//! message gets the broker's own answer: a 406 or a frame error is the message's (an
+//! attempt, see [`crate::sink::blame`]); a 404 is the exchange's, a 403 the exchange's or,
+//! when the broker names a topic, the routing key's (the message's own when it chose it).
+//! Nothing is inferred from what else was confirmed meanwhile. Once the trigger's own
+//! destination refuses a message alone, the rest go back untried: they would meet the same.
 
 use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection};
 use tokio_util::sync::CancellationToken;
 
 use super::publisher::{confirmation, properties, AmqpPublisher, Target, MANDATORY};
-use super::refused::Verdict;
+use crate::sink::blame::{self, Chosen, Part};
 use crate::sink::{record_outcome, Confirms, OutMessage, Outcome, PublishError};
 
 /// True when `r` is a member the close may have failed without its fault: to be tried again.
@@ -37,9 +35,9 @@ fn close_of(results: &[Outcome]) -> Option<(u16, String)> {
 
 impl AmqpPublisher {
     /// Sorts out the members a broker-side close left unanswered (see the module's doc):
-    /// each ends confirmed, `BrokerRefused`, `SinkRefused`, or put back (`Connection`) when
-    /// the broker could not be reached or time ran out. Nothing happens when no close was
-    /// reported (a dropped connection says nothing of the messages).
+    /// each ends confirmed, `BrokerRefused`, `DestinationRefused`, or put back
+    /// (`Connection`) when the broker could not be reached or time ran out. Nothing happens
+    /// when no close was reported (a dropped connection says nothing of the messages).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn isolate(
         &self,
@@ -78,10 +76,8 @@ impl AmqpPublisher {
         }
     }
 
-    /// Publishes each of `suspects` alone (see [`Alone`]). A refusal is judged by
-    /// [`Refused`](super::refused::Refused): unproven ones are tried alone once more at the
-    /// end of the pass if another message went through since, and what is still unproven is
-    /// the sink's, for now (put back without an attempt).
+    /// Publishes each of `suspects` alone (see [`Alone`]), judging each close by what the
+    /// broker said of that message.
     async fn one_by_one(
         &self,
         target: &Target<'_>,
@@ -91,45 +87,22 @@ impl AmqpPublisher {
         confirms: Option<&Confirms>,
     ) {
         let mut alone = Alone::default();
-        // Refused and not yet proven: index, reply, the clock when refused.
-        let mut unproven: Vec<(usize, u16, String, u64)> = Vec::new();
+        let mut own_refused: Option<PublishError> = None;
         for i in suspects {
-            match alone.publish(self, target, &messages[i]).await {
-                Ok(c) => {
-                    self.taken.add(1);
-                    record_outcome(results, i, Ok(c), confirms);
-                }
-                Err(PublishError::Closed { code, text }) => {
-                    let taken = self.taken.now();
-                    match self.refused.judge(messages[i].id, taken) {
-                        Verdict::Culprit => {
-                            results[i] = Err(PublishError::BrokerRefused { code, text })
-                        }
-                        Verdict::Unproven => unproven.push((i, code, text, taken)),
-                    }
-                }
-                Err(e) => results[i] = Err(e),
+            if let Some(refusal) = &own_refused {
+                // The trigger's destination refuses: the rest would meet the same.
+                results[i] = Err(refusal.clone());
+                continue;
             }
-        }
-        for (i, code, text, taken) in unproven {
-            let again = if self.taken.now() > taken {
-                alone.publish(self, target, &messages[i]).await
-            } else {
-                Err(PublishError::Closed { code, text })
+            let outcome = match alone.publish(self, target, &messages[i]).await {
+                Err(PublishError::Closed { code, text }) => Err(refusal(code, text)),
+                other => other,
             };
-            let outcome = match again {
-                Ok(c) => {
-                    self.taken.add(1);
-                    Ok(c)
+            if let Err(e) = &outcome {
+                if blame::holds_own(e, Chosen::of(&messages[i])) {
+                    own_refused = Some(e.clone());
                 }
-                Err(PublishError::Closed { code, text }) => {
-                    match self.refused.judge(messages[i].id, self.taken.now()) {
-                        Verdict::Culprit => Err(PublishError::BrokerRefused { code, text }),
-                        Verdict::Unproven => Err(PublishError::SinkRefused { code, text }),
-                    }
-                }
-                Err(e) => Err(e),
-            };
+            }
             record_outcome(results, i, outcome, confirms);
         }
         alone.close().await;
@@ -156,6 +129,21 @@ impl AmqpPublisher {
             .map_err(unsent)?;
         Ok(ch)
     }
+}
+
+/// What the broker's close of a channel says of a message published alone on it.
+pub(super) fn refusal(code: u16, text: String) -> PublishError {
+    let part = match code {
+        // PRECONDITION_FAILED (too large for `max_message_size`...), frame and syntax errors:
+        // the message itself.
+        406 | 501..=505 => return PublishError::BrokerRefused { code, text },
+        404 => Part::Exchange,
+        // RabbitMQ names the topic when only the routing key is refused.
+        403 if text.contains("to topic") => Part::RoutingKey,
+        403 => Part::Exchange,
+        _ => Part::Sink,
+    };
+    PublishError::DestinationRefused { code, text, part }
 }
 
 /// A message refused before it went out (the channel or the connection was gone already, or

@@ -9,7 +9,6 @@ mod frame;
 mod isolate;
 mod nodes;
 mod publisher;
-mod refused;
 mod topology;
 
 use std::collections::HashSet;
@@ -64,8 +63,6 @@ impl From<ConnectError> for PublishError {
 pub struct AmqpSink {
     name: String,
     connector: Arc<Connector>,
-    /// Messages the broker refused alone (see [`refused::Refused`]).
-    refused_alone: Arc<refused::Refused>,
     declare: Vec<AmqpDeclare>,
     reconnect_max: Duration,
     conn: tokio::sync::Mutex<Option<Arc<Connection>>>,
@@ -108,7 +105,6 @@ impl AmqpSink {
                 nodes: Nodes::new(name, config)?,
                 tls,
             }),
-            refused_alone: Arc::default(),
             name: name.to_string(),
             declare: config.declare.clone(),
             reconnect_max: config.reconnect_max,
@@ -321,8 +317,6 @@ impl AmqpSink {
                     channel,
                     conn,
                     connector: self.connector.clone(),
-                    refused: self.refused_alone.clone(),
-                    taken: self.refused_alone.clock(&route.exchange),
                     route: route.clone(),
                     window: self.window.clone(),
                 })

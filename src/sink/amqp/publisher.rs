@@ -45,10 +45,6 @@ pub struct AmqpPublisher {
     /// Opens the connections of its own that messages are published alone on, to find the
     /// one the broker refuses.
     pub(super) connector: Arc<Connector>,
-    /// Messages the broker refused alone, shared by the sink's publishers.
-    pub(super) refused: Arc<super::refused::Refused>,
-    /// Messages confirmed on the route's exchange, by every publisher of the sink.
-    pub(super) taken: super::refused::Taken,
     pub(super) route: AmqpRoute,
     /// The sink's window of unconfirmed messages (`max_unconfirmed`), shared by every
     /// publisher on its connection, each trigger in turn.
@@ -154,8 +150,6 @@ impl AmqpPublisher {
         drop(writing);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         await_confirms(&mut results, pending, left, abort, confirms).await;
-        self.taken
-            .add(results.iter().filter(|r| r.is_ok()).count() as u64);
         if !self.conn.status().blocked() {
             let target = Target {
                 exchange,

@@ -334,7 +334,7 @@ mod tests {
     use super::*;
     use crate::config::HttpTarget;
     use crate::envelope::{HeaderValue, Properties};
-    use crate::sink::Disposition;
+    use crate::sink::blame::{judge, Chosen, Verdict};
 
     /// A loopback port nothing listens on: connections to it are refused.
     fn closed_port() -> u16 {
@@ -379,19 +379,17 @@ mod tests {
                 confirms: None,
             })
             .await;
-        let dispositions: Vec<Disposition> = outcomes
+        let verdicts: Vec<Verdict> = outcomes
             .iter()
-            .map(|o| o.as_ref().unwrap_err().disposition())
+            .map(|o| judge(o.as_ref().unwrap_err(), Chosen::default(), false))
             .collect();
-        assert_eq!(
-            dispositions,
-            [
-                Disposition::PutBack,
-                Disposition::DeadLetter,
-                Disposition::PutBack
-            ],
+        let held = Verdict::PutBack { hold: true };
+        assert_eq!(verdicts[0], held, "{outcomes:?}");
+        assert!(
+            matches!(verdicts[1], Verdict::DeadLetter { .. }),
             "{outcomes:?}"
         );
+        assert_eq!(verdicts[2], held, "{outcomes:?}");
         assert!(!sink.is_up());
         assert!(sink.why_down().contains(&format!("127.0.0.1:{port}")));
         assert!(!publisher.is_usable());

@@ -73,6 +73,7 @@ pub(super) async fn answered(mut response: reqwest::Response) -> Ended {
             status,
             excerpt: truncate(excerpt, MAX_EXCERPT),
             retry_after,
+            every_request: false,
         }),
         class,
         unreachable: false,

@@ -3,14 +3,13 @@
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+use crate::sink::blame::KafkaBlame;
 use crate::sink::PublishError;
 
-/// Maps a Kafka error to a publish error.
-///
-/// Only errors about the message itself are permanent (dead-lettered at once). A missing topic
-/// or a denied authorization is retried with backoff, like an unroutable AMQP message, so an
-/// operator has `max_attempts` worth of backoff to fix the cluster before messages are
-/// dead-lettered. Errors of the producer itself put the message back unattempted.
+/// Maps a Kafka error to a publish error, with whose it is (see [`crate::sink::blame`]):
+/// the record's own (too large, invalid: an attempt), the topic's (unknown, not authorized:
+/// held, or an attempt when the record chose its topic) or the cluster's (held). Errors of
+/// the producer itself put the message back unattempted and break the sink.
 pub(super) fn classify(e: &KafkaError) -> PublishError {
     let code = e.rdkafka_error_code();
     if matches!(
@@ -25,18 +24,26 @@ pub(super) fn classify(e: &KafkaError) -> PublishError {
     ) {
         return PublishError::Connection(e.to_string());
     }
-    let permanent = matches!(
-        code,
+    let blame = match code {
         Some(
             RDKafkaErrorCode::MessageSizeTooLarge
-                | RDKafkaErrorCode::InvalidMessageSize
-                | RDKafkaErrorCode::InvalidRecord
-        )
-    );
+            | RDKafkaErrorCode::InvalidMessageSize
+            | RDKafkaErrorCode::InvalidRecord
+            | RDKafkaErrorCode::InvalidMessage,
+        ) => KafkaBlame::Message,
+        Some(
+            RDKafkaErrorCode::UnknownTopicOrPartition
+            | RDKafkaErrorCode::UnknownTopic
+            | RDKafkaErrorCode::TopicAuthorizationFailed
+            | RDKafkaErrorCode::InvalidTopic
+            | RDKafkaErrorCode::TopicDeletionDisabled,
+        ) => KafkaBlame::Topic,
+        _ => KafkaBlame::Cluster,
+    };
     PublishError::Kafka {
         code: code.map_or_else(|| "other".to_string(), snake_case),
         message: e.to_string(),
-        permanent,
+        blame,
     }
 }
 
@@ -60,7 +67,7 @@ fn snake_case(code: RDKafkaErrorCode) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sink::Disposition;
+    use crate::sink::blame::{Fault, Part};
 
     fn produce_error(code: RDKafkaErrorCode) -> PublishError {
         classify(&KafkaError::MessageProduction(code))
@@ -74,23 +81,30 @@ mod tests {
         );
         let e = produce_error(RDKafkaErrorCode::MessageSizeTooLarge);
         assert_eq!(e.reason(), "kafka_message_size_too_large");
-        assert_eq!(e.disposition(), Disposition::DeadLetter);
+        assert_eq!(e.fault(), Fault::Message);
     }
 
     #[test]
-    fn only_message_errors_dead_letter_at_once() {
+    fn the_topic_and_the_cluster_are_the_destinations() {
         for code in [
-            RDKafkaErrorCode::RequestTimedOut,
-            RDKafkaErrorCode::MessageTimedOut,
-            RDKafkaErrorCode::NotEnoughReplicas,
-            RDKafkaErrorCode::InvalidMessage,
             RDKafkaErrorCode::UnknownTopicOrPartition,
             RDKafkaErrorCode::UnknownTopic,
             RDKafkaErrorCode::TopicAuthorizationFailed,
         ] {
             assert_eq!(
-                produce_error(code).disposition(),
-                Disposition::Retry,
+                produce_error(code).fault(),
+                Fault::Destination(Part::Topic),
+                "{code:?}"
+            );
+        }
+        for code in [
+            RDKafkaErrorCode::RequestTimedOut,
+            RDKafkaErrorCode::MessageTimedOut,
+            RDKafkaErrorCode::NotEnoughReplicas,
+        ] {
+            assert_eq!(
+                produce_error(code).fault(),
+                Fault::Destination(Part::Sink),
                 "{code:?}"
             );
         }
@@ -100,7 +114,7 @@ mod tests {
             RDKafkaErrorCode::AllBrokersDown,
         ] {
             let e = produce_error(code);
-            assert_eq!(e.disposition(), Disposition::PutBack, "{code:?}");
+            assert_eq!(e.fault(), Fault::Destination(Part::Sink), "{code:?}");
             assert!(e.breaks_sink());
         }
     }

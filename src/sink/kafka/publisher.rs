@@ -13,9 +13,8 @@ use super::delivery::Report;
 use super::errors::classify;
 use super::{down, Instance, SinkState};
 use crate::config::{KafkaKey, KafkaRoute};
-use crate::sink::{
-    await_confirms, record_outcome, Batch, Disposition, OutMessage, Outcome, PublishError,
-};
+use crate::sink::blame::KafkaBlame;
+use crate::sink::{await_confirms, record_outcome, Batch, OutMessage, Outcome, PublishError};
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_ID, HEADER_TRIGGER};
 
 /// How long a publisher that found librdkafka's queue full waits at most before trying again.
@@ -130,7 +129,7 @@ fn sink_failed(results: &mut [Outcome]) {
     for r in results.iter_mut() {
         let transient = match r {
             Err(PublishError::Timeout) => true,
-            Err(e @ PublishError::Kafka { .. }) => e.disposition() == Disposition::Retry,
+            Err(PublishError::Kafka { blame, .. }) => *blame == KafkaBlame::Cluster,
             _ => false,
         };
         if transient {
