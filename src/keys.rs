@@ -21,6 +21,9 @@ pub struct QueueKeys {
     pub bodies: String,
     /// Hash: the operator's hold on the queue: field `paused` while claims are paused.
     pub control: String,
+    /// String, with an expiry: why a bridge holds the trigger's destination (JSON), while it
+    /// does. Not one of [`QueueKeys::all`]: no script touches it.
+    pub held: String,
     /// Dead letters being forwarded to the trigger's dead-letter destination: member ->
     /// lease deadline epoch ms. (One the broker refused has the dead-letter score `+inf`.)
     pub dead_inflight: String,
@@ -61,6 +64,7 @@ impl QueueKeys {
             bodies: format!("{base}:bodies"),
             control: format!("{base}:control"),
             dead_inflight: format!("{base}:dead:inflight"),
+            held: format!("{base}:held"),
         })
     }
 }

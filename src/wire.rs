@@ -6,6 +6,9 @@ pub const HEADER_TRIGGER: &str = "x-delay-trigger";
 pub const HEADER_DUE_MS: &str = "x-delay-due-ms";
 /// Header with the attempt number: 1 for the first delivery.
 pub const HEADER_ATTEMPT: &str = "x-delay-attempt";
+/// AMQP header with a number unique to one publish: a returned message is matched to its
+/// publish by it, never by an id a producer chose.
+pub const HEADER_PUBLISH: &str = "x-delay-publish";
 /// Kafka header with the message id (AMQP carries it in the `message_id` property).
 pub const HEADER_ID: &str = "x-delay-id";
 /// A forwarded dead letter's reason label (`nack`, `too_large`, `bad_envelope`, ...).

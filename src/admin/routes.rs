@@ -150,6 +150,14 @@ async fn triggers(State(admin): State<Admin>) -> Reply {
     let mut out = Vec::new();
     for t in admin.triggers.now()?.values() {
         let stats = t.queue.stats().await?;
+        let held = t.queue.held().await?;
+        let state = if stats.paused {
+            "paused"
+        } else if held.is_some() {
+            "held"
+        } else {
+            "active"
+        };
         let rate = t
             .config
             .rate()
@@ -162,6 +170,8 @@ async fn triggers(State(admin): State<Admin>) -> Reply {
             "payload": t.config.payload,
             "rate_limit": rate,
             "stats": stats,
+            "state": state,
+            "held": held,
             "forwarded_total": forwarded,
             "lateness_p99_seconds": lateness_p99,
             "lateness_p99_1m_seconds": admin.history.recent_p99(&t.config.name),

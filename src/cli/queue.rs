@@ -44,13 +44,26 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
             .map(|s| s.keys().source.clone())
             .collect();
         let stranded = queue.stranded().await?;
-        rows.push((t.name.clone(), QueueStats::sum(&each), keys, each, stranded));
+        let held = queue.held().await?;
+        rows.push((
+            t.name.clone(),
+            QueueStats::sum(&each),
+            keys,
+            each,
+            stranded,
+            held,
+        ));
     }
     if json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(name, s, keys, each, stranded)| {
-                let mut row = serde_json::json!({"trigger": name, "stats": s});
+            .map(|(name, s, keys, each, stranded, held)| {
+                let mut row = serde_json::json!({
+                    "trigger": name,
+                    "state": state(s, held.as_ref()),
+                    "stats": s,
+                    "held": held,
+                });
                 if !stranded.is_empty() {
                     row["unserved_keys"] = serde_json::json!(stranded);
                 }
@@ -76,7 +89,7 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
         "DEAD",
         "OLDEST_DUE_AGE"
     );
-    let line = |name: &str, s: &QueueStats| {
+    let line = |name: &str, s: &QueueStats, state: &str| {
         say!(
             "{:<24} {:>12} {:>10} {:>10} {:>10} {:>15.3}s  {}",
             name,
@@ -85,15 +98,23 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
             s.inflight,
             s.dead,
             s.oldest_due_age_seconds,
-            if s.paused { "paused" } else { "active" }
+            state
         );
     };
     let mut unserved = Vec::new();
-    for (name, s, keys, each, stranded) in rows {
-        line(&name, &s);
+    for (name, s, keys, each, stranded, held) in rows {
+        line(&name, &s, state(&s, held.as_ref()));
+        if let Some(h) = &held {
+            // Why, on the line under the trigger's.
+            say!(
+                "  held: {} (since {})",
+                h.reason,
+                super::text::ms_text(h.since_ms)
+            );
+        }
         if shards && each.len() > 1 {
             for (key, s) in keys.iter().zip(&each) {
-                line(&format!("  {key}"), s);
+                line(&format!("  {key}"), s, state(s, None));
             }
         }
         unserved.extend(stranded.into_iter().map(|k| (name.clone(), k)));
@@ -105,6 +126,18 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
         );
     }
     Ok(0)
+}
+
+/// A trigger's state: `paused` by an operator, `held` while its destination fails, else
+/// `active`.
+fn state(s: &QueueStats, held: Option<&crate::redis::store::HeldNote>) -> &'static str {
+    if s.paused {
+        "paused"
+    } else if held.is_some() {
+        "held"
+    } else {
+        "active"
+    }
 }
 
 /// `enqueue --delay` reaches at most this far, so the due time cannot overflow.

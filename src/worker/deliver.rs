@@ -67,7 +67,7 @@ pub(super) async fn deliver(
         .confirmed(&plan.confirmed_due_ms, redis_now_ms(&batch, claimed_at));
     settle(&t, &abort, &batch, &plan).await;
     let went_through = !plan.confirmed_due_ms.is_empty() || early.acked.contains(&true);
-    t.note_refusals(&plan, went_through, &ids);
+    t.note_refusals(&plan, went_through, &ids).await;
     if plan.hold.is_none() && !plan.sink_broken {
         return Verdict::Settled;
     }

@@ -11,7 +11,7 @@ use tracing::Instrument;
 use crate::backoff::{jitter_down, Backoff};
 use crate::redis::store::ClaimBatch;
 use crate::repeat::Repeated;
-use crate::sink::Publisher;
+use crate::sink::{blame, Publisher};
 
 mod batch;
 mod claim;
@@ -27,7 +27,6 @@ mod wake;
 
 use batch::AdaptiveBatch;
 use deliver::Verdict;
-pub(crate) use hold::Held;
 pub(crate) use publishing::Publishing;
 pub(crate) use shard::Shard;
 use wake::Woken;
@@ -357,14 +356,25 @@ impl Worker {
     /// A usable publisher, or `None` after backing off while the sink is unavailable:
     /// nothing is claimed without one, so messages wait in Redis, not in the bridge.
     async fn publisher(&mut self) -> Option<Publisher> {
+        let failed_before = self.publishing.failures.count() > 0;
         let e = match self
             .publishing
             .get(&self.t.sink, &self.t.config.destination, &self.stop)
             .await
         {
-            Ok(p) => return p,
+            Ok(p) => {
+                if failed_before && p.is_some() {
+                    // The destination that gave no publisher gives one again (the exchange
+                    // exists, the broker is back): its hold ends.
+                    self.t.hold.release().await;
+                }
+                return p;
+            }
             Err(e) => e,
         };
+        if blame::holds_own(&e, blame::Chosen::default()) {
+            self.t.hold.hold(&e.to_string()).await;
+        }
         // One worker per trigger speaks for all of them. While the broker is down the sink
         // logs the outage itself: here only its start, once per trigger.
         let failures = &mut self.publishing.failures;

@@ -90,6 +90,7 @@ impl Shard {
             sink.name(),
             metrics.clone(),
             health.clone(),
+            queue.shards()[0].clone(),
         ));
         Ok(queue
             .shards()
@@ -258,16 +259,16 @@ impl Shard {
     /// Takes note of a settled batch: a failure of the trigger's own destination holds it,
     /// a message that went through releases it; members blamed for their own failure are
     /// logged at growing gaps, with the broker's or endpoint's words and the first id.
-    pub(super) fn note_refusals(
+    pub(super) async fn note_refusals(
         &self,
         plan: &settlement::Plan<'_>,
         went_through: bool,
         ids: &[MessageId],
     ) {
         if let Some(why) = &plan.hold {
-            self.hold.hold(why);
+            self.hold.hold(why).await;
         } else if went_through {
-            self.hold.release();
+            self.hold.release().await;
         }
         let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
         match &plan.refused {

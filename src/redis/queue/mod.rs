@@ -139,6 +139,11 @@ impl Queue {
         Ok(QueueStats::sum(&self.shard_stats().await?))
     }
 
+    /// Why a bridge holds the trigger's destination, if one does (noted on the first shard).
+    pub(crate) async fn held(&self) -> Result<Option<crate::redis::store::HeldNote>, StoreError> {
+        self.shards[0].held().await
+    }
+
     /// Schedules `body` under `id` on the id's shard (hash payload mode).
     pub(crate) async fn schedule_by_id(
         &self,

@@ -1,4 +1,4 @@
-//! The broker's answer to each publish on a shared channel, with a returned message matched to its publish by message id.
+//! The broker's answer to each publish on a shared channel, with a returned message matched to its publish by the publish's own number.
 //!
 //! RabbitMQ returns a mandatory message it could not route (`basic.return`) just before it
 //! confirms it, and may confirm many messages in one multiple-ack. lapin hands a returned
@@ -6,7 +6,9 @@
 //! multiple-ack is any of them: a message routed nowhere could read as confirmed (and leave
 //! Redis unpublished) while a delivered one reads as returned. One collector per channel
 //! reads every confirmation in the order the publishes were numbered, takes the returned
-//! messages off them, and gives each back to the publish whose message id it carries.
+//! messages off them, and gives each back to the publish whose number it carries (the
+//! `x-delay-publish` header, unique to each publish: two messages with the same message id
+//! in flight at once are still told apart).
 //!
 //! The broker returns messages in the order they were published, and lapin pins each on the
 //! next confirmation it resolves: once every publish up to a message was seen answered, its
@@ -14,10 +16,8 @@
 //! before that moment. A message is answered once every publish up to it was seen answered
 //! and every publish numbered until then has been read again.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::hash::{Hash, Hasher};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -33,7 +33,8 @@ pub(crate) type Answered = Result<Confirmation, lapin::Error>;
 
 /// A publish as the collector learns of it, in the order of its delivery tag.
 pub(super) struct Entry {
-    /// Hash of the message id: a returned message is matched by it.
+    /// The publish's number (its `x-delay-publish` header): a returned message is matched by
+    /// it.
     pub id: u64,
     /// The publish's confirmation once lapin wrote its frames; `None` when it was refused
     /// before it was numbered; closed if it was abandoned in between.
@@ -41,11 +42,19 @@ pub(super) struct Entry {
     pub answer: oneshot::Sender<Answered>,
 }
 
-/// The hash a message id is matched by.
-pub(super) fn id_hash(id: &[u8]) -> u64 {
-    let mut h = DefaultHasher::new();
-    id.hash(&mut h);
-    h.finish()
+/// A number no other publish of this process carries: the `x-delay-publish` header.
+pub(super) fn next_publish() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The publish number a returned message carries, if it has one.
+fn publish_number(ret: &BasicReturnMessage) -> Option<u64> {
+    let headers = ret.delivery.properties.headers().as_ref()?;
+    match headers.inner().get(crate::wire::HEADER_PUBLISH)? {
+        lapin::types::AMQPValue::LongLongInt(n) => u64::try_from(*n).ok(),
+        _ => None,
+    }
 }
 
 /// The broker's answer to one publish, from the channel's collector.
@@ -129,7 +138,7 @@ struct Collector {
     queue: VecDeque<Pending>,
     /// The last sequence number given.
     seq: u64,
-    /// Returned messages taken off confirmations, by message id, until their own publish is
+    /// Returned messages taken off confirmations, by publish number, until their own publish is
     /// answered.
     returned: HashMap<u64, VecDeque<BasicReturnMessage>>,
     /// The first publish abandoned before its confirmation could be read: from then on, no
@@ -378,8 +387,8 @@ impl Collector {
     }
 }
 
-/// Takes the returned message off a confirmation into `returned`, by its message id (one
-/// without an id stays where lapin put it).
+/// Takes the returned message off a confirmation into `returned`, by its publish number (one
+/// without a number stays where lapin put it).
 fn take_return(
     raw: Answered,
     returned: &mut HashMap<u64, VecDeque<BasicReturnMessage>>,
@@ -396,12 +405,9 @@ fn take_return(
             Confirmation::Nack(ret)
         })
     };
-    let Some(id) = ret.delivery.properties.message_id().as_ref() else {
+    let Some(number) = publish_number(&ret) else {
         return answer(Some(ret));
     };
-    returned
-        .entry(id_hash(id.as_str().as_bytes()))
-        .or_default()
-        .push_back(*ret);
+    returned.entry(number).or_default().push_back(*ret);
     answer(None)
 }

@@ -21,7 +21,7 @@ use lapin::publisher_confirm::PublisherConfirm;
 use lapin::{BasicProperties, Channel};
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use super::answers::{self, id_hash, Answer, Answered, Entry};
+use super::answers::{self, Answer, Answered, Entry};
 
 /// A channel shared by publishers (clones share it, its lock and its collector).
 #[derive(Clone)]
@@ -71,12 +71,13 @@ impl ConfirmChannel {
         self.channel.status().connected() && !self.shared.doubtful.load(Ordering::Relaxed)
     }
 
-    /// `basic_publish` of the message `id`, its delivery tag and its frames in the same
-    /// order as every other publish on this channel. Frames are queued on the first poll;
+    /// `basic_publish` of publish number `number` (the `x-delay-publish` header of
+    /// `properties`, see [`answers::next_publish`]), its delivery tag and its frames in the
+    /// same order as every other publish on this channel. Frames are queued on the first poll;
     /// the result, once they are written, is the broker's answer to come.
     pub(crate) fn publish<'a>(
         &'a self,
-        id: &str,
+        number: u64,
         exchange: &'a str,
         routing_key: &'a str,
         options: BasicPublishOptions,
@@ -85,7 +86,7 @@ impl ConfirmChannel {
     ) -> Numbered<'a> {
         Numbered {
             shared: &self.shared,
-            id: id_hash(id.as_bytes()),
+            id: number,
             first: true,
             publish: Box::pin(self.channel.basic_publish(
                 exchange,
@@ -106,7 +107,7 @@ type Publish<'a> = Pin<Box<dyn Future<Output = lapin::Result<PublisherConfirm>> 
 /// lapin's publish future is large.
 pub(crate) struct Numbered<'a> {
     shared: &'a Shared,
-    /// Hash of the message id.
+    /// The publish number.
     id: u64,
     first: bool,
     publish: Publish<'a>,
@@ -236,7 +237,7 @@ mod tests {
             let props = BasicProperties::default();
             let confirm = channel
                 .publish(
-                    "m",
+                    answers::next_publish(),
                     "",
                     &queue,
                     BasicPublishOptions::default(),
@@ -290,8 +291,9 @@ mod tests {
     }
 
     /// Mandatory publishes, every other one routed nowhere, confirmed by the broker many at a
-    /// time: each returned message comes back with its own publish's answer (lapin alone hands
-    /// it to any of the confirmations of a multiple-ack).
+    /// time, all with the same message id: each returned message comes back with its own
+    /// publish's answer (lapin alone hands it to any of the confirmations of a multiple-ack),
+    /// matched by the publish's number, not by the id a producer chose.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn each_returned_message_comes_back_to_its_own_publish() {
         let (conn, shared, queues) = scene(vec![FieldTable::default()]).await;
@@ -305,9 +307,17 @@ mod tests {
         for i in 0..4000usize {
             let key = if i % 2 == 0 { takes } else { &nowhere };
             let id = i.to_string();
-            let props = BasicProperties::default().with_message_id(id.as_str().into());
+            let number = answers::next_publish();
+            let mut headers = FieldTable::default();
+            headers.insert(
+                crate::wire::HEADER_PUBLISH.into(),
+                AMQPValue::LongLongInt(number as i64),
+            );
+            let props = BasicProperties::default()
+                .with_message_id("the-same-id".into())
+                .with_headers(headers);
             let answer = shared
-                .publish(&id, "", key, mandatory, id.as_bytes(), props)
+                .publish(number, "", key, mandatory, id.as_bytes(), props)
                 .await
                 .expect("published");
             answers.push((i, answer));

@@ -180,7 +180,7 @@ impl Alone {
                 m.routing_key.unwrap_or(target.routing_key),
                 MANDATORY,
                 m.payload,
-                properties(target.trigger, m),
+                properties(target.trigger, m, super::answers::next_publish()),
             )
             .await;
         let outcome = match sent {

@@ -26,7 +26,7 @@ use crate::sink::window::Window;
 use crate::sink::{
     await_confirms, record_outcome, Batch, Confirmed, Confirms, OutMessage, Outcome, PublishError,
 };
-use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_TRIGGER};
+use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_PUBLISH, HEADER_TRIGGER};
 
 /// Where the batch's messages go: the route's exchange and key, the trigger header.
 pub(super) struct Target<'a> {
@@ -106,7 +106,8 @@ impl AmqpPublisher {
         let frame_max = self.conn.configuration().frame_max();
         let channel = &self.channel;
         for (i, m) in messages.iter().enumerate() {
-            let props = properties(&trigger_value, m);
+            let number = super::answers::next_publish();
+            let props = properties(&trigger_value, m, number);
             if m.properties.is_some() {
                 // Only an envelope's headers and properties can grow past a frame.
                 if let Some(why) = frame::too_large(&props, frame_max) {
@@ -133,7 +134,7 @@ impl AmqpPublisher {
             };
             // Numbered and queued in the channel's order (see `ConfirmChannel`).
             let publish = channel.publish(
-                m.id,
+                number,
                 exchange,
                 m.routing_key.unwrap_or(routing_key),
                 MANDATORY,
@@ -302,8 +303,9 @@ pub(super) const MANDATORY: BasicPublishOptions = BasicPublishOptions {
 };
 
 /// Persistent, with the message id, the envelope's headers and properties, and the
-/// bridge's headers (which win over an envelope's of the same name).
-pub(super) fn properties(trigger: &AMQPValue, m: &OutMessage<'_>) -> BasicProperties {
+/// bridge's headers (which win over an envelope's of the same name), the publish's `number`
+/// among them.
+pub(super) fn properties(trigger: &AMQPValue, m: &OutMessage<'_>, number: u64) -> BasicProperties {
     let mut headers = FieldTable::default();
     let mut props = BasicProperties::default();
     if let Some(p) = m.properties {
@@ -352,6 +354,10 @@ pub(super) fn properties(trigger: &AMQPValue, m: &OutMessage<'_>) -> BasicProper
     headers.insert(
         ShortString::from(HEADER_ATTEMPT),
         AMQPValue::LongLongInt(m.attempt.into()),
+    );
+    headers.insert(
+        ShortString::from(HEADER_PUBLISH),
+        AMQPValue::LongLongInt(i64::try_from(number).unwrap_or(i64::MAX)),
     );
     props
         .with_delivery_mode(2)
