@@ -378,7 +378,8 @@ mod tests {
         );
         assert_eq!(members(p.settlement.ack.iter().copied()), ["b"]);
         assert_eq!(p.confirmed_due_ms.len(), 1, "counted when acked early");
-        assert_eq!(members(p.settlement.fail.iter().map(|f| f.member)), ["c"]);
+        let back = members(p.settlement.put_back.iter().map(|c| c.member.as_slice()));
+        assert_eq!(back, ["c"], "unanswered: back without an attempt");
     }
 
     #[test]

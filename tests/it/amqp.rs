@@ -105,68 +105,68 @@ async fn cancel_and_reschedule_are_honoured() {
     stop_and_clean(bridge, &mut r, &key).await;
 }
 
+/// The trigger's own routing key has no binding: the broker returns every message. That is
+/// the destination's failure, not the messages': nothing is dead-lettered or retried, the
+/// trigger is held (the gauge, `stats`, `/readyz`), and once a queue is bound everything
+/// arrives and the hold ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unroutable_messages_are_retried_then_dead_lettered_with_reason() {
+async fn an_unroutable_routing_key_holds_the_trigger_until_a_queue_is_bound() {
     let (mut r, capture, key) = amqp_scene("bound", "delay", "u").await;
     let port = free_port();
-    // Publish with a routing key no queue is bound to: the broker returns the message.
     let unroutable = format!(
         "exchange = \"{}\"\nrouting_key = \"nobody-listens\"\n\
-         max_attempts = 3\nbackoff_initial = \"100ms\"\nbackoff_max = \"200ms\"",
+         max_attempts = 1\nbackoff_initial = \"100ms\"\nbackoff_max = \"200ms\"",
         capture.exchange
     );
-    let trigger = trigger("unroutable", &key, "rabbit", &unroutable);
-    let bridge = Bridge::start(&(base_config(port) + &trigger), port)
-        .ready(READY)
-        .await;
+    let cfg = base_config(port) + &trigger("unroutable", &key, "rabbit", &unroutable);
+    let bridge = Bridge::start(&cfg, port).ready(READY).await;
     schedule_now(&mut r, &key, ["lost-letter-1", "lost-letter-2"]).await;
-    let (_, _, dead) = wait_sizes(&mut r, &key, Duration::from_secs(10), |s| s.2 == 2).await;
-    assert_eq!(dead, 2, "{}", bridge.log());
-    let reason = dead_reason(&mut r, &key, "lost-letter-1").await.unwrap();
-    assert_eq!(reason["reason"], "unroutable");
-    assert_eq!(reason["attempts"], 3);
+    let held = [("trigger", "unroutable")];
+    let (seen, body) = bridge
+        .wait_scrape(Duration::from_secs(10), |body| {
+            metric_value(body, "delay_bridge_trigger_held", &held) == 1.0
+        })
+        .await;
+    assert!(seen, "held within 10 s\n{body}\n{}", bridge.log());
+    let stats = cli(&["stats"], &cfg, &[]).stdout;
+    assert!(
+        stats.contains("held") && stats.contains("unroutable"),
+        "{stats}"
+    );
+    let (named, text) = bridge
+        .wait_http("/readyz", Duration::from_secs(5), |status, text| {
+            status == 503 && text.contains("trigger unroutable: held")
+        })
+        .await;
+    assert!(named, "{text:?}");
+    // Long enough for several tries: still nothing dead-lettered or counted.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, _, dead) = queue_sizes(&mut r, &key).await;
+    assert_eq!(dead, 0, "{}", bridge.log());
+    let body = bridge.scrape().await;
+    let any = [("trigger", "unroutable"), ("reason", "unroutable")];
+    assert_eq!(
+        metric_value(&body, "delay_bridge_messages_retried_total", &any),
+        0.0
+    );
+    assert_eq!(capture.count(), 0);
+
+    capture.bind(&capture.exchange, "nobody-listens").await;
+    bridge
+        .expect_arrivals(2, Duration::from_secs(15), || capture.count())
+        .await;
+    let (released, body) = bridge
+        .wait_scrape(Duration::from_secs(10), |body| {
+            metric_value(body, "delay_bridge_trigger_held", &held) == 0.0
+        })
+        .await;
+    assert!(released, "{body}");
+    bridge.expect_readyz(200, Duration::from_secs(10)).await;
     assert_eq!(
         left_inflight_attempts(&mut r, &key).await,
         (0, 0, 0),
         "nothing lost, nothing left behind"
     );
-    let labels = [("trigger", "unroutable"), ("reason", "unroutable")];
-    // Counted right after each settle script, so a moment after Redis shows the effect.
-    let (counted, body) = bridge
-        .wait_scrape(Duration::from_secs(5), |body| {
-            metric_value(body, "delay_bridge_messages_dead_lettered_total", &labels) == 2.0
-        })
-        .await;
-    assert!(counted, "two dead letters counted");
-    assert_eq!(
-        metric_value(&body, "delay_bridge_messages_retried_total", &labels),
-        4.0,
-        "two retries per message"
-    );
-    assert_eq!(capture.count(), 0);
-
-    // Replay: requeue through the CLI, now routable, and it arrives.
-    drop(bridge);
-    let fixed = base_config(port) + &amqp_trigger("unroutable", &key, &capture, "");
-    let listed = cli(&["dead-letter", "list", "-t", "unroutable"], &fixed, &[]).stdout;
-    assert!(
-        listed.contains("lost-letter-1") && listed.contains("unroutable"),
-        "{listed}"
-    );
-    // More than one letter moves only when confirmed, as purge does.
-    let out = cli(&["dead-letter", "requeue", "-t", "unroutable"], &fixed, &[]);
-    assert_eq!(out.code, 1, "{out:?}");
-    assert!(out.stdout.contains("would requeue 2 "), "{out:?}");
-    let out = cli(
-        &["dead-letter", "requeue", "-t", "unroutable", "--yes"],
-        &fixed,
-        &[],
-    );
-    assert!(out.stdout.contains("requeued 2"), "{out:?}");
-    let bridge = Bridge::start(&fixed, port);
-    bridge
-        .expect_arrivals(2, Duration::from_secs(15), || capture.count())
-        .await;
     stop_and_clean(bridge, &mut r, &key).await;
 }
 
@@ -191,6 +191,33 @@ async fn a_missing_exchange_keeps_messages_in_redis_until_it_is_declared() {
         (1, 0, 0),
         "not claimed, not counted as an attempt"
     );
+    // Held, with the exchange's name, in the gauge, `stats` and `/readyz` within 10 s.
+    let held = [("trigger", "noex")];
+    let (seen, body) = bridge
+        .wait_scrape(Duration::from_secs(10), |body| {
+            metric_value(body, "delay_bridge_trigger_held", &held) == 1.0
+        })
+        .await;
+    assert!(seen, "{body}");
+    let cfg = base_config(port) + &trigger;
+    let stats = cli(&["stats"], &cfg, &[]).stdout;
+    let line = stats
+        .lines()
+        .find(|l| l.starts_with("noex"))
+        .unwrap_or_default();
+    assert!(line.ends_with("held"), "{stats}");
+    assert!(
+        stats.contains(&format!("held: exchange `{exchange}` does not exist")),
+        "{stats}"
+    );
+    let json = cli(&["stats", "--json"], &cfg, &[]).stdout;
+    assert!(json.contains("\"state\": \"held\""), "{json}");
+    let (named, text) = bridge
+        .wait_http("/readyz", Duration::from_secs(5), |status, text| {
+            status == 503 && text.contains("trigger noex: held") && text.contains(&exchange)
+        })
+        .await;
+    assert!(named, "{text:?}");
 
     // The operator declares the exchange: the message goes out.
     let conn = lapin::Connection::connect(&amqp_url(), Default::default())
@@ -211,6 +238,17 @@ async fn a_missing_exchange_keeps_messages_in_redis_until_it_is_declared() {
         "{}",
         bridge.log()
     );
+    let (released, body) = bridge
+        .wait_scrape(Duration::from_secs(10), |body| {
+            metric_value(body, "delay_bridge_trigger_held", &held) == 0.0
+        })
+        .await;
+    assert!(
+        released,
+        "the gauge returns to 0 once the exchange exists\n{body}"
+    );
+    let stats = cli(&["stats"], &cfg, &[]).stdout;
+    assert!(!stats.contains("held"), "{stats}");
     ch.exchange_delete(&exchange, Default::default())
         .await
         .unwrap();

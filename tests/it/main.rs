@@ -20,6 +20,7 @@ mod faults_amqp;
 mod faults_redis;
 mod hash_payload;
 mod health;
+mod held;
 mod hostile;
 mod http_sink;
 mod ingress;

@@ -1,7 +1,8 @@
-//! What the broker refuses by closing a channel or the connection: the culprit pays alone (an
+//! What the broker refuses: a message that chose its own routing key pays for it alone (an
 //! attempt, then a dead letter with the broker's words), innocent neighbours and other
-//! triggers go through, and a refusal of every message (an exchange deleted, permissions
-//! revoked) dead-letters nothing and resumes when fixed.
+//! triggers go through, and a refusal of the trigger's own destination (an exchange deleted,
+//! permissions revoked, with channels that still cache them or not) holds the trigger and
+//! dead-letters nothing, however long, and resumes when fixed.
 
 use crate::common;
 
@@ -21,8 +22,8 @@ use common::*;
 
 /// A topic exchange and a queue bound to it with `pattern`, consumed in the background: how
 /// many copies of each body arrived.
-struct Topic {
-    exchange: String,
+pub(crate) struct Topic {
+    pub(crate) exchange: String,
     queue: String,
     pattern: String,
     url: String,
@@ -31,7 +32,7 @@ struct Topic {
 }
 
 impl Topic {
-    async fn start(url: &str, pattern: &str) -> Self {
+    pub(crate) async fn start(url: &str, pattern: &str) -> Self {
         let conn = Connection::connect(url, ConnectionProperties::default())
             .await
             .expect("RabbitMQ must run on loopback (see README)");
@@ -65,7 +66,7 @@ impl Topic {
     }
 
     /// Declares the exchange and the queue and binds them (again, after a delete).
-    async fn declare(&self) {
+    pub(crate) async fn declare(&self) {
         let ch = self.conn.create_channel().await.unwrap();
         let queue_options = QueueDeclareOptions {
             exclusive: true,
@@ -81,7 +82,7 @@ impl Topic {
         let _ = ch.close(200, "declared").await;
     }
 
-    async fn delete_exchange(&self) {
+    pub(crate) async fn delete_exchange(&self) {
         let ch = self.conn.create_channel().await.unwrap();
         ch.exchange_delete(&self.exchange, ExchangeDeleteOptions::default())
             .await
@@ -89,21 +90,21 @@ impl Topic {
         let _ = ch.close(200, "deleted").await;
     }
 
-    fn distinct(&self) -> usize {
+    pub(crate) fn distinct(&self) -> usize {
         self.seen.lock().unwrap().len()
     }
 
-    fn copies(&self, body: &[u8]) -> usize {
+    pub(crate) fn copies(&self, body: &[u8]) -> usize {
         self.seen.lock().unwrap().get(body).copied().unwrap_or(0)
     }
 
-    async fn expect_distinct(&self, n: usize, timeout: Duration, bridge: &Bridge) {
+    pub(crate) async fn expect_distinct(&self, n: usize, timeout: Duration, bridge: &Bridge) {
         let done = wait_until(timeout, || self.distinct() >= n).await;
         assert!(done, "{} of {n} arrived\n{}", self.distinct(), bridge.log());
     }
 
     /// Trigger `name` on `key`, publishing to this exchange with `routing_key` (and `lines`).
-    fn trigger(&self, name: &str, key: &str, routing_key: &str, lines: &str) -> String {
+    pub(crate) fn trigger(&self, name: &str, key: &str, routing_key: &str, lines: &str) -> String {
         let to = format!(
             "exchange = \"{}\"\nrouting_key = \"{routing_key}\"\n",
             self.exchange
@@ -112,7 +113,13 @@ impl Topic {
     }
 
     /// Starts a bridge on `cfg` and waits until `first` bodies arrived within `timeout`.
-    async fn bridge_past(&self, cfg: &str, port: u16, first: usize, timeout: Duration) -> Bridge {
+    pub(crate) async fn bridge_past(
+        &self,
+        cfg: &str,
+        port: u16,
+        first: usize,
+        timeout: Duration,
+    ) -> Bridge {
         let bridge = Bridge::start(cfg, port);
         self.expect_distinct(first, timeout, &bridge).await;
         bridge
@@ -142,7 +149,7 @@ impl Drop for Topic {
 
 /// A private RabbitMQ with a user `bridge` who may publish to `exchange` only with routing
 /// keys matching `topic` (topic permissions): its URL for the bridge.
-async fn broker_with_user(rabbit: &RabbitServer, exchange: &str, topic: &str) -> String {
+pub(crate) async fn broker_with_user(rabbit: &RabbitServer, exchange: &str, topic: &str) -> String {
     rabbit.ctl(&["add_user", "bridge", "bridge-pw"]).await;
     rabbit
         .ctl(&["set_permissions", "-p", "/", "bridge", ".*", ".*", ".*"])
@@ -152,7 +159,7 @@ async fn broker_with_user(rabbit: &RabbitServer, exchange: &str, topic: &str) ->
 }
 
 /// Lets user `bridge` publish to `exchange` with the routing keys matching `pattern` only.
-async fn set_topic_permissions(rabbit: &RabbitServer, exchange: &str, pattern: &str) {
+pub(crate) async fn set_topic_permissions(rabbit: &RabbitServer, exchange: &str, pattern: &str) {
     let args = [
         "set_topic_permissions",
         "-p",
@@ -166,13 +173,13 @@ async fn set_topic_permissions(rabbit: &RabbitServer, exchange: &str, pattern: &
 }
 
 /// A fresh queue key in the `{refusals}` hash slot.
-fn refusal_key(prefix: &str) -> String {
+pub(crate) fn refusal_key(prefix: &str) -> String {
     format!("{}:{{refusals}}", unique(prefix))
 }
 
 /// Schedules `poison` at the head of `key` (due a minute ago), `count` members made by `ok`
 /// just behind it, and as many on `other`: one batch holds the poison and its neighbours.
-async fn poison_first(
+pub(crate) async fn poison_first(
     r: &mut Conn,
     (key, other): (&str, &str),
     poison: &str,
@@ -188,7 +195,7 @@ async fn poison_first(
 }
 
 /// The reason `member` of `key` was dead-lettered, within `timeout`.
-async fn dead_within(
+pub(crate) async fn dead_within(
     r: &mut Conn,
     key: &str,
     member: &str,
@@ -202,13 +209,13 @@ async fn dead_within(
 }
 
 /// Asserts that nothing of `key` is dead-lettered.
-async fn assert_none_dead(r: &mut Conn, key: &str, bridge: &Bridge) {
+pub(crate) async fn assert_none_dead(r: &mut Conn, key: &str, bridge: &Bridge) {
     let dead = zcard(r, &format!("{key}:dead")).await;
     assert_eq!(dead, 0, "{}", bridge.log());
 }
 
 /// The end of every test here: no panic in the bridge's log, the bridge stopped, its keys gone.
-async fn done(bridge: Bridge, r: &mut Conn, keys: &[&str]) {
+pub(crate) async fn done(bridge: Bridge, r: &mut Conn, keys: &[&str]) {
     bridge.assert_no_panic();
     drop(bridge);
     for key in keys {
@@ -216,14 +223,14 @@ async fn done(bridge: Bridge, r: &mut Conn, keys: &[&str]) {
     }
 }
 
-fn envelope(body: &str, routing_key: &str) -> String {
+pub(crate) fn envelope(body: &str, routing_key: &str) -> String {
     format!(r#"{{"body": "{body}", "routing_key": "{routing_key}"}}"#)
 }
 
-/// A routing key outside the user's topic permissions makes RabbitMQ close the channel (403)
-/// on every try. Published alone it is refused while its neighbours go through: it pays
-/// attempts and is dead-lettered as `broker_refused` with the broker's reply, the ten allowed
-/// messages behind it and another trigger on the same connection are delivered.
+/// A routing key the message chose, outside the user's topic permissions, makes RabbitMQ
+/// close the channel (403) on every try. It is the message's own destination: it pays
+/// attempts and is dead-lettered as `destination_refused` with the broker's reply, while the
+/// ten allowed messages behind it and another trigger on the same connection are delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_routing_key_outside_the_permissions_is_refused_alone_and_the_rest_flows() {
     let rabbit = RabbitServer::start().await;
@@ -246,7 +253,7 @@ async fn a_routing_key_outside_the_permissions_is_refused_alone_and_the_rest_flo
         .bridge_past(&cfg, port, 20, Duration::from_secs(30))
         .await;
     let reason = dead_within(&mut r, &key, &poison, Duration::from_secs(30), &bridge).await;
-    assert_eq!(reason["reason"], "broker_refused", "{reason}");
+    assert_eq!(reason["reason"], "destination_refused", "{reason}");
     assert_eq!(reason["attempts"], 2, "{reason}");
     let detail = reason["detail"].as_str().unwrap_or_default();
     assert!(
@@ -264,7 +271,7 @@ async fn a_routing_key_outside_the_permissions_is_refused_alone_and_the_rest_flo
     );
     let log = bridge.log();
     assert!(
-        log.contains("the broker refused messages published alone") && log.contains("403"),
+        log.contains("messages failed for a reason of their own") && log.contains("403"),
         "the broker's words reach the log:\n{log}"
     );
     done(bridge, &mut r, &[&key, &other]).await;
@@ -364,8 +371,8 @@ async fn an_exchange_deleted_mid_stream_dead_letters_nothing_and_resumes() {
 }
 
 /// The user's permissions revoked for every routing key: each message, alone too, is refused
-/// (403). That is the sink's fault: nothing is dead-lettered, no attempt counted, `/readyz`
-/// says why; once the permissions are back, everything arrives.
+/// (403). That is the destination's failure: the trigger is held, nothing is dead-lettered, no
+/// attempt counted, `/readyz` says why; once the permissions are back, everything arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permissions_revoked_for_every_key_dead_letter_nothing_and_resume() {
     let n = 300;
@@ -401,7 +408,7 @@ async fn permissions_revoked_for_every_key_dead_letter_nothing_and_resume() {
     }
     let (refused, _) = bridge
         .wait_http("/readyz", Duration::from_secs(30), |status, text| {
-            status == 503 && text.contains("refuses every message") && text.contains("403")
+            status == 503 && text.contains("trigger revoked: held") && text.contains("403")
         })
         .await;
     assert!(refused, "/readyz says why\n{}", bridge.log());
@@ -419,10 +426,9 @@ async fn permissions_revoked_for_every_key_dead_letter_nothing_and_resume() {
     bridge.expect_readyz(200, Duration::from_secs(10)).await;
     let log = bridge.log();
     assert_eq!(
-        log.matches("the broker refuses every message of this trigger")
-            .count(),
+        log.matches("destination held").count(),
         1,
-        "said once per run of refusals:\n{log}"
+        "said once per hold:\n{log}"
     );
     done(bridge, &mut r, &[&key]).await;
 }

@@ -1,0 +1,172 @@
+//! Blame decided by what the message controls, on a real RabbitMQ: permissions revoked while
+//! other channels still cache them, twice in a row; refused messages at the head; returned
+//! messages told apart when their producers gave them the same id.
+
+use crate::common;
+use crate::refusals::{
+    assert_none_dead, broker_with_user, dead_within, done, envelope, refusal_key,
+    set_topic_permissions, Topic,
+};
+
+use std::time::Duration;
+
+use common::servers::RabbitServer;
+use common::*;
+
+/// Schedules `n` members `{prefix}-{i}` on `key`, due now.
+async fn schedule_named(r: &mut Conn, key: &str, prefix: &str, n: usize) -> Vec<String> {
+    let now = redis_now(r).await;
+    let members: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+    for (i, m) in members.iter().enumerate() {
+        zadd(r, key, now - 1000 + i as i64, m.as_str()).await;
+    }
+    members
+}
+
+/// Topic permissions revoked for every routing key without closing the bridge's connection:
+/// RabbitMQ lets a channel that already published a key go on publishing it, so another
+/// trigger keeps getting confirmations. The refused trigger's own destination is held all
+/// the same: nothing is dead-lettered, in a first outage or a second, whatever else was
+/// confirmed meanwhile; once the permissions are back everything arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permissions_revoked_behind_cached_channels_hold_and_dead_letter_nothing() {
+    let rabbit = RabbitServer::start().await;
+    let topic = Topic::start(&rabbit.url(), "#").await;
+    let url = broker_with_user(&rabbit, &topic.exchange, ".*").await;
+    let mut r = redis().await;
+    let (key, other) = (refusal_key("cached"), refusal_key("cached-other"));
+    let port = free_port();
+    let lines = "workers = 1\nmax_attempts = 1\nbackoff_initial = \"100ms\"\n";
+    let cfg = ConfigToml::base(port).amqp_sink("rabbit", &url).to_string()
+        + &topic.trigger("cached", &key, "cached.k", lines)
+        + &topic.trigger("other", &other, "other.k", lines);
+    // The other trigger publishes its key first: its channel caches the permission.
+    schedule_named(&mut r, &other, "warm", 5).await;
+    let bridge = topic
+        .bridge_past(&cfg, port, 5, Duration::from_secs(30))
+        .await;
+    let held = [("trigger", "cached")];
+    for outage in ["first", "second"] {
+        set_topic_permissions(&rabbit, &topic.exchange, "^other\\..*").await;
+        let before = topic.distinct();
+        schedule_named(&mut r, &other, &format!("{outage}-other"), 10).await;
+        let refused = schedule_named(&mut r, &key, &format!("{outage}-refused"), 30).await;
+        let (seen, body) = bridge
+            .wait_scrape(Duration::from_secs(20), |body| {
+                metric_value(body, "delay_bridge_trigger_held", &held) == 1.0
+            })
+            .await;
+        assert!(seen, "{outage} outage: held\n{body}\n{}", bridge.log());
+        // Several tries of the refused trigger while the other's messages are confirmed.
+        topic
+            .expect_distinct(before + 10, Duration::from_secs(20), &bridge)
+            .await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_none_dead(&mut r, &key, &bridge).await;
+        assert!(refused.iter().all(|m| topic.copies(m.as_bytes()) == 0));
+        set_topic_permissions(&rabbit, &topic.exchange, ".*").await;
+        topic
+            .expect_distinct(before + 40, Duration::from_secs(30), &bridge)
+            .await;
+        let (released, body) = bridge
+            .wait_scrape(Duration::from_secs(10), |body| {
+                metric_value(body, "delay_bridge_trigger_held", &held) == 0.0
+            })
+            .await;
+        assert!(released, "{outage} outage: released\n{body}");
+    }
+    assert_none_dead(&mut r, &key, &bridge).await;
+    done(bridge, &mut r, &[&key, &other]).await;
+}
+
+/// More messages whose own routing keys are refused than one claim takes, at the head, with
+/// good messages behind them: each refused one pays an attempt and waits its backoff away
+/// from the head, so the good ones are delivered at once and the refused ones are
+/// dead-lettered after `max_attempts`, none of them left unjudged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_messages_at_the_head_do_not_wedge_the_trigger() {
+    let rabbit = RabbitServer::start().await;
+    let topic = Topic::start(&rabbit.url(), "allowed.#").await;
+    let url = broker_with_user(&rabbit, &topic.exchange, "^allowed\\..*").await;
+    let mut r = redis().await;
+    let key = refusal_key("head");
+    let now = redis_now(&mut r).await;
+    for i in 0..60 {
+        let m = envelope(&format!("refused-{i}"), "denied.x");
+        zadd(&mut r, &key, now - 60_000 + i, m).await;
+    }
+    for i in 0..10 {
+        let m = envelope(&format!("good-{i}"), "allowed.x");
+        zadd(&mut r, &key, now - 30_000 + i, m).await;
+    }
+    let port = free_port();
+    let lines = "format = \"envelope\"\nworkers = 1\nbatch = 20\nmax_attempts = 2\n\
+                 backoff_initial = \"1s\"\nbackoff_max = \"2s\"\n";
+    let cfg = ConfigToml::base(port).amqp_sink("rabbit", &url).to_string()
+        + &topic.trigger("head", &key, "allowed.default", lines);
+    let bridge = topic
+        .bridge_past(&cfg, port, 10, Duration::from_secs(25))
+        .await;
+    let last = envelope("refused-59", "denied.x");
+    let reason = dead_within(&mut r, &key, &last, Duration::from_secs(60), &bridge).await;
+    assert_eq!(reason["reason"], "destination_refused", "{reason}");
+    let sizes = wait_drained(&mut r, &key, Duration::from_secs(30)).await;
+    assert_eq!(
+        sizes,
+        (0, 0, 60),
+        "every refused one judged\n{}",
+        bridge.log()
+    );
+    done(bridge, &mut r, &[&key]).await;
+}
+
+/// Two envelopes in flight with the same `id`, one routed and one returned (its own routing
+/// key has no binding): the return goes back to its own publish, by the publish's number.
+/// Every returned message is judged (an attempt, then `destination_refused`), none is acked
+/// away, and every routed one arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn returns_are_matched_by_publish_not_by_the_producers_id() {
+    let capture = AmqpCapture::start("returns").await;
+    let mut r = redis().await;
+    let key = refusal_key("returns");
+    let now = redis_now(&mut r).await;
+    let rk = capture.routing_key.clone();
+    for i in 0..40 {
+        let routed = format!(r#"{{"id": "same", "body": "routed-{i}", "routing_key": "{rk}"}}"#);
+        let lost = format!(r#"{{"id": "same", "body": "returned-{i}", "routing_key": "nowhere"}}"#);
+        zadd(&mut r, &key, now - 1000 + 2 * i, routed).await;
+        zadd(&mut r, &key, now - 999 + 2 * i, lost).await;
+    }
+    let port = free_port();
+    let lines = "format = \"envelope\"\nworkers = 2\nbatch = 40\nmax_attempts = 2\n\
+                 backoff_initial = \"100ms\"\nbackoff_max = \"200ms\"";
+    let cfg = ConfigToml::base(port).to_string() + &amqp_trigger("returns", &key, &capture, lines);
+    let bridge = Bridge::start(&cfg, port);
+    bridge
+        .expect_arrivals(40, Duration::from_secs(30), || capture.count())
+        .await;
+    let (_, _, dead) = wait_sizes(&mut r, &key, Duration::from_secs(30), |s| s.2 == 40).await;
+    assert_eq!(dead, 40, "every returned message judged\n{}", bridge.log());
+    let got = capture.snapshot();
+    let mut bodies: Vec<String> = got
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect();
+    bodies.sort();
+    bodies.dedup();
+    assert_eq!(bodies.len(), 40, "each routed message once");
+    assert!(
+        bodies.iter().all(|b| b.starts_with("routed-")),
+        "{bodies:?}"
+    );
+    assert_eq!(got.len(), 40, "none sent twice");
+    let reason = dead_reason(
+        &mut r,
+        &key,
+        r#"{"id": "same", "body": "returned-0", "routing_key": "nowhere"}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(reason["reason"], "destination_refused", "{reason}");
+    done(bridge, &mut r, &[&key]).await;
+}
