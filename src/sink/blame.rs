@@ -99,7 +99,7 @@ pub enum Verdict {
 pub const DESTINATION_REFUSED: &str = "destination_refused";
 
 /// The rule: what becomes of a message that ended in `e`, given what it chose of its
-/// destination and whether the trigger's own destination is held (by this batch or before).
+/// destination and whether the trigger's own destination failed in the same batch.
 pub fn judge(e: &PublishError, chosen: Chosen, own_held: bool) -> Verdict {
     match e.fault() {
         Fault::Nobody => Verdict::PutBack { hold: false },

@@ -58,7 +58,6 @@ pub(super) async fn deliver(
     let policy = Policy {
         backoff: &backoff,
         on_expired: t.config.on_expired,
-        held: t.hold.is_held(),
     };
     let plan = plan(&batch.items, &outcomes, &chosen, &early.acked, &policy);
     // Counted at confirmation: a member whose lease was lost meanwhile is redelivered and

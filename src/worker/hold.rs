@@ -55,11 +55,6 @@ impl Hold {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether the destination is held.
-    pub(crate) fn is_held(&self) -> bool {
-        self.lock().is_some()
-    }
-
     /// The destination failed with `reason`: held from now (the start is logged, not each
     /// batch; the reason shown is the latest), and noted in Redis.
     pub(crate) async fn hold(&self, reason: &str) {

@@ -31,13 +31,10 @@ pub(super) struct Refusals {
     pub reply: String,
 }
 
-/// How a batch's failures are settled: the trigger's settings and whether its destination
-/// was held when the batch was claimed.
+/// How a batch's failures are settled: the trigger's settings.
 pub(super) struct Policy<'p> {
     pub backoff: &'p Backoff,
     pub on_expired: OnExpired,
-    /// The trigger's own destination was held before this batch.
-    pub held: bool,
 }
 
 /// Builds the settlement of `items` from `outcomes` (one per item, by position) by the one
@@ -63,19 +60,16 @@ pub(super) fn plan<'a>(
     };
     let chosen_of = |i: usize| chosen.get(i).copied().unwrap_or_default();
     let pending = |i: &usize| !early.get(*i).copied().unwrap_or(false);
-    // The trigger's own destination: held by a failure of it in this batch, or still held
-    // from before when nothing of this batch went through.
+    // The trigger's own destination is held by a failure of it in this batch: evidence of
+    // this batch only, so that messages whose own destinations refuse them cannot wedge the
+    // head by being put back forever on an older hold.
     let own_failure = (0..items.len())
         .filter(pending)
         .find_map(|i| match outcome_of(i) {
             Err(e) if blame::holds_own(e, chosen_of(i)) => Some(e.to_string()),
             _ => None,
         });
-    let went_through = early.contains(&true)
-        || (0..items.len())
-            .filter(pending)
-            .any(|i| outcome_of(i).is_ok());
-    let held = own_failure.is_some() || (policy.held && !went_through);
+    let held = own_failure.is_some();
     let mut plan = Plan {
         settlement: Settlement::default(),
         confirmed_due_ms: Vec::with_capacity(items.len()),
@@ -178,7 +172,6 @@ mod tests {
         let policy = Policy {
             backoff: &BACKOFF,
             on_expired,
-            held: false,
         };
         plan(items, outcomes, &[], early, &policy)
     }
@@ -265,7 +258,6 @@ mod tests {
         let policy = Policy {
             backoff: &BACKOFF,
             on_expired: OnExpired::DeadLetter,
-            held: false,
         };
         let p = plan(&items, &outcomes, &chosen, &[], &policy);
         assert_eq!(members(p.settlement.ack.iter().copied()), ["ok"]);
@@ -334,35 +326,27 @@ mod tests {
             })),
         ];
         let chosen = [Chosen::default(), chosen_key()];
-        for held_before in [false, true] {
-            let policy = Policy {
-                backoff: &BACKOFF,
-                on_expired: OnExpired::DeadLetter,
-                held: held_before,
-            };
-            let p = plan(&items, &outcomes, &chosen, &[], &policy);
-            assert!(
-                p.hold.is_none(),
-                "a confirmation of the trigger's: not held"
-            );
-            assert_eq!(p.settlement.fail.len(), 1);
-            assert_eq!(p.settlement.fail[0].reason, "destination_refused");
-            assert!(!p.settlement.fail[0].permanent);
-            assert!(p.settlement.fail[0]
-                .detail
-                .as_deref()
-                .unwrap()
-                .contains("403"));
-        }
-        // Held from before, and nothing of this batch went through: put back.
         let policy = Policy {
             backoff: &BACKOFF,
             on_expired: OnExpired::DeadLetter,
-            held: true,
         };
+        let p = plan(&items, &outcomes, &chosen, &[], &policy);
+        assert!(
+            p.hold.is_none(),
+            "a confirmation of the trigger's: not held"
+        );
+        assert_eq!(p.settlement.fail.len(), 1);
+        assert_eq!(p.settlement.fail[0].reason, "destination_refused");
+        assert!(!p.settlement.fail[0].permanent);
+        assert!(p.settlement.fail[0]
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("403"));
+        // Alone in its batch too: it moves away from the head with its backoff.
         let p = plan(&items[1..], &outcomes[1..], &chosen[1..], &[], &policy);
-        assert!(p.settlement.fail.is_empty());
-        assert_eq!(p.settlement.put_back.len(), 1);
+        assert_eq!(p.settlement.fail.len(), 1);
+        assert!(p.settlement.put_back.is_empty());
     }
 
     #[test]
