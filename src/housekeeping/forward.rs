@@ -18,6 +18,7 @@ use crate::wire::{
     HEADER_DEAD_ATTEMPTS, HEADER_DEAD_AT_MS, HEADER_DEAD_DETAIL, HEADER_DEAD_ID,
     HEADER_DEAD_ID_B64, HEADER_DEAD_KEY, HEADER_DEAD_REASON,
 };
+use crate::worker::Route;
 use crate::worker::{Publishing, Shard, ERROR_BACKOFF};
 
 /// Most dead letters one forward takes.
@@ -87,6 +88,8 @@ struct Sorted<'a> {
     unconfirmed: Vec<std::borrow::Cow<'static, str>>,
     /// The sink failed: get a new publisher and back off.
     sink_broken: bool,
+    /// The dead-letter destination failed: what it said (the trigger is held for it).
+    held: Option<String>,
 }
 
 impl<'a> Sorted<'a> {
@@ -126,6 +129,13 @@ impl Forwarder {
             }
             let sorted = self.forward(publisher, &claim).await;
             self.settle(&claim, &sorted).await;
+            match &sorted.held {
+                Some(why) => self.t.hold.hold(Route::DeadLetters, why).await,
+                None if !sorted.outcome.confirmed.is_empty() => {
+                    self.t.hold.release(Route::DeadLetters).await
+                }
+                None => {}
+            }
             if sorted.sink_broken {
                 // As a worker does: a new channel at once, the shared connection (every
                 // trigger's) only when forwards keep breaking.
@@ -150,14 +160,23 @@ impl Forwarder {
 
     /// A usable publisher for the dead-letter destination, or `None` after a backoff.
     async fn publisher(&mut self) -> Option<Publisher> {
+        let failed_before = self.publishing.failures.count() > 0;
         let e = match self
             .publishing
             .get(&self.t.sink, &self.destination, &self.stop)
             .await
         {
-            Ok(p) => return p,
+            Ok(p) => {
+                if failed_before && p.is_some() {
+                    self.t.hold.release(Route::DeadLetters).await;
+                }
+                return p;
+            }
             Err(e) => e,
         };
+        if blame::holds_own(&e, Chosen::default()) {
+            self.t.hold.hold(Route::DeadLetters, &e.to_string()).await;
+        }
         // While the whole sink is down its own log speaks for the outage.
         let failures = &mut self.publishing.failures;
         if let Some(unlogged) = failures.failed() {
@@ -247,9 +266,15 @@ impl Forwarder {
                     sorted.refuse(member, reason, e.to_string())
                 }
                 Verdict::PutBack { hold } if hold && !e.breaks_sink() => {
+                    sorted.held.get_or_insert_with(|| e.to_string());
                     sorted.unconfirmed.push(e.reason())
                 }
-                Verdict::PutBack { .. } => sorted.outcome.released.push(member),
+                Verdict::PutBack { hold } => {
+                    if hold {
+                        sorted.held.get_or_insert_with(|| e.to_string());
+                    }
+                    sorted.outcome.released.push(member)
+                }
             }
         }
         sorted

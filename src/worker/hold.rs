@@ -1,4 +1,4 @@
-//! A trigger's held state: its own destination failed, so its messages wait in Redis with no attempt counted until one goes through again.
+//! A trigger's held state: one of its own destinations (its route, its dead-letter route) failed, so what goes there waits in Redis with no attempt counted until a message goes through again.
 
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -14,13 +14,23 @@ const NOTE_TTL: Duration = Duration::from_secs(20);
 /// How often a bridge that still finds the destination failing writes the note again.
 const NOTE_EVERY: Duration = Duration::from_secs(5);
 
-/// Whether the trigger's own destination is held, and why; shared by its shards and workers.
-/// The gauge, `/readyz` and `stats` follow it.
+/// Which of the trigger's destinations a hold is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// Where its messages go.
+    Messages = 0,
+    /// Where its dead letters are forwarded.
+    DeadLetters = 1,
+}
+
+/// Whether the trigger's own destinations are held, and since when; shared by its shards,
+/// workers and dead-letter forwarder. The gauge, `/readyz` and `stats` follow it: held while
+/// any is.
 pub(crate) struct Hold {
     trigger: String,
     sink: String,
-    /// Since when the destination is held, if it is.
-    state: Mutex<Option<SystemTime>>,
+    /// Since when each route is held, if it is, by [`Route`].
+    state: Mutex<[Option<SystemTime>; 2]>,
     metrics: TriggerMetrics,
     health: Health,
     /// Where the hold is noted for `stats`, the console and the other bridges (the first
@@ -43,7 +53,7 @@ impl Hold {
         Self {
             trigger: trigger.to_string(),
             sink: sink.to_string(),
-            state: Mutex::new(None),
+            state: Mutex::new([None; 2]),
             metrics,
             health,
             store,
@@ -51,17 +61,23 @@ impl Hold {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<SystemTime>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, [Option<SystemTime>; 2]> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The destination failed with `reason`: held from now (the start is logged, not each
-    /// batch; the reason shown is the latest), and noted in Redis.
-    pub(crate) async fn hold(&self, reason: &str) {
+    /// `route`'s destination failed with `reason`: held from now (the start is logged, not
+    /// each batch; the reason shown is the latest), and noted in Redis.
+    pub(crate) async fn hold(&self, route: Route, reason: &str) {
+        let reason = match route {
+            Route::Messages => reason.to_string(),
+            Route::DeadLetters => format!("dead-letter destination: {reason}"),
+        };
+        let reason = reason.as_str();
         let (started, since) = {
             let mut state = self.lock();
-            let started = state.is_none();
-            let since = *state.get_or_insert_with(SystemTime::now);
+            let slot = &mut state[route as usize];
+            let started = slot.is_none();
+            let since = *slot.get_or_insert_with(SystemTime::now);
             (started, since)
         };
         self.metrics.destination_held(true);
@@ -89,19 +105,27 @@ impl Hold {
         }
     }
 
-    /// A message went through: the hold, if any, is over.
-    pub(crate) async fn release(&self) {
-        let was = self.lock().take();
+    /// A message went through to `route`: its hold, if any, is over.
+    pub(crate) async fn release(&self, route: Route) {
+        let (was, still) = {
+            let mut state = self.lock();
+            let was = state[route as usize].take();
+            (was, state.iter().any(Option::is_some))
+        };
         let Some(was) = was else {
             return;
         };
+        let held_for = was.elapsed().unwrap_or_default();
+        tracing::info!(trigger = %self.trigger, sink = %self.sink, ?route,
+            held_for = %humantime::format_duration(Duration::from_secs(held_for.as_secs())),
+            "destination takes messages again: hold released");
+        if still {
+            // The other route is still held: its next failure writes its own words.
+            return;
+        }
         self.metrics.destination_held(false);
         self.health.release(&self.trigger);
         *self.noted.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        let held_for = was.elapsed().unwrap_or_default();
-        tracing::info!(trigger = %self.trigger, sink = %self.sink,
-            held_for = %humantime::format_duration(Duration::from_secs(held_for.as_secs())),
-            "destination takes messages again: hold released");
         if let Err(e) = self.store.clear_held().await {
             tracing::debug!(trigger = %self.trigger, error = %e, "could not clear the hold's note in Redis");
         }
@@ -116,7 +140,7 @@ fn epoch_ms(t: SystemTime) -> i64 {
 impl Drop for Hold {
     /// A trigger removed or replaced by a reload leaves no hold behind in `/readyz`.
     fn drop(&mut self) {
-        if self.lock().is_some() {
+        if self.lock().iter().any(Option::is_some) {
             self.health.release(&self.trigger);
         }
     }

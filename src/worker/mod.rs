@@ -27,6 +27,7 @@ mod wake;
 
 use batch::AdaptiveBatch;
 use deliver::Verdict;
+pub(crate) use hold::Route;
 pub(crate) use publishing::Publishing;
 pub(crate) use shard::Shard;
 use wake::Woken;
@@ -366,14 +367,14 @@ impl Worker {
                 if failed_before && p.is_some() {
                     // The destination that gave no publisher gives one again (the exchange
                     // exists, the broker is back): its hold ends.
-                    self.t.hold.release().await;
+                    self.t.hold.release(Route::Messages).await;
                 }
                 return p;
             }
             Err(e) => e,
         };
         if blame::holds_own(&e, blame::Chosen::default()) {
-            self.t.hold.hold(&e.to_string()).await;
+            self.t.hold.hold(Route::Messages, &e.to_string()).await;
         }
         // One worker per trigger speaks for all of them. While the broker is down the sink
         // logs the outage itself: here only its start, once per trigger.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::hold::Hold;
+use super::hold::{Hold, Route};
 use super::settlement;
 use super::wake::{due_by, Wakes, Woken};
 use crate::config::Trigger;
@@ -266,9 +266,9 @@ impl Shard {
         ids: &[MessageId],
     ) {
         if let Some(why) = &plan.hold {
-            self.hold.hold(why).await;
+            self.hold.hold(Route::Messages, why).await;
         } else if went_through {
-            self.hold.release().await;
+            self.hold.release(Route::Messages).await;
         }
         let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
         match &plan.refused {

@@ -37,10 +37,13 @@ async fn backlog_gauges_and_readyz_follow_the_sink_going_away_and_coming_back() 
         .wait_http("/healthz", Duration::from_secs(15), |s, _| s == 200)
         .await;
     assert!(alive, "/healthz: {got:?}\n{}", bridge.log());
-    // Redis connects, the sink does not: not ready, and the reason names the sink alone.
+    // Redis connects, the sink does not: not ready, and the reasons name the sink and the
+    // trigger it holds.
     let (unready, got) = bridge
         .wait_http("/readyz", Duration::from_secs(15), |s, b| {
-            s == 503 && b.trim() == "sink flaky: not connected"
+            s == 503
+                && b.starts_with("sink flaky: not connected\n")
+                && b.contains("trigger backlog: held: sink flaky: broker connection failed")
         })
         .await;
     assert!(unready, "/readyz: {got:?}\n{}", bridge.log());

@@ -18,11 +18,9 @@ async fn json_logs_carry_worker_spans_and_never_a_password() {
             &format!("amqp://guest:{secret}@127.0.0.1:{closed}/%2f"),
         )
         .set_str("sinks.down", "reconnect_max", "300ms");
-    let unroutable = format!(
-        "exchange = \"{}\"\nrouting_key = \"nobody-listens\"\nmax_attempts = 1",
-        capture.exchange
-    );
-    let triggers = trigger("logs-dead", &key, "rabbit", &unroutable)
+    // Larger than the trigger allows: the message's own fault, dead-lettered at once.
+    let too_large = capture.destination() + "max_message_bytes = 4\nmax_attempts = 1";
+    let triggers = trigger("logs-dead", &key, "rabbit", &too_large)
         + &trigger("logs-down", &down_key, "down", &capture.destination());
     let bridge = Bridge::start(&(settings.to_string() + &triggers), port);
     let (alive, got) = bridge
