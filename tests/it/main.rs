@@ -36,6 +36,8 @@ mod loss;
 mod model;
 mod observability;
 mod operate;
+mod operate_bytes;
+mod operate_live;
 mod packaging;
 mod producers;
 mod rabbit_cluster;
