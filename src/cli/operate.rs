@@ -135,6 +135,11 @@ pub(super) async fn open(target: &Target, config: &Config) -> anyhow::Result<Que
     queue_for(config, conn, &target.trigger)
 }
 
+/// A listed entry's body when the list read all of it (hash payload mode).
+fn whole_body(e: &crate::redis::store::ScheduledEntry) -> Option<&[u8]> {
+    (e.body_size == Some(e.body_preview.len() as u64)).then_some(e.body_preview.as_slice())
+}
+
 pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32> {
     anyhow::ensure!(
         (1..=MAX_PAGE).contains(&a.limit),
@@ -154,7 +159,7 @@ pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32>
                     "due_ms": e.due_ms,
                     "due": ms_text(e.due_ms),
                     "attempts": e.attempts,
-                    "consumer_id": queue.id_scheme().consumer_id(&e.member, None),
+                    "consumer_id": queue.consumer_id(&e.member, whole_body(e)),
                 });
                 if queue.hash_bodies() {
                     v["body_size"] = e.body_size.into();

@@ -51,12 +51,7 @@ pub(super) async fn show(config: Config, a: ShowArgs) -> anyhow::Result<i32> {
         return Ok(1);
     };
     let found = &hit.found;
-    let envelope = match (&found.body, queue.hash_bodies()) {
-        (Some(body), true) => Some(body.as_slice()),
-        (_, true) => None,
-        (_, false) => Some(hit.member.as_slice()),
-    };
-    let consumer_id = queue.id_scheme().consumer_id(&hit.member, envelope);
+    let consumer_id = queue.consumer_id(&hit.member, found.body.as_deref());
     if a.json {
         say!(
             "{}",
@@ -142,7 +137,7 @@ pub(super) async fn in_flight(config: Config, a: InFlightArgs) -> anyhow::Result
                     field: member,
                     "lease_deadline_ms": lease,
                     "lease_deadline": ms_text(*lease),
-                    "consumer_id": queue.id_scheme().consumer_id(m, None),
+                    "consumer_id": queue.consumer_id(m, None),
                 })
             })
             .collect();
@@ -169,7 +164,7 @@ pub(super) async fn in_flight(config: Config, a: InFlightArgs) -> anyhow::Result
             "{:<24} {:>12}  {:<16}  {}",
             ms_text(*lease),
             left,
-            queue.id_scheme().consumer_id(m, None),
+            queue.consumer_id(m, None),
             listed(m)
         );
     }

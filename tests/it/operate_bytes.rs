@@ -240,3 +240,46 @@ async fn in_flight_messages_are_listed_with_their_lease_ends_and_dead_letters_pu
     assert_eq!(zcard(&mut r, &keys.dead).await, 1, "too_large stays");
     cleanup_keys(&mut r, &key).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_due_at_minus_infinity_has_no_age_and_hides_none_behind_it() {
+    let mut r = redis().await;
+    let key = format!("{}:{{bytes}}", unique("bytes-age"));
+    zadd(&mut r, &key, "-inf", "at-once").await;
+    let s = store(&key).await;
+    let stats = s.stats().await.unwrap();
+    assert_eq!((stats.due, stats.oldest_due_age_seconds), (1, 0.0));
+    let now = redis_now(&mut r).await;
+    zadd(&mut r, &key, now - 5_000, "five-seconds-late").await;
+    let stats = s.stats().await.unwrap();
+    assert_eq!(stats.due, 2);
+    let age = stats.oldest_due_age_seconds;
+    assert!(
+        (5.0..60.0).contains(&age),
+        "the finite member's age, not -inf's: {age}"
+    );
+    cleanup_keys(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_is_shown_and_found_by_the_id_it_sets() {
+    let mut r = redis().await;
+    let key = format!("{}:{{bytes}}", unique("bytes-env"));
+    let lines = "exchange = \"x\"\nformat = \"envelope\"\n";
+    let config = base_config(free_port()) + &trigger("ops", &key, "rabbit", lines);
+    let envelope = r#"{"body":"hello","id":"order-9"}"#;
+    let out = run(&["enqueue", "--delay", "1h", envelope], &config);
+    assert_eq!(out.code, 0, "{}", out.text());
+    let out = run(&["show", "order-9"], &config);
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert!(
+        out.stdout.contains("consumer id: order-9"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains(envelope), "{}", out.stdout);
+    let out = run(&["browse", "--json"], &config);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["items"][0]["consumer_id"], "order-9", "{v}");
+    cleanup_keys(&mut r, &key).await;
+}

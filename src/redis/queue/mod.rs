@@ -199,6 +199,17 @@ impl Queue {
         }
     }
 
+    /// The id consumers are sent for `member`: the envelope is the member inline, `body` (if
+    /// read whole) in hash payload mode.
+    pub(crate) fn consumer_id(&self, member: &[u8], body: Option<&[u8]>) -> String {
+        let envelope = if self.hash_bodies() {
+            body
+        } else {
+            Some(member)
+        };
+        self.id_scheme().consumer_id(member, envelope)
+    }
+
     /// The message `text` names, scheduled, in flight or dead, on whichever shard holds it:
     /// by member (the id in hash payload mode) on every shard first, its own first, then by
     /// the id consumers were sent, over the whole of every shard.
