@@ -40,6 +40,7 @@ mod operate_bytes;
 mod operate_live;
 mod packaging;
 mod producers;
+mod quick_start;
 mod rabbit_cluster;
 mod refusals;
 mod reload;

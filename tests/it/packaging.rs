@@ -33,9 +33,8 @@ fn names_with(text: &str, prefix: &str) -> BTreeSet<String> {
     out
 }
 
-/// Every metric family the bridge registers, read from every file of `src/metrics/`: the
-/// trigger families' `name: "..."` and the literals given to the registering helpers, with
-/// the prefix.
+/// Every metric family the bridge registers, read from every file of `src/metrics/`: the trigger
+/// families' `name: "..."` and the literals given to the registering helpers, with the prefix.
 fn registered_families() -> BTreeSet<String> {
     const OPENERS: [&str; 7] = [
         "name: ",
@@ -47,17 +46,8 @@ fn registered_families() -> BTreeSet<String> {
         "Gauge::new(",
     ];
     let mut out = BTreeSet::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo("src/metrics"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-        .collect();
-    files.sort();
-    assert!(
-        files.iter().any(|f| f.ends_with("ingress.rs")),
-        "the scan reads every definition file: {files:?}"
-    );
-    for file in files {
+    let files = std::fs::read_dir(repo("src/metrics")).unwrap();
+    for file in files.map(|e| e.unwrap().path()) {
         let text = std::fs::read_to_string(file).unwrap();
         for opener in OPENERS {
             for (at, _) in text.match_indices(opener) {
@@ -270,42 +260,6 @@ fn the_static_packaging_checks_pass() {
     }
 }
 
-/// The quick start and the test suite install what is missing through one script, which
-/// on this machine (everything installed) has nothing to do.
-#[test]
-fn the_quick_start_and_the_tests_set_up_through_one_script() {
-    for script in ["scripts/demo.sh", "scripts/test.sh"] {
-        let text = std::fs::read_to_string(repo(script)).unwrap();
-        assert!(
-            text.contains("scripts/setup.sh "),
-            "{script} does not use setup.sh"
-        );
-        assert!(!text.contains("apt-get"), "{script} installs by itself");
-        assert!(text.contains("scripts/services.sh start"), "{script}");
-    }
-    let demo = std::fs::read_to_string(repo("scripts/demo.sh")).unwrap();
-    assert!(
-        !demo.contains("redis-cli") && !demo.contains("curl"),
-        "only the bridge's own tools"
-    );
-    let out = Command::new("bash")
-        .args(["scripts/setup.sh", "demo"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("bash");
-    assert_success(&out, "scripts/setup.sh demo:\n");
-    assert!(
-        !String::from_utf8_lossy(&out.stdout).contains("installing"),
-        "nothing to install here"
-    );
-    let out = Command::new("bash")
-        .args(["scripts/setup.sh", "nonsense"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("bash");
-    assert_eq!(out.status.code(), Some(2));
-}
-
 #[test]
 fn prometheus_config_and_alert_rules_pass_promtool() {
     let promtool = |args: &[&str]| {
@@ -350,20 +304,8 @@ async fn dashboard_and_alerts_query_only_metrics_the_bridge_exports() {
     // their registration.
     let registered = registered_families();
     // A histogram the scrape lacks (no ingress here) is registered by its family.
-    let family = |m: &str| {
-        ["_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|s| m.strip_suffix(s))
-            .map(str::to_string)
-    };
-    let missing: Vec<_> = queried
-        .iter()
-        .filter(|m| {
-            !samples.contains(*m)
-                && !registered.contains(*m)
-                && !family(m).is_some_and(|f| registered.contains(&f))
-        })
-        .collect();
+    let known = |m: &str| samples.contains(m) || registered.contains(m.trim_end_matches("_bucket"));
+    let missing: Vec<_> = queried.iter().filter(|m| !known(m)).collect();
     assert!(
         missing.is_empty(),
         "queried but not exported: {missing:?}\nexported: {samples:?}"
