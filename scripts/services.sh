@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the services the tests need run on loopback: Redis, RabbitMQ and a
 # Kafka-protocol broker (tansu, installed from crates.io into a cache on first use).
-# Usage: scripts/services.sh start|stop
+# Usage: scripts/services.sh start [redis|rabbitmq|tansu]... (all three by default)|stop|tansu-path
 set -euo pipefail
 
 CACHE="${DELAY_BRIDGE_CACHE:-$HOME/.cache/delay-bridge}"
@@ -69,9 +69,19 @@ stop_tansu() {
 
 case "${1:-start}" in
   start)
-    start_redis
-    start_rabbitmq
-    start_tansu
+    shift || true
+    [ $# -gt 0 ] || set -- redis rabbitmq tansu
+    for service in "$@"; do
+      case "$service" in
+        redis) start_redis ;;
+        rabbitmq) start_rabbitmq ;;
+        tansu) start_tansu ;;
+        *)
+          echo "unknown service $service: redis, rabbitmq or tansu" >&2
+          exit 2
+          ;;
+      esac
+    done
     ;;
   stop)
     stop_tansu
@@ -80,7 +90,7 @@ case "${1:-start}" in
     echo "$TANSU"
     ;;
   *)
-    echo "usage: $0 start|stop|tansu-path" >&2
+    echo "usage: $0 start [redis|rabbitmq|tansu]...|stop|tansu-path" >&2
     exit 2
     ;;
 esac

@@ -1,5 +1,6 @@
 //! `health`: asks a running bridge's `/healthz` whether it is alive, for container and
-//! service-manager health checks (exit 0 when it answers 200).
+//! service-manager health checks (exit 0 when it answers 200), and prints what `/readyz`
+//! says (ready, or the reasons it is not).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -18,6 +19,9 @@ pub struct HealthArgs {
     /// `http://127.0.0.1:9464/healthz` when no config is found).
     #[arg(long)]
     url: Option<String>,
+    /// Exit 0 only when `/readyz` answers 200 too (ready: Redis and every sink connected).
+    #[arg(long)]
+    ready: bool,
     /// Give up after this long.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
     timeout: Duration,
@@ -40,25 +44,64 @@ pub(super) async fn health(args: HealthArgs) -> i32 {
             }
         },
     };
-    match tokio::time::timeout(args.timeout, get_status(&url)).await {
-        Ok(Ok(200)) => {
+    let alive = match tokio::time::timeout(args.timeout, get(&url)).await {
+        Ok(Ok((200, _))) => {
             say!("healthy: {url} answered 200");
-            0
+            true
         }
-        Ok(Ok(status)) => {
+        Ok(Ok((status, _))) => {
             say!("unhealthy: {url} answered {status}");
-            1
+            false
         }
         Ok(Err(e)) => {
             say!("unhealthy: {url}: {}", one_line(&e));
-            1
+            false
         }
         Err(_) => {
             say!(
                 "unhealthy: {url}: no answer within {}",
                 humantime::format_duration(args.timeout)
             );
-            1
+            false
+        }
+    };
+    if !alive {
+        return 1;
+    }
+    let ready = readiness(&url, args.timeout).await;
+    i32::from(args.ready && !ready)
+}
+
+/// Asks `/readyz` next to `healthz` and prints its answer: `ready` and its notes, or each
+/// reason the bridge is not ready. Returns whether it answered 200.
+async fn readiness(healthz: &str, timeout: Duration) -> bool {
+    let Ok(mut url) = url::Url::parse(healthz) else {
+        return false;
+    };
+    url.set_path("/readyz");
+    url.set_query(None);
+    match tokio::time::timeout(timeout, get(url.as_str())).await {
+        Ok(Ok((status, body))) => {
+            let ready = status == 200;
+            say!(
+                "{}: {url} answered {status}",
+                if ready { "ready" } else { "not ready" }
+            );
+            for line in body
+                .lines()
+                .filter(|l| !l.trim().is_empty() && *l != "ready")
+            {
+                say!("  {line}");
+            }
+            ready
+        }
+        Ok(Err(e)) => {
+            say!("readiness unknown: {url}: {}", one_line(&e));
+            false
+        }
+        Err(_) => {
+            say!("readiness unknown: {url}: no answer in time");
+            false
         }
     }
 }
@@ -99,8 +142,12 @@ fn reachable(listen: SocketAddr) -> SocketAddr {
     }
 }
 
-/// `GET url` over plain HTTP/1.1; the response's status code.
-async fn get_status(url: &str) -> anyhow::Result<u16> {
+/// Most of an answer read: a status line and `/readyz`'s reasons fit many times over.
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// `GET url` over plain HTTP/1.1; the response's status code and its body (as text, cut at
+/// [`MAX_ANSWER`] bytes).
+async fn get(url: &str) -> anyhow::Result<(u16, String)> {
     let parsed = url::Url::parse(url).with_context(|| format!("not a URL: {url}"))?;
     anyhow::ensure!(parsed.scheme() == "http", "only http:// URLs are supported");
     let host = parsed.host_str().context("the URL has no host")?;
@@ -123,23 +170,26 @@ async fn get_status(url: &str) -> anyhow::Result<u16> {
          Connection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await?;
-    // The status line is all that is needed; it fits in the first read of a small buffer.
-    let mut head = Vec::with_capacity(256);
-    let mut buf = [0u8; 256];
-    while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 4096 {
+    let mut answer = Vec::with_capacity(512);
+    let mut buf = [0u8; 4096];
+    while answer.len() < MAX_ANSWER {
         let n = stream.read(&mut buf).await.context("reading the answer")?;
         if n == 0 {
             break;
         }
-        head.extend_from_slice(&buf[..n]);
+        answer.extend_from_slice(&buf[..n]);
     }
-    let line = String::from_utf8_lossy(&head);
-    let line = line.lines().next().unwrap_or_default();
+    let text = String::from_utf8_lossy(&answer);
+    let line = text.lines().next().unwrap_or_default();
     let mut parts = line.split_whitespace();
-    match (parts.next(), parts.next().map(str::parse::<u16>)) {
-        (Some(version), Some(Ok(status))) if version.starts_with("HTTP/") => Ok(status),
+    let status = match (parts.next(), parts.next().map(str::parse::<u16>)) {
+        (Some(version), Some(Ok(status))) if version.starts_with("HTTP/") => status,
         _ => anyhow::bail!("not an HTTP answer: {line:?}"),
-    }
+    };
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or_else(String::new, |(_, body)| body.to_string());
+    Ok((status, body))
 }
 
 #[cfg(test)]

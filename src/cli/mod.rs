@@ -20,10 +20,12 @@ macro_rules! say {
 /// Exit code for a bad configuration (EX_CONFIG).
 pub(crate) const EXIT_CONFIG: i32 = 78;
 
+mod bytes;
 mod check;
 mod health;
 mod operate;
 mod queue;
+mod show;
 mod text;
 mod when;
 
@@ -60,39 +62,12 @@ pub enum Command {
         #[arg(long)]
         shards: bool,
     },
-    /// Schedule a message the way a producer would (`ZADD key due member`).
-    Enqueue {
-        #[command(flatten)]
-        config: ConfigArg,
-        /// Trigger whose key to write to.
-        #[arg(long, short)]
-        trigger: String,
-        /// Delay from now, e.g. `5s` or `250ms` (default: due now).
-        #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "at")]
-        delay: Option<Duration>,
-        /// Due time: RFC 3339 (`2026-11-25T07:00:00Z`), epoch ms, `now`, or `+5m`.
-        #[arg(long, value_parser = when::parse, allow_hyphen_values = true)]
-        at: Option<when::When>,
-        /// Hash payload mode: the message's id (the member); the payload is its body.
-        #[arg(long)]
-        id: Option<String>,
-        /// The payload: the member in inline mode, the body in hash mode.
-        payload: String,
-    },
+    /// Schedule a message the way a producer would (`ZADD key due member`): the payload
+    /// given, from standard input (`-`), from --file, or in --base64.
+    Enqueue(queue::EnqueueArgs),
     /// Cancel a scheduled message: by id in hash payload mode (the body goes too, unless a
     /// copy is in flight or dead), by its exact payload in inline mode.
-    Cancel {
-        #[command(flatten)]
-        config: ConfigArg,
-        /// Trigger whose key to remove from.
-        #[arg(long, short)]
-        trigger: String,
-        /// Hash payload mode: the message's id.
-        #[arg(long, conflicts_with = "payload", required_unless_present = "payload")]
-        id: Option<String>,
-        /// Inline mode: the exact payload (the member); hash payload mode: the id, as `--id`.
-        payload: Option<String>,
-    },
+    Cancel(queue::CancelArgs),
     /// Stop claiming a trigger's messages on every bridge (they stay scheduled in Redis;
     /// producers keep writing), until `resume`.
     Pause {
@@ -112,8 +87,11 @@ pub enum Command {
     },
     /// List scheduled messages by due time, a page at a time.
     Browse(operate::BrowseArgs),
-    /// Show where one message is (scheduled, in flight, dead) and its body in hash mode.
-    Show(operate::ShowArgs),
+    /// Show where one message is (scheduled, in flight, dead), found by its member, its id in
+    /// hash mode or the id consumers were sent, with that id and its body in hash mode.
+    Show(show::ShowArgs),
+    /// List the messages in flight (claimed, not yet confirmed) with the end of their lease.
+    InFlight(show::InFlightArgs),
     /// Count the messages falling due per minute (or --bucket) from now on.
     Forecast(operate::ForecastArgs),
     /// Make scheduled messages due now (those due later; others are left alone).
@@ -178,9 +156,12 @@ pub enum DeadLetter {
         /// Trigger to requeue for.
         #[arg(long, short)]
         trigger: String,
-        /// Members to requeue (default: the oldest `--limit`).
-        #[arg(long = "member")]
-        members: Vec<String>,
+        /// Members to requeue (default: the oldest `--limit`); `-` reads one from standard
+        /// input.
+        #[arg(long = "member", allow_hyphen_values = true)]
+        members: Vec<std::ffi::OsString>,
+        #[command(flatten)]
+        bytes: bytes::ByteForms,
         /// At most this many when no member is named.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
@@ -272,22 +253,17 @@ pub async fn dispatch(cli: Cli) -> i32 {
             json,
             shards,
         } => with_config(&config, |c| stats(c, json, shards)).await,
-        Command::Enqueue {
-            config,
-            trigger,
-            delay,
-            at,
-            id,
-            payload,
-        } => with_config(&config, |c| enqueue(c, trigger, delay, at, id, payload)).await,
-        Command::Cancel {
-            config,
-            trigger,
-            id,
-            payload,
-        } => with_config(&config, |c| cancel(c, trigger, id, payload)).await,
+        Command::Enqueue(a) => {
+            let config = a.config.clone();
+            with_config(&config, |c| enqueue(c, a)).await
+        }
+        Command::Cancel(a) => {
+            let config = a.config.clone();
+            with_config(&config, |c| cancel(c, a)).await
+        }
         Command::Browse(a) => with_target(a, operate::browse).await,
-        Command::Show(a) => with_target(a, operate::show).await,
+        Command::Show(a) => with_target(a, show::show).await,
+        Command::InFlight(a) => with_target(a, show::in_flight).await,
         Command::Forecast(a) => with_target(a, operate::forecast).await,
         Command::Promote(a) => with_target(a, operate::promote).await,
         Command::Reschedule(a) => with_target(a, |c, a| operate::reschedule(c, a, false)).await,
@@ -308,9 +284,15 @@ pub async fn dispatch(cli: Cli) -> i32 {
             config,
             trigger,
             members,
+            bytes,
             limit,
             yes,
-        }) => with_config(&config, |c| dead_requeue(c, trigger, members, limit, yes)).await,
+        }) => match bytes.values(&members) {
+            Ok(members) => {
+                with_config(&config, |c| dead_requeue(c, trigger, members, limit, yes)).await
+            }
+            Err(e) => Err(e),
+        },
         Command::Health(args) => return health::health(args).await,
         Command::Bench { args } => bench(args),
         Command::Consume {

@@ -2,21 +2,24 @@
 
 use std::time::Duration;
 
+use std::ffi::OsString;
+
+use super::bytes::ByteForms;
 use super::queue::{connect, queue_for};
-use super::text::{listed, ms_text};
+use super::text::{due_number, listed, member_json, ms_text};
 use super::when::{self, When};
 use super::*;
 use crate::redis::queue::Queue;
-use crate::redis::store::{Cursor, Place, Purge, MAX_BUCKETS, MAX_PAGE};
+use crate::redis::store::{Cursor, Purge, MAX_BUCKETS, MAX_PAGE};
 
 /// `--config FILE -t TRIGGER`, shared by every command here.
 #[derive(Debug, Args)]
 pub(super) struct Target {
     #[command(flatten)]
-    config: ConfigArg,
+    pub(super) config: ConfigArg,
     /// Trigger whose queue to work on.
     #[arg(long, short)]
-    trigger: String,
+    pub(super) trigger: String,
 }
 
 /// `browse`: scheduled messages by due time, a page at a time.
@@ -41,15 +44,6 @@ pub struct BrowseArgs {
     json: bool,
 }
 
-/// `show`: where one message is and what it holds.
-#[derive(Debug, Args)]
-pub struct ShowArgs {
-    #[command(flatten)]
-    target: Target,
-    /// The member (the id in hash payload mode).
-    member: String,
-}
-
 /// `forecast`: how many messages fall due per bucket from now on.
 #[derive(Debug, Args)]
 pub struct ForecastArgs {
@@ -71,9 +65,11 @@ pub struct ForecastArgs {
 pub struct PromoteArgs {
     #[command(flatten)]
     target: Target,
-    /// Members (ids in hash payload mode).
-    #[arg(required = true)]
-    members: Vec<String>,
+    /// Members (ids in hash payload mode); `-` reads one from standard input.
+    #[arg(required_unless_present = "file")]
+    members: Vec<OsString>,
+    #[command(flatten)]
+    bytes: ByteForms,
 }
 
 /// `reschedule`: new due times for scheduled messages.
@@ -81,15 +77,18 @@ pub struct PromoteArgs {
 pub struct RescheduleArgs {
     #[command(flatten)]
     target: Target,
-    /// New due time: RFC 3339, epoch ms, `now`, or `+5m`.
+    /// New due time: RFC 3339, epoch ms, `now`, `+5m`, `-inf` (due at once, ahead of
+    /// everything) or `+inf`/`park` (parked until rescheduled).
     #[arg(long, conflicts_with = "delay", value_parser = when::parse, allow_hyphen_values = true)]
     at: Option<When>,
     /// New due time from now, e.g. `5m`.
     #[arg(long, value_parser = humantime::parse_duration)]
     delay: Option<Duration>,
-    /// Members (ids in hash payload mode).
-    #[arg(required = true)]
-    members: Vec<String>,
+    /// Members (ids in hash payload mode); `-` reads one from standard input.
+    #[arg(required_unless_present = "file")]
+    members: Vec<OsString>,
+    #[command(flatten)]
+    bytes: ByteForms,
 }
 
 /// `purge`: delete scheduled messages or dead letters, counted.
@@ -100,9 +99,12 @@ pub struct PurgeArgs {
     /// Delete scheduled messages (all, or those due within --from/--to).
     #[arg(long, conflicts_with = "dead", required_unless_present = "dead")]
     scheduled: bool,
-    /// Delete every dead letter.
+    /// Delete dead letters: every one, or with --reason those dead-lettered for it.
     #[arg(long)]
     dead: bool,
+    /// With --dead: only the dead letters whose reason is this (`nack`, `too_large`, ...).
+    #[arg(long, requires = "dead")]
+    reason: Option<String>,
     /// With --scheduled: earliest due time (RFC 3339, epoch ms, `now`, `-1h`).
     #[arg(long, requires = "scheduled", value_parser = when::parse, allow_hyphen_values = true)]
     from: Option<When>,
@@ -128,9 +130,14 @@ async fn range(
     Ok((from.map(|w| w.resolve(now)), to.map(|w| w.resolve(now))))
 }
 
-async fn open(target: &Target, config: &Config) -> anyhow::Result<Queue> {
+pub(super) async fn open(target: &Target, config: &Config) -> anyhow::Result<Queue> {
     let conn = connect(config).await?;
     queue_for(config, conn, &target.trigger)
+}
+
+/// A listed entry's body when the list read all of it (hash payload mode).
+fn whole_body(e: &crate::redis::store::ScheduledEntry) -> Option<&[u8]> {
+    (e.body_size == Some(e.body_preview.len() as u64)).then_some(e.body_preview.as_slice())
 }
 
 pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32> {
@@ -142,8 +149,27 @@ pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32>
     let (from, to) = range(&queue, a.from, a.to).await?;
     let page = queue.browse(from, to, a.after.as_ref(), a.limit).await?;
     if a.json {
+        let items: Vec<serde_json::Value> = page
+            .items
+            .iter()
+            .map(|e| {
+                let (field, member) = member_json(&e.member);
+                let mut v = serde_json::json!({
+                    field: member,
+                    "due_ms": e.due_ms,
+                    "due": ms_text(e.due_ms),
+                    "attempts": e.attempts,
+                    "consumer_id": queue.consumer_id(&e.member, whole_body(e)),
+                });
+                if queue.hash_bodies() {
+                    v["body_size"] = e.body_size.into();
+                    v["body_preview"] = String::from_utf8_lossy(&e.body_preview).into();
+                }
+                v
+            })
+            .collect();
         let v = serde_json::json!({
-            "items": page.items,
+            "items": items,
             "next": page.next.as_ref().map(ToString::to_string),
         });
         say!("{}", serde_json::to_string_pretty(&v)?);
@@ -162,7 +188,7 @@ pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32>
         say!(
             "{:<24} {:>14} {:>8}  {}{body}",
             ms_text(e.due_ms),
-            e.due_ms,
+            due_number(e.due_ms),
             e.attempts,
             listed(&e.member)
         );
@@ -170,47 +196,6 @@ pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32>
     match page.next {
         Some(next) => say!("next page: --after {next}"),
         None => say!("(end)"),
-    }
-    Ok(0)
-}
-
-pub(super) async fn show(config: Config, a: ShowArgs) -> anyhow::Result<i32> {
-    let queue = open(&a.target, &config).await?;
-    let found = queue.find(a.member.as_bytes()).await?;
-    if found.places.is_empty() {
-        say!(
-            "`{}` is not scheduled, in flight or dead on {}",
-            a.member,
-            queue.place()
-        );
-        return Ok(1);
-    }
-    for place in &found.places {
-        match place {
-            Place::Scheduled { due_ms, attempts } => say!(
-                "scheduled: due {} ({due_ms}), {attempts} failed attempts",
-                ms_text(*due_ms)
-            ),
-            Place::InFlight { lease_deadline_ms } => say!(
-                "in flight: leased until {} ({lease_deadline_ms})",
-                ms_text(*lease_deadline_ms)
-            ),
-            Place::Dead { at_ms, reason } => say!(
-                "dead since {} ({at_ms}): {}",
-                ms_text(*at_ms),
-                reason.as_deref().unwrap_or("no reason recorded")
-            ),
-        }
-    }
-    if queue.hash_bodies() {
-        match (&found.body, found.body_size) {
-            (Some(body), _) => say!("body ({} B): {}", body.len(), String::from_utf8_lossy(body)),
-            (None, Some(size)) => say!(
-                "body ({size} B): over the {} B that show reads; read it with HGET",
-                crate::redis::store::SHOW_BODY_MAX
-            ),
-            (None, None) => say!("no body"),
-        }
     }
     Ok(0)
 }
@@ -246,6 +231,7 @@ pub(super) async fn promote(config: Config, a: PromoteArgs) -> anyhow::Result<i3
         at: None,
         delay: None,
         members: a.members,
+        bytes: a.bytes,
     };
     reschedule(config, args, true).await
 }
@@ -255,6 +241,7 @@ pub(super) async fn reschedule(
     a: RescheduleArgs,
     promote: bool,
 ) -> anyhow::Result<i32> {
+    let members = a.bytes.values(&a.members)?;
     let queue = open(&a.target, &config).await?;
     let due = match (a.at, a.delay, promote) {
         (_, _, true) => None,
@@ -266,7 +253,6 @@ pub(super) async fn reschedule(
         }
         _ => anyhow::bail!("reschedule needs --at TIME or --delay DURATION"),
     };
-    let members: Vec<Vec<u8>> = a.members.iter().map(|m| m.as_bytes().to_vec()).collect();
     let changed = queue.reschedule(&members, due, promote).await?;
     let verb = if promote { "promoted" } else { "rescheduled" };
     say!(
@@ -283,39 +269,39 @@ pub(super) async fn reschedule(
 
 pub(super) async fn purge(config: Config, a: PurgeArgs) -> anyhow::Result<i32> {
     let queue = open(&a.target, &config).await?;
-    let what = if a.dead {
+    let what = match (&a.reason, a.dead) {
+        (Some(reason), _) => format!("dead letters with reason `{reason}`"),
+        (None, true) => "dead letters".to_string(),
+        (None, false) => "scheduled messages".to_string(),
+    };
+    let trigger = &a.target.trigger;
+    if let Some(reason) = &a.reason {
+        let n = queue.purge_dead_reason(reason, !a.yes).await?;
+        return Ok(purged(n, &what, trigger, a.yes));
+    }
+    let purge = if a.dead {
         Purge::Dead
     } else {
         let (from, to) = range(&queue, a.from, a.to).await?;
         Purge::Scheduled { from, to }
     };
-    if !a.yes {
-        let n = match what {
-            Purge::Dead => queue.stats().await?.dead,
-            Purge::Scheduled { from, to } => queue.count_scheduled(from, to).await?,
-        };
-        say!(
-            "would delete {n} {} from trigger `{}`: add --yes to delete them",
-            if a.dead {
-                "dead letters"
-            } else {
-                "scheduled messages"
-            },
-            a.target.trigger
-        );
-        return Ok(1);
+    let n = match (purge, a.yes) {
+        (_, true) => queue.purge(purge).await?,
+        (Purge::Dead, false) => queue.stats().await?.dead,
+        (Purge::Scheduled { from, to }, false) => queue.count_scheduled(from, to).await?,
+    };
+    Ok(purged(n, &what, trigger, a.yes))
+}
+
+/// Says what a purge deleted, or without `done` what it would delete; the exit code.
+fn purged(n: u64, what: &str, trigger: &str, done: bool) -> i32 {
+    if done {
+        say!("deleted {n} {what} from trigger `{trigger}`");
+        0
+    } else {
+        say!("would delete {n} {what} from trigger `{trigger}`: add --yes to delete them");
+        1
     }
-    let n = queue.purge(what).await?;
-    say!(
-        "deleted {n} {} from trigger `{}`",
-        if a.dead {
-            "dead letters"
-        } else {
-            "scheduled messages"
-        },
-        a.target.trigger
-    );
-    Ok(0)
 }
 
 /// The arguments of a command on one trigger's queue.
@@ -324,6 +310,7 @@ pub(super) trait Targeted {
     fn config_arg(&self) -> &ConfigArg;
 }
 
+/// Implements [`Targeted`] for argument structs with a `target` field.
 macro_rules! config_arg {
     ($($t:ty),*) => {$(
         impl Targeted for $t {
@@ -333,9 +320,9 @@ macro_rules! config_arg {
         }
     )*};
 }
+pub(super) use config_arg;
 config_arg!(
     BrowseArgs,
-    ShowArgs,
     ForecastArgs,
     PromoteArgs,
     RescheduleArgs,

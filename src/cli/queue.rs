@@ -3,10 +3,15 @@
 
 use std::time::Duration;
 
+use std::ffi::OsString;
+
+use super::bytes::{os_bytes, ByteForms};
+use super::text::{due_number, late_text, member_json, pasteable};
+use super::when::{self, When};
 use super::*;
 use crate::redis::conn::Conn;
 use crate::redis::queue::Queue;
-use crate::redis::store::QueueStats;
+use crate::redis::store::{score_arg, QueueStats};
 
 pub(super) async fn connect(config: &Config) -> anyhow::Result<Conn> {
     let endpoint = crate::bridge::redis_endpoint(config)?;
@@ -143,26 +148,36 @@ fn state(s: &QueueStats, held: Option<&crate::redis::store::HeldNote>) -> &'stat
 /// `enqueue --delay` reaches at most this far, so the due time cannot overflow.
 const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 86_400);
 
-pub(super) async fn enqueue(
-    config: Config,
+/// `enqueue`: a message scheduled the way a producer would.
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    #[command(flatten)]
+    pub(super) config: ConfigArg,
+    /// Trigger whose key to write to.
+    #[arg(long, short)]
     trigger: String,
+    /// Delay from now, e.g. `5s` or `250ms` (default: due now).
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "at")]
     delay: Option<Duration>,
-    at: Option<super::when::When>,
-    id: Option<String>,
-    payload: String,
-) -> anyhow::Result<i32> {
-    let mut conn = connect(&config).await?;
-    let queue = queue_for(&config, conn.clone(), &trigger)?;
-    match (&id, queue.hash_bodies()) {
-        (None, true) => {
-            anyhow::bail!("trigger `{trigger}` keeps bodies by id (payload = \"hash\"): give --id")
-        }
-        (Some(_), false) => anyhow::bail!(
-            "trigger `{trigger}` uses inline payloads (the member is the payload): drop --id"
-        ),
-        _ => {}
-    }
-    let due = match at {
+    /// Due time: RFC 3339 (`2026-11-25T07:00:00Z`), epoch ms, `now`, `+5m`, `-inf` (due at
+    /// once, ahead of everything) or `+inf`/`park` (parked until rescheduled).
+    #[arg(long, value_parser = when::parse, allow_hyphen_values = true)]
+    at: Option<When>,
+    /// Hash payload mode: the message's id (the member); the payload is its body. Any
+    /// bytes; with --base64, base64 like the payload.
+    #[arg(long)]
+    id: Option<OsString>,
+    /// The payload: the member in inline mode, the body in hash mode. `-` reads it from
+    /// standard input (any size, any bytes).
+    #[arg(required_unless_present = "file", allow_hyphen_values = true)]
+    payload: Option<OsString>,
+    #[command(flatten)]
+    bytes: ByteForms,
+}
+
+/// The due time `at`, or `delay` from now (now without either), on the Redis clock.
+async fn due_of(queue: &Queue, delay: Option<Duration>, at: Option<When>) -> anyhow::Result<i64> {
+    Ok(match at {
         Some(at) if !at.is_relative() => at.resolve(0),
         Some(at) => at.resolve(queue.now_ms().await?),
         None => {
@@ -177,52 +192,85 @@ pub(super) async fn enqueue(
             // Bounded above, so the sum cannot overflow.
             now + delay.as_millis() as i64
         }
+    })
+}
+
+pub(super) async fn enqueue(config: Config, a: EnqueueArgs) -> anyhow::Result<i32> {
+    let payload = a.bytes.value(a.payload.as_ref())?;
+    let id = match &a.id {
+        Some(id) if a.bytes.base64 => Some(super::bytes::decode_base64(&os_bytes(id))?),
+        Some(id) => Some(os_bytes(id)),
+        None => None,
     };
+    let trigger = &a.trigger;
+    let mut conn = connect(&config).await?;
+    let queue = queue_for(&config, conn.clone(), trigger)?;
+    match (&id, queue.hash_bodies()) {
+        (None, true) => {
+            anyhow::bail!("trigger `{trigger}` keeps bodies by id (payload = \"hash\"): give --id")
+        }
+        (Some(_), false) => anyhow::bail!(
+            "trigger `{trigger}` uses inline payloads (the member is the payload): drop --id"
+        ),
+        _ => {}
+    }
+    let due = due_of(&queue, a.delay, a.at).await?;
+    let shown = due_number(due);
     match id {
         Some(id) => {
-            let store = queue
-                .schedule_by_id(id.as_bytes(), payload.as_bytes(), due)
-                .await?;
+            let store = queue.schedule_by_id(&id, &payload, due).await?;
             say!(
-                "scheduled `{id}` on {} due at {due} (body in {})",
+                "scheduled {} ({} B) on {} due at {shown} (body in {})",
+                pasteable(&id),
+                payload.len(),
                 store.keys().source,
                 store.keys().bodies
             );
         }
         None => {
-            let source = &queue.for_member(payload.as_bytes()).keys().source;
+            let source = &queue.for_member(&payload).keys().source;
             let _: i64 = redis::cmd("ZADD")
                 .arg(source)
-                .arg(due)
-                .arg(payload.as_bytes())
+                .arg(score_arg(due))
+                .arg(&payload)
                 .query_async(&mut conn)
                 .await?;
-            say!("scheduled on {source} due at {due}");
+            say!("scheduled {} B on {source} due at {shown}", payload.len());
         }
     }
     Ok(0)
 }
 
-pub(super) async fn cancel(
-    config: Config,
+/// `cancel`: a scheduled message removed.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    pub(super) config: ConfigArg,
+    /// Trigger whose key to remove from.
+    #[arg(long, short)]
     trigger: String,
-    id: Option<String>,
-    payload: Option<String>,
-) -> anyhow::Result<i32> {
+    /// Hash payload mode: the message's id (as the positional MEMBER).
+    #[arg(long, conflicts_with = "member")]
+    id: Option<OsString>,
+    /// Inline mode: the exact payload (the member); hash payload mode: the id. `-` reads it
+    /// from standard input.
+    #[arg(allow_hyphen_values = true)]
+    member: Option<OsString>,
+    #[command(flatten)]
+    bytes: ByteForms,
+}
+
+pub(super) async fn cancel(config: Config, a: CancelArgs) -> anyhow::Result<i32> {
+    let trigger = &a.trigger;
     let conn = connect(&config).await?;
-    let queue = queue_for(&config, conn, &trigger)?;
-    let removed = match (id, payload, queue.hash_bodies()) {
-        // In hash payload mode the positional argument is the id too.
-        (Some(id), None, true) | (None, Some(id), true) => queue.cancel(id.as_bytes()).await?,
-        (None, Some(payload), false) => queue.cancel(payload.as_bytes()).await?,
-        (_, _, true) => anyhow::bail!(
-            "trigger `{trigger}` keeps bodies by id (payload = \"hash\"): cancel with --id ID or ID"
-        ),
-        (_, _, false) => anyhow::bail!(
+    let queue = queue_for(&config, conn, trigger)?;
+    if a.id.is_some() && !queue.hash_bodies() {
+        anyhow::bail!(
             "trigger `{trigger}` uses inline payloads: cancel with the exact payload, not --id"
-        ),
-    };
-    if removed {
+        );
+    }
+    let member = a.bytes.value(a.id.as_ref().or(a.member.as_ref()))?;
+    if queue.cancel(&member).await? {
         say!("cancelled on {}", queue.place());
         Ok(0)
     } else {
@@ -275,8 +323,9 @@ pub(super) async fn dead_list(
         let items: Vec<serde_json::Value> = letters
             .iter()
             .map(|d| {
+                let (field, member) = member_json(&d.member);
                 serde_json::json!({
-                    "member": String::from_utf8_lossy(&d.member),
+                    field: member,
                     "at_ms": d.at_ms,
                     "at": super::text::ms_text(d.at_ms),
                     "reason": reason(d),
@@ -333,13 +382,12 @@ pub(super) async fn dead_list(
 pub(super) async fn dead_requeue(
     config: Config,
     trigger: String,
-    members: Vec<String>,
+    members: Vec<Vec<u8>>,
     limit: usize,
     yes: bool,
 ) -> anyhow::Result<i32> {
     let conn = connect(&config).await?;
     let queue = queue_for(&config, conn, &trigger)?;
-    let members: Vec<Vec<u8>> = members.into_iter().map(String::into_bytes).collect();
     // Like purge: more than one letter moves only when confirmed.
     let would = if members.is_empty() {
         queue.stats().await?.dead.min(limit as u64)
@@ -387,19 +435,33 @@ pub(super) async fn consume(
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_millis() as i64;
-        let due = delivery
+        let headers = delivery.properties.headers().as_ref();
+        let due = headers
+            .and_then(|h| h.inner().get(crate::wire::HEADER_DUE_MS))
+            .and_then(header_ms);
+        let late = due.map_or_else(|| "?".to_string(), |d| late_text(now, d));
+        let id = delivery
             .properties
-            .headers()
+            .message_id()
             .as_ref()
-            .and_then(|h| h.inner().get(crate::wire::HEADER_DUE_MS).cloned())
-            .and_then(|v| match v {
-                lapin::types::AMQPValue::LongLongInt(n) => Some(n),
-                _ => None,
-            });
-        let late = due.map_or_else(|| "?".to_string(), |d| format!("{}ms", now - d));
-        say!("late={late}\t{}", String::from_utf8_lossy(&delivery.data));
+            .map_or_else(|| "-".to_string(), |id| id.to_string());
+        say!("late={late}\tid={id}\t{}", pasteable(&delivery.data));
         delivery.ack(BasicAckOptions::default()).await?;
         seen += 1;
     }
     Ok(0)
+}
+
+/// A header holding a time in epoch ms, whatever integer type (or text) a publisher gave it.
+fn header_ms(v: &lapin::types::AMQPValue) -> Option<i64> {
+    use lapin::types::AMQPValue as V;
+    match v {
+        V::LongLongInt(n) => Some(*n),
+        V::LongInt(n) => Some(i64::from(*n)),
+        V::LongUInt(n) => Some(i64::from(*n)),
+        V::ShortInt(n) => Some(i64::from(*n)),
+        V::Timestamp(n) => i64::try_from(*n).ok(),
+        V::LongString(s) => std::str::from_utf8(s.as_bytes()).ok()?.trim().parse().ok(),
+        _ => None,
+    }
 }

@@ -4,7 +4,7 @@ use std::time::UNIX_EPOCH;
 
 /// A time argument, resolved against the Redis clock (the one due times are on) when used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum When {
+pub(super) enum When {
     /// An absolute time, epoch milliseconds.
     At(i64),
     /// Now plus this many milliseconds (negative: in the past).
@@ -13,7 +13,7 @@ pub enum When {
 
 impl When {
     /// Epoch milliseconds, with `now_ms` the Redis clock's now.
-    pub fn resolve(self, now_ms: i64) -> i64 {
+    pub(super) fn resolve(self, now_ms: i64) -> i64 {
         match self {
             When::At(ms) => ms,
             When::FromNow(offset) => now_ms.saturating_add(offset),
@@ -21,19 +21,27 @@ impl When {
     }
 
     /// True when resolving needs the Redis clock.
-    pub fn is_relative(self) -> bool {
+    pub(super) fn is_relative(self) -> bool {
         matches!(self, When::FromNow(_))
     }
 }
 
 const EXPECTED: &str = "expected epoch milliseconds (1795593600000), an RFC 3339 time \
-     (2026-11-25T07:00:00Z, 2026-11-25T08:00:00+01:00), `now`, or an offset from now (+5m, -1h30m)";
+     (2026-11-25T07:00:00Z, 2026-11-25T08:00:00+01:00), `now`, an offset from now (+5m, -1h30m), \
+     `-inf` (due at once, ahead of everything) or `+inf`/`park` (parked)";
 
 /// Parses a time argument (clap's `value_parser`).
 pub(super) fn parse(text: &str) -> Result<When, String> {
     let t = text.trim();
     if t.eq_ignore_ascii_case("now") {
         return Ok(When::FromNow(0));
+    }
+    // The infinite scores: `-inf` is due at once, ahead of every due time; `+inf` is parked
+    // (never due until rescheduled or promoted).
+    match t.to_ascii_lowercase().as_str() {
+        "-inf" => return Ok(When::At(i64::MIN)),
+        "+inf" | "inf" | "park" | "parked" => return Ok(When::At(i64::MAX)),
+        _ => {}
     }
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         return t
@@ -95,6 +103,9 @@ mod tests {
         assert_eq!(parse("+5m"), Ok(When::FromNow(300_000)));
         assert_eq!(parse("-1h30m"), Ok(When::FromNow(-5_400_000)));
         assert_eq!(parse("+250ms"), Ok(When::FromNow(250)));
+        assert_eq!(parse("-inf"), Ok(When::At(i64::MIN)));
+        assert_eq!(parse("+inf"), Ok(When::At(i64::MAX)));
+        assert_eq!(parse("park"), Ok(When::At(i64::MAX)));
         // 2026-11-25T07:00:00Z
         let utc = 1_795_590_000_000;
         assert_eq!(parse("2026-11-25T07:00:00Z"), Ok(When::At(utc)));

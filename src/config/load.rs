@@ -42,8 +42,13 @@ pub fn load_from(figment: Figment, path: &Path) -> Result<Config, ConfigError> {
     };
     let mut parsed = loader.extract();
     let validated = validate(&parsed);
+    // A field already refused for its type took its default for validation: what
+    // validation says of that default is not the operator's problem.
+    let refused: Vec<String> = loader.problems.iter().map(|p| p.key.clone()).collect();
     for (key, message) in validated.problems {
-        loader.push(&key, message);
+        if !refused.contains(&key) {
+            loader.push(&key, message);
+        }
     }
     if loader.problems.is_empty() {
         let routes = validated
@@ -67,9 +72,20 @@ pub fn load_from(figment: Figment, path: &Path) -> Result<Config, ConfigError> {
         super::tls::keep_clients(&mut parsed.config, validated.tls_clients);
         Ok(parsed.config)
     } else {
-        Err(ConfigError {
-            problems: loader.problems,
-        })
+        let mut problems = loader.problems;
+        locate_all(&mut problems, path);
+        Err(ConfigError { problems })
+    }
+}
+
+/// Gives each problem from the file `path` the line and column of its key.
+fn locate_all(problems: &mut [Problem], path: &Path) {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return;
+    };
+    let file = path.display().to_string();
+    for p in problems.iter_mut().filter(|p| p.source == file) {
+        p.at = super::location::locate(&text, &p.key);
     }
 }
 
@@ -159,7 +175,7 @@ impl Loader {
                         let mut item = item.clone();
                         super::ingress::imply_storage(&mut item);
                         if let Some(t) =
-                            self.value::<TriggerConfig>(&format!("triggers[{i}]"), &item)
+                            self.lenient::<TriggerConfig>(&format!("triggers[{i}]"), &item)
                         {
                             parsed.triggers.push(t);
                             parsed.trigger_index.push(i);
@@ -225,15 +241,31 @@ impl Loader {
         }
     }
 
+    /// Like [`Loader::value`], but the table is kept when it deserializes once its bad
+    /// fields are taken out (they take their defaults): validation then reports the table's
+    /// other problems too. The configuration is refused all the same, for the bad fields.
+    fn lenient<T: DeserializeOwned>(&mut self, prefix: &str, value: &Value) -> Option<T> {
+        self.deserialize(prefix, value, true)
+    }
+
     /// Deserializes one table, reporting every bad field rather than the first: a field
     /// that fails is reported, taken out, and the rest deserialized again. A missing field
     /// that was taken out for being wrong is not reported twice.
     fn value<T: DeserializeOwned>(&mut self, prefix: &str, value: &Value) -> Option<T> {
+        self.deserialize(prefix, value, false)
+    }
+
+    fn deserialize<T: DeserializeOwned>(
+        &mut self,
+        prefix: &str,
+        value: &Value,
+        lenient: bool,
+    ) -> Option<T> {
         let mut value = value.clone();
         let mut removed: Vec<String> = Vec::new();
         loop {
             let e = match value.deserialize::<T>() {
-                Ok(v) if removed.is_empty() => return Some(v),
+                Ok(v) if removed.is_empty() || lenient => return Some(v),
                 // Every problem is reported; the table itself is not usable.
                 Ok(_) => return None,
                 Err(e) => e,
@@ -258,6 +290,7 @@ impl Loader {
                     key: field_key(&key, &err.kind),
                     message: describe(&err.kind),
                     source,
+                    at: None,
                 });
                 next = next.or(field);
             }
@@ -287,6 +320,7 @@ impl Loader {
                 key: field_key(&key, &err.kind),
                 message: err.kind.to_string(),
                 source,
+                at: None,
             });
         }
     }
@@ -297,6 +331,7 @@ impl Loader {
             key: key.to_string(),
             message,
             source,
+            at: None,
         });
     }
 

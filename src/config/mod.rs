@@ -3,6 +3,7 @@
 mod http;
 mod ingress;
 mod load;
+mod location;
 mod problem;
 mod route;
 mod search;

@@ -11,11 +11,20 @@ pub struct Problem {
     pub message: String,
     /// The file or environment variable the key came from.
     pub source: String,
+    /// Line and column (1-based) of the key in the file, when it is in the file.
+    pub at: Option<(usize, usize)>,
 }
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} (in {})", self.key, self.message, self.source)
+        match self.at {
+            Some((line, column)) => write!(
+                f,
+                "{}: {} (in {}:{line}:{column})",
+                self.key, self.message, self.source
+            ),
+            None => write!(f, "{}: {} (in {})", self.key, self.message, self.source),
+        }
     }
 }
 

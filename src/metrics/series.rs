@@ -85,6 +85,9 @@ pub struct Cells {
     sink: String,
     /// Messages confirmed by the broker and removed from Redis.
     pub forwarded: AtomicU64,
+    /// Of those, messages whose due time was infinite (`-inf`: now, `+inf`: parked): they
+    /// have no lateness and stay out of the lateness histogram.
+    pub immediate: AtomicU64,
     /// Claimed messages returned unattempted or unconfirmed.
     pub put_back: AtomicU64,
     /// Expired leases put back.
@@ -235,6 +238,7 @@ const FAMILIES: &[Family] = &[
         }),
     },
     by_label("dead_letter_forward_failures_total", "Dead letters that a forward did not deliver, by reason: tried again after the lease, or kept in Redis when the broker refuses them", &["trigger", "reason"], |c| &c.dead_letter_forward_failures),
+    counter("messages_immediate_total", "Messages forwarded whose due time was infinite (-inf: now, ahead of every due time; +inf: parked): they have no lateness and are counted here instead of in the lateness histogram", |c| &c.immediate),
     counter("messages_expired_total", "Messages claimed after their expiry (expire_after, an envelope's expires_at_ms): dead-lettered as expired or dropped, never published", |c| &c.expired),
     counter("messages_redelivered_total", "In-flight messages whose lease expired and were put back to be delivered again", |c| &c.redelivered),
     counter("messages_put_back_total", "Claimed messages returned unattempted or unconfirmed (shutdown, broker connection lost)", |c| &c.put_back),

@@ -150,6 +150,12 @@ impl TriggerMetrics {
         self.cells.forwarded.fetch_add(due_ms.len() as u64, Relaxed);
         let lateness = self.lateness.get(&[&self.name]);
         for due in due_ms {
+            // `-inf` and `+inf` scores saturate to the ends of i64: due "now" or parked,
+            // they have no lateness to observe.
+            if *due == i64::MIN || *due == i64::MAX {
+                self.cells.immediate.fetch_add(1, Relaxed);
+                continue;
+            }
             let late = confirmed_ms.saturating_sub(*due).clamp(0, 86_400_000);
             lateness.observe(late as f64 / 1000.0);
         }
@@ -245,5 +251,27 @@ impl TriggerMetrics {
             shards.iter().any(|s| s.paused)
         };
         self.cells.paused.store(i64::from(any), Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn infinite_due_times_are_counted_apart_from_lateness() {
+        let m = Metrics::new();
+        let t = TriggerMetrics::new(&m, "now", "rabbit", &[], 1);
+        t.confirmed(&[i64::MIN, i64::MAX, 1_000], 1_250);
+        let late = m.lateness.with_label_values(&["now"]);
+        assert_eq!(late.get_sample_count(), 1);
+        assert!((late.get_sample_sum() - 0.25).abs() < 1e-9);
+        assert_eq!(t.cells.immediate.load(Relaxed), 2);
+        assert_eq!(t.cells.forwarded.load(Relaxed), 3);
+        let text = m.render();
+        assert!(
+            text.contains("delay_bridge_messages_immediate_total{trigger=\"now\"} 2"),
+            "{text}"
+        );
     }
 }

@@ -94,7 +94,31 @@ fn the_example_config_is_valid() {
 #[test]
 fn unknown_key_is_named() {
     let config = format!("{SINK}{TRIGGER}colour = \"red\"\n");
-    refused_saying(&config, &["triggers[0].colour", "(in FILE)"]);
+    // SINK is 3 lines, TRIGGER 5: the unknown key is on line 9, column 1.
+    refused_saying(&config, &["triggers[0].colour", "(in FILE:9:1)"]);
+}
+
+/// A field of the wrong type hides none of the trigger's other problems, and each points at
+/// its line and column.
+#[test]
+fn a_type_error_hides_no_other_problem_of_its_trigger() {
+    let trigger = "[[triggers]]\nname = \"t\"\nkey = \"k\"\nsink = \"nope\"\n\
+        exchange = \"\"\n  batch = \"many\"\nlease = \"soon\"\nmax_attempts = 0\n";
+    let text = refused_saying(
+        &format!("{SINK}{trigger}"),
+        &[
+            "triggers[0].batch",
+            "(in FILE:9:3)",
+            "triggers[0].lease",
+            "(in FILE:10:1)",
+            "triggers[0].sink",
+            "nope",
+            "(in FILE:7:1)",
+            "triggers[0].max_attempts",
+            "(in FILE:11:1)",
+        ],
+    );
+    assert!(text.contains("4 problems"), "{text}");
 }
 
 #[test]

@@ -37,7 +37,12 @@ async fn health_is_zero_while_the_bridge_runs_and_one_after() {
 
     let (code, text) = health(&["--url", &url], dir.path());
     assert_eq!(code, 0, "{text}");
-    assert_eq!(text.trim(), format!("healthy: {url} answered 200"));
+    let ready = format!("http://127.0.0.1:{port}/readyz");
+    assert_eq!(
+        text.trim(),
+        format!("healthy: {url} answered 200\nready: {ready} answered 200"),
+        "alive, then ready"
+    );
     // Without --url: the config's [metrics] listen.
     let config = bridge.config.to_str().unwrap().to_string();
     let (code, text) = health(&["--config", &config], dir.path());

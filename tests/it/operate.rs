@@ -187,9 +187,13 @@ fn forecast_and_show(config: &str) {
     );
     let missing = run(&["show", "nobody"], config);
     assert_eq!(missing.code, 1);
-    assert!(missing
-        .stdout
-        .contains("is not scheduled, in flight or dead"));
+    assert!(
+        missing
+            .stdout
+            .contains("is no member and no consumer id of a message scheduled, in flight or dead"),
+        "{}",
+        missing.stdout
+    );
 }
 
 /// Promote: due now, attempts kept; an already-due member is left alone. Reschedule: an hour

@@ -12,6 +12,7 @@ mod claim;
 mod cursor;
 mod dead;
 mod dead_forward;
+mod find;
 mod held;
 mod ingest;
 mod operate;
@@ -22,6 +23,7 @@ pub use cursor::Cursor;
 pub(crate) use dead::dead_at_ms;
 pub use dead::{DeadLetter, DeadPage};
 pub use dead_forward::{DeadClaim, DeadItem, DeadOutcome, DeadSettled};
+pub use find::{envelope_id, FoundBy, IdScheme, Lookup};
 pub use held::HeldNote;
 pub use ingest::{Ingest, Ingested};
 pub use operate::{
@@ -315,7 +317,7 @@ impl Store {
             .atomic()
             .hset(&self.keys.bodies, id, body)
             .ignore()
-            .zadd(&self.keys.source, id, due_ms)
+            .zadd(&self.keys.source, id, score_arg(due_ms))
             .ignore()
             .query_async::<()>(&mut conn)
             .await?;
@@ -369,7 +371,26 @@ impl Store {
         Ok(removed == 1)
     }
 
-    /// Reads the queue's sizes and the age of its oldest due member.
+    /// The due time of the earliest member due by `now` whose score is not `-inf`: a `-inf`
+    /// member is due "now" and has no age, but must not hide the age of those behind it.
+    async fn oldest_finite_due(&self, now: i64) -> Result<Option<i64>, StoreError> {
+        let mut conn = self.conn.clone();
+        let head: Vec<(Vec<u8>, String)> = redis::cmd("ZRANGE")
+            .arg(&self.keys.source)
+            .arg("(-inf")
+            .arg(now)
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(1)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await?;
+        Ok(head.first().and_then(|(_, s)| score_ms(s.as_bytes())))
+    }
+
+    /// Reads the queue's sizes and the age of its oldest due member (a `-inf` member, due
+    /// "now", has none: the age is that of the oldest member with a due time).
     pub async fn stats(&self) -> Result<QueueStats, StoreError> {
         let mut conn = self.conn.clone();
         let reply: Value = self.keyed(&SCRIPTS.stats).invoke_async(&mut conn).await?;
@@ -383,16 +404,18 @@ impl Store {
         let now = int(0)?;
         let due = int(1)? as u64;
         let total = int(2)? as u64;
-        let oldest = match items.get(5) {
+        let mut oldest = match items.get(5) {
             Some(Value::BulkString(b)) if !b.is_empty() => score_ms(b),
             _ => None,
         };
+        if oldest == Some(i64::MIN) {
+            oldest = self.oldest_finite_due(now).await?;
+        }
         Ok(QueueStats {
             due,
             scheduled: total.saturating_sub(due),
             inflight: int(3)? as u64,
             dead: int(4)? as u64,
-            // A `-inf` score saturates to i64::MIN: subtracting it must not overflow.
             oldest_due_age_seconds: oldest
                 .map_or(0.0, |o| now.saturating_sub(o).max(0) as f64 / 1000.0),
             paused: int(6)? == 1,
@@ -414,6 +437,16 @@ pub fn pauses(value: &str) -> bool {
         value.to_ascii_lowercase().as_str(),
         "0" | "false" | "no" | ""
     )
+}
+
+/// A due time in epoch ms as a score argument: the ends of i64 (where [`score_ms`] saturates
+/// the infinite scores) as `-inf` and `+inf`, so that a due time read comes back the same.
+pub fn score_arg(ms: i64) -> String {
+    match ms {
+        i64::MIN => "-inf".to_string(),
+        i64::MAX => "+inf".to_string(),
+        ms => ms.to_string(),
+    }
 }
 
 /// Parses a Redis score ("1732240000000", "-inf", "1.5e12") into epoch ms, saturating infinities.
@@ -438,5 +471,8 @@ mod tests {
         assert_eq!(score_ms(b"inf"), Some(i64::MAX));
         assert_eq!(score_ms(b"1.5e3"), Some(1500));
         assert_eq!(score_ms(b"x"), None);
+        for ms in [i64::MIN, i64::MAX, 0, -5, 1_732_240_000_000] {
+            assert_eq!(score_ms(score_arg(ms).as_bytes()), Some(ms));
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::cursor::{Cursor, CURSOR_MEMBER_MAX};
-use super::{score_ms, Store, StoreError, SCRIPTS};
+use super::{score_arg, score_ms, Store, StoreError, SCRIPTS};
 
 /// Most entries one page of [`Store::browse`] returns.
 pub const MAX_PAGE: usize = 1000;
@@ -143,7 +143,7 @@ pub enum Purge {
 }
 
 fn bound(ms: Option<i64>, open: &str) -> String {
-    ms.map_or_else(|| open.to_string(), |ms| ms.to_string())
+    ms.map_or_else(|| open.to_string(), score_arg)
 }
 
 impl Store {
@@ -361,7 +361,7 @@ impl Store {
         for chunk in members.chunks(CHUNK) {
             let mut conn = self.conn.clone();
             let mut inv = self.keyed(&SCRIPTS.reschedule);
-            inv.arg(due_ms.map_or_else(String::new, |d| d.to_string()))
+            inv.arg(due_ms.map_or_else(String::new, score_arg))
                 .arg(if earlier_only { "earlier" } else { "" });
             for m in chunk {
                 inv.arg(m.as_slice());

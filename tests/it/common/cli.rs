@@ -64,3 +64,35 @@ pub fn check_with_env(config: &str, env: &[(&str, &str)]) -> (i32, String) {
     let out = cli(&["check"], config, env);
     (out.code, out.text())
 }
+
+/// Like [`cli`], with `stdin` written to the command's standard input.
+pub fn cli_stdin(args: &[&str], config: &str, stdin: &[u8]) -> Output {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut child = Command::new(binary())
+        .args(args)
+        .arg("--config")
+        .arg(&path)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let out = Output {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+    };
+    assert!(!out.text().contains("panicked"), "{args:?}: {}", out.text());
+    out
+}
