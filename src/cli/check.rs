@@ -29,7 +29,9 @@ fn tls_summary(tls: Option<&crate::config::TlsConfig>) -> String {
     format!(" [tls: {}]", parts.join(", "))
 }
 
-pub(super) async fn check(arg: &ConfigArg) -> i32 {
+/// Validates and describes the configuration; with `connect`, also reports what
+/// [`super::connect::problems`] finds (exit [`super::connect::EXIT_UNAVAILABLE`] if anything).
+pub(super) async fn check(arg: &ConfigArg, connect: bool) -> i32 {
     let (path, config) = match find_and_load(arg) {
         Ok(found) => found,
         Err(code) => return code,
@@ -56,7 +58,25 @@ pub(super) async fn check(arg: &ConfigArg) -> i32 {
     if config.redis.mode == crate::config::RedisMode::Cluster {
         shard_map(&config).await;
     }
-    unserved_keys(&config).await
+    let code = unserved_keys(&config).await;
+    if !connect || code != 0 {
+        return code;
+    }
+    connected(&config).await
+}
+
+/// `--connect`: every problem found, one line each, or that everything was found.
+async fn connected(config: &Config) -> i32 {
+    let problems = super::connect::problems(config).await;
+    for p in &problems {
+        say!("problem: {p}");
+    }
+    if problems.is_empty() {
+        say!("connect: Redis and every trigger's destination reached");
+        return 0;
+    }
+    say!("connect: {} problem(s) found", problems.len());
+    super::connect::EXIT_UNAVAILABLE
 }
 
 /// What `check` says of a sink: its addresses (passwords hidden) and TLS, its brokers and

@@ -22,6 +22,7 @@ pub(crate) const EXIT_CONFIG: i32 = 78;
 
 mod bytes;
 mod check;
+mod connect;
 mod health;
 mod operate;
 mod queue;
@@ -50,7 +51,15 @@ pub enum Command {
     /// Run the daemon.
     Run(ConfigArg),
     /// Validate a config and print the resolved triggers (secrets redacted).
-    Check(ConfigArg),
+    Check {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Also connect with the config's credentials and report every destination that is
+        /// missing or unreachable, and keyspace notifications that cannot be turned on
+        /// (exit 69 if any).
+        #[arg(long)]
+        connect: bool,
+    },
     /// Print the backlog of every trigger.
     Stats {
         #[command(flatten)]
@@ -247,7 +256,7 @@ pub(crate) fn init_tracing(format: LogFormat, level: &str) {
 pub async fn dispatch(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Run(c) => return run(&c).await,
-        Command::Check(c) => return check::check(&c).await,
+        Command::Check { config, connect } => return check::check(&config, connect).await,
         Command::Stats {
             config,
             json,

@@ -192,8 +192,12 @@ impl Ingress {
             .set_ingress_stopped(name, self.instance, Some(&format!("Redis: {}", e.kind())));
     }
 
-    /// Waits until Redis answers (or `stop`), polling its clock, and longer the more times
-    /// in a row it refused a write; `false` on `stop`.
+    /// Waits until Redis takes a write again (or `stop`), probing with a write that changes
+    /// nothing ([`Queue::probe_write`]), the first probe the later the more times in a row
+    /// it refused one; `false` on `stop`. A Redis that answers reads but refuses writes (over
+    /// `maxmemory`, `NOREPLICAS`, a read-only replica) keeps the ingress stopped: consuming
+    /// again would take the messages and hand them back to the broker, once per try, and a
+    /// quorum queue's `delivery-limit` drops a message handed back too often.
     async fn wait_for_redis(&self, stop: &CancellationToken) -> bool {
         let refusals = self.refusals.load(Ordering::Relaxed).min(5);
         let mut wait =
@@ -203,8 +207,13 @@ impl Ingress {
                 _ = stop.cancelled() => return false,
                 _ = tokio::time::sleep(wait) => {}
             }
-            if self.queue.now_ms().await.is_ok() {
-                return true;
+            match self.queue.probe_write().await {
+                Ok(()) => return true,
+                Err(e) => self.health.set_ingress_stopped(
+                    &self.config.name,
+                    self.instance,
+                    Some(&format!("Redis: {}", e.kind())),
+                ),
             }
             wait = (wait * 2).min(Duration::from_secs(5));
         }

@@ -78,6 +78,50 @@ pub async fn ensure_enabled(conn: &Conn, enable: bool) -> bool {
     all
 }
 
+/// What keeps notifications from arriving, one line per server (every node of a cluster):
+/// flags that lack `Kz` while `enable` (`[redis] enable_keyspace_events`) is off, or that the
+/// bridge may not set (`CONFIG SET` of the current flags, which changes nothing, is refused).
+/// Nothing is changed.
+pub async fn notification_problems(conn: &Conn, enable: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (node, flags) in config_get(conn, "notify-keyspace-events").await {
+        let flags = match flags {
+            Ok(flags) if flags_suffice(&flags) => continue,
+            Ok(flags) => flags,
+            Err(e) => {
+                problems.push(format!(
+                    "redis {node}: cannot read notify-keyspace-events ({e}): allow CONFIG GET, \
+                     or set notify-keyspace-events Kz on the server and check by hand"
+                ));
+                continue;
+            }
+        };
+        if !enable {
+            problems.push(format!(
+                "redis {node}: keyspace notifications are off (notify-keyspace-events `{flags}` \
+                 lacks Kz) and [redis] enable_keyspace_events is false: set it true, or run \
+                 CONFIG SET notify-keyspace-events {}",
+                with_needed_flags(&flags)
+            ));
+            continue;
+        }
+        let mut same = redis::cmd("CONFIG");
+        same.arg("SET").arg("notify-keyspace-events").arg(&flags);
+        let refused = match conn.set_on(&node, same).await {
+            Ok(redis::Value::Okay) => continue,
+            Ok(other) => format!("{other:?}"),
+            Err(e) => e.to_string(),
+        };
+        problems.push(format!(
+            "redis {node}: keyspace notifications are off (notify-keyspace-events `{flags}`) \
+             and cannot be turned on (CONFIG SET refused: {refused}): set \
+             notify-keyspace-events {} in the server's configuration",
+            with_needed_flags(&flags)
+        ));
+    }
+    problems
+}
+
 /// Sets `notify-keyspace-events` to `wanted` on `node` (or on the one server).
 async fn enable_on(conn: &Conn, node: &str, wanted: &str) -> bool {
     let mut cmd = redis::cmd("CONFIG");

@@ -1,11 +1,11 @@
-//! The RabbitMQ ingress under faults: a bridge SIGKILLed ten times while messages stream in loses none; with Redis stopped or over `maxmemory` the ingress stops consuming (the messages wait at the broker, `/readyz` says so) and resumes after.
+//! The RabbitMQ ingress under faults: a bridge SIGKILLed ten times while messages stream in loses none; with Redis stopped or over `maxmemory` the ingress stops consuming (the messages wait at the broker, `/readyz` says so) and resumes after; while Redis answers reads but refuses writes it stays stopped, so a quorum queue's `delivery-limit` drops nothing.
 
 use crate::common;
 
 use std::time::{Duration, Instant};
 
 use common::ingress::*;
-use common::servers::RedisServer;
+use common::servers::{RabbitServer, RedisServer};
 use common::*;
 use lapin::types::AMQPValue;
 
@@ -206,4 +206,106 @@ async fn with_redis_stopped_or_full_the_ingress_stops_consuming_and_resumes_afte
     );
     assert!(bridge.log().contains("consuming stops"), "{}", bridge.log());
     broker.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_refuses_writes_the_ingress_hands_each_delivery_back_once() {
+    let redis_server = RedisServer::start(&[]).await;
+    let rabbit = RabbitServer::start().await;
+    // A message handed back to the quorum queue more than three times is dropped.
+    rabbit
+        .ctl(&[
+            "set_policy",
+            "delivery-limit",
+            "^ingress-q",
+            r#"{"delivery-limit":3}"#,
+            "--apply-to",
+            "queues",
+        ])
+        .await;
+    let broker = IngressBroker::on(&rabbit.url()).await;
+    let key = unique("ingress-noreplicas");
+    let port = free_port();
+    // Due in an hour: what reaches Redis stays in the source set, to be counted.
+    let cfg = ConfigToml::base(port)
+        .set_str("redis", "url", &redis_server.url())
+        .amqp_sink("rabbit", &rabbit.url())
+        .to_string()
+        + &trigger(
+            "limited",
+            &key,
+            "rabbit",
+            &format!(
+                "exchange = \"amq.direct\"\nrouting_key = \"nowhere\"\n{}",
+                broker.table("queue_type = \"quorum\"\n")
+            ),
+        );
+    let bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(30))
+        .await;
+    let mut r = redis_server.conn().await;
+    let refuse = |n: u32| {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg("min-replicas-to-write").arg(n);
+        cmd
+    };
+    // Reads answered, writes refused (NOREPLICAS), for 20 s.
+    let _: () = refuse(1).query_async(&mut r).await.unwrap();
+    let n = 20;
+    broker
+        .publish_many((0..n).map(|i| {
+            let delay = AMQPValue::LongInt(3_600_000);
+            ("k".to_string(), body(i, 0), delayed(delay, &[]))
+        }))
+        .await;
+    let outage = Instant::now();
+    let (back, depth) = poll(
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        async || broker.depth().await,
+        |d| *d == Some(n as u32),
+    )
+    .await;
+    assert!(
+        back,
+        "the deliveries go back to the broker: {depth:?}\n{}",
+        bridge.log()
+    );
+    // The rest of the outage: the ingress does not take them again.
+    let (taken, depth) = poll(
+        Duration::from_secs(20).saturating_sub(outage.elapsed()),
+        Duration::from_millis(200),
+        async || broker.depth().await,
+        |d| *d != Some(n as u32),
+    )
+    .await;
+    assert!(
+        !taken,
+        "consuming resumed while Redis refused writes: depth {depth:?}\n{}",
+        bridge.log()
+    );
+    let _: () = refuse(0).query_async(&mut r).await.unwrap();
+    let (stored, count) = poll(
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        async || -> usize {
+            redis::cmd("ZCARD")
+                .arg(&key)
+                .query_async(&mut r)
+                .await
+                .unwrap()
+        },
+        |c| *c == n,
+    )
+    .await;
+    assert!(
+        stored,
+        "{count} of {n} stored after a 20 s outage (the rest dropped by the delivery limit?)\n{}",
+        bridge.log()
+    );
+    assert_eq!(broker.depth().await, Some(0));
+    let log = bridge.log();
+    assert!(log.contains("consuming stops"), "{log}");
+    let sessions = log.matches("ingress: consuming").count();
+    assert_eq!(sessions, 2, "once at start, once after the outage\n{log}");
 }

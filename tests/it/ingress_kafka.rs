@@ -1,4 +1,4 @@
-//! The Kafka ingress against a real Kafka-protocol broker: delayed records arrive once each, none early, with their key and headers; no-delay ones at once; a bad `x-delay` is dead-lettered; a consumer-group rebalance mid-stream loses nothing and delivers nothing twice; a bridge SIGKILLed mid-ingest loses nothing; with Redis stopped it stops reading and resumes after.
+//! The Kafka ingress against a real Kafka-protocol broker: delayed records arrive once each, none early, with their key and headers; no-delay ones at once; a bad `x-delay` is dead-lettered; a consumer-group rebalance mid-stream loses nothing and delivers nothing twice; a bridge SIGKILLed mid-ingest loses nothing; with Redis stopped it stops reading and resumes after; while Redis answers reads but refuses writes it does not read again until a write succeeds.
 
 use crate::common;
 
@@ -327,6 +327,58 @@ async fn with_redis_stopped_the_ingress_stops_reading_and_resumes_after() {
         .expect_arrivals(200, Duration::from_secs(60), || capture.tally().len())
         .await;
     bridge.expect_readyz(200, Duration::from_secs(20)).await;
+    drop(bridge);
+    capture.delete().await;
+    delete_topic(&kafka_brokers(), &ingress).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_refuses_writes_the_ingress_does_not_read_again() {
+    let redis_server = common::servers::RedisServer::start(&[]).await;
+    let key = unique("ingress-kafka-noreplicas");
+    let (ingress, capture, trigger) = setup("knoreplicas", &key).await;
+    let port = free_port();
+    let cfg = config(port, &trigger).replace(&redis_url(), &redis_server.url());
+    let bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(30))
+        .await;
+    let mut r = redis_server.conn().await;
+    let refuse = |n: u32| {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg("min-replicas-to-write").arg(n);
+        cmd
+    };
+    // Reads answered, writes refused (NOREPLICAS), for 10 s.
+    let _: () = refuse(1).query_async(&mut r).await.unwrap();
+    let records = (0..50)
+        .map(|i| (format!("k-{i}"), body(i, 0), vec![]))
+        .collect();
+    produce(&ingress, records).await;
+    let outage = std::time::Instant::now();
+    let (said, answer) = bridge
+        .wait_http("/readyz", Duration::from_secs(20), |s, b| {
+            s == 503 && b.contains("ingress not consuming (Redis")
+        })
+        .await;
+    assert!(said, "{answer:?}\n{}", bridge.log());
+    // The rest of the outage: the ingress does not join the group again to read.
+    let (read_again, sessions) = poll(
+        Duration::from_secs(10).saturating_sub(outage.elapsed()),
+        Duration::from_millis(200),
+        async || bridge.log().matches("ingress: reading").count(),
+        |n| *n > 1,
+    )
+    .await;
+    assert!(
+        !read_again,
+        "read again ({sessions} sessions) while Redis refused writes\n{}",
+        bridge.log()
+    );
+    let _: () = refuse(0).query_async(&mut r).await.unwrap();
+    bridge
+        .expect_arrivals(50, Duration::from_secs(60), || capture.tally().len())
+        .await;
+    assert_eq!(bridge.log().matches("ingress: reading").count(), 2);
     drop(bridge);
     capture.delete().await;
     delete_topic(&kafka_brokers(), &ingress).await;

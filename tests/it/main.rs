@@ -6,6 +6,7 @@ mod common;
 mod admin;
 mod amqp;
 mod architecture;
+mod check_connect;
 mod cluster;
 mod config;
 mod config_load;

@@ -95,6 +95,15 @@ impl Queue {
         self.first().now_ms().await
     }
 
+    /// Whether Redis takes a write on every shard producers write to (one that changes
+    /// nothing: [`Store::probe_write`]); the first refusal.
+    pub(crate) async fn probe_write(&self) -> Result<(), StoreError> {
+        for store in &self.shards[..(self.producing as usize).min(self.shards.len())] {
+            store.probe_write().await?;
+        }
+        Ok(())
+    }
+
     /// Every shard's store, producing shards first.
     pub(crate) fn shards(&self) -> &[Store] {
         &self.shards

@@ -65,3 +65,26 @@ impl Store {
         }
     }
 }
+
+/// The member the write probe names: whether it is in the set or not, the probe leaves it as
+/// it is.
+const PROBE_MEMBER: &str = "delay-bridge:write-probe";
+
+impl Store {
+    /// Whether Redis takes a write on this queue's node now: `ZADD K XX GT -inf` of one member,
+    /// which adds nothing (`XX`) and moves nothing (no score is below `-inf`), so it changes no
+    /// key and sends no notification, yet Redis refuses it as it refuses the ingest's writes
+    /// (over `maxmemory`, `NOREPLICAS`, `READONLY`, `MISCONF`).
+    pub async fn probe_write(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&self.keys.source)
+            .arg("XX")
+            .arg("GT")
+            .arg("-inf")
+            .arg(PROBE_MEMBER)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+}
