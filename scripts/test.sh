@@ -55,6 +55,7 @@ command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked --qu
 scripts/services.sh start
 trap 'scripts/services.sh stop' EXIT
 export DELAY_BRIDGE_TANSU="$(scripts/services.sh tansu-path)"
+export DELAY_BRIDGE_VALKEY="$(scripts/services.sh valkey-path)"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -14,6 +14,7 @@ mod control;
 mod crash;
 mod dead_letters;
 mod docs;
+mod engines;
 mod envelope;
 mod faults;
 mod faults_amqp;

@@ -96,7 +96,9 @@ const SUBSCRIBE_CHUNK: usize = 1000;
 /// says so: idle workers then sleep up to their `notified_guard_interval`.
 /// On a cluster, each key's channel is subscribed on the master that owns the key's slot (only
 /// it publishes the key's events), and the subscriptions follow failovers; after any of them
-/// every trigger looks again, and with `enable` every node gets `Kz` again.
+/// every trigger looks again, and with `enable` every node gets `Kz` again. Behind Sentinel,
+/// a lost subscription is made again on the master the sentinels name then (given `Kz` again
+/// with `enable`).
 /// `up` is cancelled once the first subscription is made (every trigger asked to look again)
 /// or failed, or the listener stops: the workers it gates start then.
 pub(crate) async fn listen(
@@ -119,6 +121,10 @@ pub(crate) async fn listen(
     }
     let mut failures = Repeated::default();
     while !stop.is_cancelled() {
+        if enable && endpoint.sentinel_master().is_some() {
+            // After a failover the new master may lack the flags the old one was given.
+            Box::pin(crate::redis::checks::ensure_enabled(&conn, true)).await;
+        }
         let outcome = subscribe(&endpoint, &by_channel, &*state, &up, &stop, &mut failures)
             .await
             .map_err(|e| e.to_string());
