@@ -42,5 +42,6 @@ mod rabbit_cluster;
 mod refusals;
 mod reload;
 mod security;
+mod sentinel;
 mod tls;
 mod wakeup;

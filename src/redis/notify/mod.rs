@@ -121,13 +121,19 @@ pub(crate) async fn listen(
     }
     let mut failures = Repeated::default();
     while !stop.is_cancelled() {
-        if enable && endpoint.sentinel_master().is_some() {
-            // After a failover the new master may lack the flags the old one was given.
-            Box::pin(crate::redis::checks::ensure_enabled(&conn, true)).await;
-        }
-        let outcome = subscribe(&endpoint, &by_channel, &*state, &up, &stop, &mut failures)
-            .await
-            .map_err(|e| e.to_string());
+        // Behind Sentinel, a new master may lack the flags the old one was given.
+        let reenable = (enable && endpoint.sentinel_master().is_some()).then_some(&conn);
+        let outcome = subscribe(
+            &endpoint,
+            reenable,
+            &by_channel,
+            &*state,
+            &up,
+            &stop,
+            &mut failures,
+        )
+        .await
+        .map_err(|e| e.to_string());
         up.cancel();
         if !between_subscriptions(outcome, &by_channel, &*state, &mut failures, &stop).await {
             return;
@@ -136,6 +142,7 @@ pub(crate) async fn listen(
 
     async fn subscribe(
         endpoint: &Endpoint,
+        reenable: Option<&Conn>,
         by_channel: &ByChannel,
         state: &dyn Subscription,
         up: &CancellationToken,
@@ -143,6 +150,9 @@ pub(crate) async fn listen(
         failures: &mut Repeated,
     ) -> redis::RedisResult<()> {
         let mut pubsub = endpoint.pubsub().await?;
+        if let Some(conn) = reenable {
+            Box::pin(crate::redis::checks::ensure_enabled(conn, true)).await;
+        }
         let channels: Vec<&[u8]> = by_channel.keys().map(Vec::as_slice).collect();
         for chunk in channels.chunks(SUBSCRIBE_CHUNK) {
             pubsub.subscribe(chunk).await?;

@@ -256,6 +256,14 @@ impl RedisServer {
         }
     }
 
+    /// SIGKILLs it (no shutdown, nothing flushed) and reaps it.
+    pub fn sigkill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Starts it again on the same port, arguments and data directory.
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "shut it down first");
