@@ -38,7 +38,7 @@ async fn a_master_sigkilled_mid_stream_is_followed_to_its_replica_and_nothing_is
     assert_eq!(replicas, 1);
 
     let port = free_port();
-    let options = "workers = 4\nbatch = 50\nlease = \"2s\"\npublish_timeout = \"1s\"";
+    let options = "workers = 4\nbatch = 25\nlease = \"2s\"\npublish_timeout = \"1s\"";
     let cfg =
         through_sentinels(port, &set).to_string() + &amqp_trigger("ha", &key, &capture, options);
     let bridge = Bridge::start(&cfg, port).ready(READY).await;
@@ -89,5 +89,7 @@ async fn a_master_sigkilled_mid_stream_is_followed_to_its_replica_and_nothing_is
         })
         .await;
     assert!(named, "/readyz: {got:?}");
+    let stats = cli(&["stats"], &cfg, &[]);
+    assert!(stats.stdout.contains(&at_replica), "{}", stats.text());
     bridge.assert_no_panic();
 }
