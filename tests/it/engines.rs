@@ -1,4 +1,4 @@
-//! The engines the bridge runs on: the foundation (claim, confirm, retry, dead letters, SIGKILL, notifications) on Debian's Redis and on Valkey 9, both private servers; an engine whose `CONFIG` is gone and whose notifications are off, named and still delivering.
+//! The engines the bridge runs on: the foundation (claim, confirm, retry, dead letters, SIGKILL, notifications) on Debian's Redis and on Valkey 9, both private servers; a Valkey Cluster whose master is killed mid-drain; an engine whose `CONFIG` is gone and whose notifications are off, named and still delivering.
 
 use crate::common;
 
@@ -154,4 +154,27 @@ async fn an_engine_without_config_or_notifications_says_so_and_still_delivers() 
     assert!(!log.contains("cannot read maxmemory-policy"), "{log}");
     assert_eq!(bridge.metric(SUBSCRIBED, &[]).await, 0.0);
     bridge.assert_no_panic();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valkey_cluster_loses_nothing_when_a_master_is_killed() {
+    use common::redis_cluster::{Options, RedisCluster};
+    let mut cluster = RedisCluster::start_with(Options {
+        binary: Some(valkey_binary()),
+        ..Options::default()
+    })
+    .await;
+    let n = 5000;
+    let duplicates = crate::cluster::drain_through(&mut cluster, n, async |cluster, master| {
+        let replica = cluster.replica_of(master).await;
+        cluster.kill(master);
+        assert!(
+            cluster
+                .wait_promoted(replica, Duration::from_secs(30))
+                .await,
+            "the replica took over"
+        );
+    })
+    .await;
+    println!("valkey cluster, killed master: {duplicates} duplicates of {n}");
 }
