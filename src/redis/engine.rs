@@ -139,8 +139,8 @@ pub async fn inspect(conn: &Conn, redis: &RedisConfig, notify: bool) -> Vec<Find
 /// `check --connect`'s Redis part: connects as the daemon would and inspects every server,
 /// notifications included; an unreachable Redis is an error finding.
 pub async fn connect_check(config: &crate::config::Config) -> Vec<Finding> {
-    let endpoint = match crate::bridge::redis_endpoint(config) {
-        Ok(endpoint) => endpoint,
+    let endpoint = match crate::redis::conn::Endpoint::new(&config.redis) {
+        Ok(endpoint) => std::sync::Arc::new(endpoint),
         Err(e) => return vec![Finding::new(Severity::Error, format!("redis: {e:#}"))],
     };
     match endpoint.connect().await {
