@@ -144,6 +144,21 @@ async fn an_engine_without_config_or_notifications_says_so_and_still_delivers() 
     bridge
         .expect_arrivals(3, Duration::from_secs(10), || capture.count())
         .await;
+    // The fallback's lateness: with the head a minute away, a message due now waits for the
+    // next guard tick (1 s), never for the head.
+    let now = redis_now(&mut r).await;
+    zadd(&mut r, &key, now + 60_000, "the head").await;
+    let mut worst = Duration::ZERO;
+    for i in 0..3 {
+        let added = std::time::Instant::now();
+        schedule_now(&mut r, &key, [format!("early {i}")]).await;
+        bridge
+            .expect_arrivals(4 + i, Duration::from_secs(10), || capture.count())
+            .await;
+        worst = worst.max(added.elapsed());
+    }
+    println!("without notifications: a message earlier than the head waited at most {worst:?}");
+    assert!(worst < Duration::from_millis(2500), "{worst:?}");
     let log = bridge.log();
     assert!(log.contains("Redis 7."), "the engine named: {log}");
     assert!(
