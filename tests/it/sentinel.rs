@@ -21,7 +21,9 @@ fn through_sentinels(port: u16, set: &SentinelSet) -> ConfigToml {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_sigkilled_mid_stream_is_followed_to_its_replica_and_nothing_is_lost() {
-    let mut set = SentinelSet::start(&["--notify-keyspace-events", "Kz"]).await;
+    // No notifications configured: the bridge (enable_keyspace_events) turns them on, on the
+    // master at start and on the replica once it is the master.
+    let mut set = SentinelSet::start(&[]).await;
     let mut r = set.master.conn().await;
     let capture = AmqpCapture::start("sentinel.rk").await;
     let key = format!("{}:{{sentinel}}", unique("delay"));
@@ -89,6 +91,32 @@ async fn a_master_sigkilled_mid_stream_is_followed_to_its_replica_and_nothing_is
         })
         .await;
     assert!(named, "/readyz: {got:?}");
+    let mut promoted = set.replica.conn().await;
+    let (enabled, flags) = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        async || {
+            let (_, flags): (String, String) = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("notify-keyspace-events")
+                .query_async(&mut promoted)
+                .await
+                .unwrap();
+            flags
+        },
+        |flags| flags.contains('K') && (flags.contains('z') || flags.contains('A')),
+    )
+    .await;
+    assert!(
+        enabled,
+        "the new master's notify-keyspace-events: {flags:?}"
+    );
+    let (subscribed, _) = bridge
+        .wait_scrape(Duration::from_secs(10), |b| {
+            metric_value(b, "delay_bridge_keyspace_notifications_enabled", &[]) == 1.0
+        })
+        .await;
+    assert!(subscribed, "{}", bridge.log());
     let stats = cli(&["stats"], &cfg, &[]);
     assert!(stats.stdout.contains(&at_replica), "{}", stats.text());
     bridge.assert_no_panic();
