@@ -83,15 +83,21 @@ async fn a_master_sigkilled_mid_stream_is_followed_to_its_replica_and_nothing_is
     assert!(duplicates * 20 < n, "{duplicates} duplicates of {n}");
 
     // The replica is the master now, and /readyz and the sentinels say so.
-    assert_eq!(set.master_port().await, Some(set.replica.port));
-    let at_replica = format!("master `{MASTER_NAME}` at 127.0.0.1:{}", set.replica.port);
+    assert_eq!(
+        set.master_port().await,
+        Some(set.replica.as_ref().unwrap().port)
+    );
+    let at_replica = format!(
+        "master `{MASTER_NAME}` at 127.0.0.1:{}",
+        set.replica.as_ref().unwrap().port
+    );
     let (named, got) = bridge
         .wait_http("/readyz", Duration::from_secs(5), |status, body| {
             status == 200 && body.contains(&at_replica)
         })
         .await;
     assert!(named, "/readyz: {got:?}");
-    let mut promoted = set.replica.conn().await;
+    let mut promoted = set.replica.as_ref().unwrap().conn().await;
     let (enabled, flags) = poll(
         Duration::from_secs(10),
         Duration::from_millis(100),
@@ -119,5 +125,43 @@ async fn a_master_sigkilled_mid_stream_is_followed_to_its_replica_and_nothing_is
     assert!(subscribed, "{}", bridge.log());
     let stats = cli(&["stats"], &cfg, &[]);
     assert!(stats.stdout.contains(&at_replica), "{}", stats.text());
+    bridge.assert_no_panic();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_and_a_master_over_tls_deliver() {
+    use common::tls::Pki;
+    let pki = Pki::new();
+    let set = SentinelSet::start_tls(&pki).await;
+    let mut r = set.master.conn().await;
+    let capture = AmqpCapture::start("sentinel-tls.rk").await;
+    let key = format!("{}:{{sentinel-tls}}", unique("delay"));
+    let port = free_port();
+    let cfg = through_sentinels(port, &set)
+        .set_str("redis.tls", "ca_file", &pki.ca().display().to_string())
+        .set_str(
+            "redis.tls",
+            "cert_file",
+            &pki.client_cert().display().to_string(),
+        )
+        .set_str(
+            "redis.tls",
+            "key_file",
+            &pki.client_key().display().to_string(),
+        )
+        .to_string()
+        + &amqp_trigger("ha-tls", &key, &capture, "");
+    let bridge = Bridge::start(&cfg, port).ready(READY).await;
+    schedule_now(&mut r, &key, ["one", "two", "three"]).await;
+    bridge
+        .expect_arrivals(3, Duration::from_secs(10), || capture.count())
+        .await;
+    let at_master = format!("master `{MASTER_NAME}` at 127.0.0.1:{}", set.master.port);
+    let (named, got) = bridge
+        .wait_http("/readyz", Duration::from_secs(5), |_, body| {
+            body.contains(&at_master)
+        })
+        .await;
+    assert!(named, "/readyz: {got:?}");
     bridge.assert_no_panic();
 }
