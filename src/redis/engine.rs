@@ -204,9 +204,17 @@ async fn scripts(conn: &Conn) -> Vec<Finding> {
 /// The servers on which `cmd` failed, each with the error.
 async fn each_failure(conn: &Conn, cmd: redis::Cmd, what: &str) -> Vec<String> {
     match conn.each_node(cmd).await {
+        // A server's error may come back as an error or as an error value.
         Ok(replies) => replies
             .into_iter()
-            .filter_map(|(node, reply)| reply.err().map(|e| format!("{node}: {what} failed: {e}")))
+            .filter_map(|(node, reply)| match reply {
+                Err(e) => Some(format!("{node}: {what} failed: {e}")),
+                Ok(redis::Value::ServerError(e)) => Some(format!(
+                    "{node}: {what} failed: {}",
+                    redis::RedisError::from(e)
+                )),
+                Ok(_) => None,
+            })
             .collect(),
         Err(e) => vec![format!("{}: {what} failed: {e}", conn.endpoint())],
     }

@@ -193,3 +193,63 @@ async fn a_valkey_cluster_loses_nothing_when_a_master_is_killed() {
     .await;
     println!("valkey cluster, killed master: {duplicates} duplicates of {n}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_check_names_the_engine_and_what_it_lacks() {
+    use delay_bridge::redis::engine::{connect_check, Severity};
+    // CONFIG gone: the policy is read from INFO, notifications cannot be read at all.
+    let server = RedisServer::start(&[
+        "--maxmemory-policy",
+        "allkeys-lru",
+        "--rename-command",
+        "CONFIG",
+        "",
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let toml = ConfigToml::base(free_port())
+        .set_str("redis", "url", &server.url())
+        .to_string()
+        + &trigger("check", "delay:{check}", "rabbit", "exchange = \"x\"\n");
+    std::fs::write(&path, toml).unwrap();
+    let config = delay_bridge::config::load(&path).unwrap();
+    let found = connect_check(&config).await;
+    let with = |severity: Severity, text: &str| {
+        found
+            .iter()
+            .any(|f| f.severity == severity && f.message.contains(text))
+    };
+    assert!(with(Severity::Info, "Redis 7."), "{found:#?}");
+    assert!(with(Severity::Error, "allkeys-lru"), "{found:#?}");
+    assert!(
+        with(Severity::Warning, "notify-keyspace-events"),
+        "{found:#?}"
+    );
+    assert!(
+        !found.iter().any(|f| f.message.contains("SCRIPT")),
+        "{found:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_that_cannot_run_the_scripts_is_refused() {
+    let server = RedisServer::start(&["--rename-command", "EVALSHA", ""]).await;
+    let mut r = server.conn().await;
+    let key = format!("{}:{{noscripts}}", unique("delay"));
+    schedule_now(&mut r, &key, ["must stay"]).await;
+    let port = free_port();
+    let cfg = ConfigToml::base(port)
+        .set_str("redis", "url", &server.url())
+        .to_string()
+        + &trigger("noscripts", &key, "rabbit", "exchange = \"x\"\n");
+    let mut bridge = Bridge::start(&cfg, port);
+    let code = bridge.wait_exit(Duration::from_secs(20)).await;
+    let log = bridge.log();
+    assert_eq!(code, Some(78), "{log}");
+    assert!(
+        log.contains("EVALSHA failed") && log.contains("Lua script"),
+        "{log}"
+    );
+    assert_eq!(card(&mut r, &key).await, 1, "nothing claimed");
+}
