@@ -173,9 +173,10 @@ async fn each_text(conn: &Conn, args: &[&str]) -> Vec<(String, Result<String, St
 }
 
 /// Each of the bridge's scripts loads (`SCRIPT LOAD`: it compiles here), and a loaded script
-/// runs by its SHA1 (`EVALSHA`): an error on any server is a refusal.
+/// runs by its SHA1 (`EVALSHA`): a server's refusal on any server is a reason to refuse to
+/// start; a connection that broke meanwhile is only a warning (it says nothing of the engine).
 async fn scripts(conn: &Conn) -> Vec<Finding> {
-    let mut failed: Vec<String> = Vec::new();
+    let mut failed: Vec<(Severity, String)> = Vec::new();
     for text in crate::redis::scripts::all_texts() {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(text);
@@ -188,35 +189,46 @@ async fn scripts(conn: &Conn) -> Vec<Finding> {
     let mut run = redis::cmd("EVALSHA");
     run.arg(probe.get_hash()).arg(0);
     failed.extend(each_failure(conn, run, "EVALSHA").await);
-    failed.sort();
+    failed.sort_by(|a, b| a.1.cmp(&b.1));
     failed.dedup();
     failed
         .into_iter()
-        .map(|f| {
-            Finding::new(
-                Severity::Error,
+        .map(|(severity, f)| match severity {
+            Severity::Error => Finding::new(
+                severity,
                 format!("{f}: the bridge runs every change to a queue as a Lua script"),
-            )
+            ),
+            _ => Finding::new(severity, format!("{f}: the scripts could not be checked")),
         })
         .collect()
 }
 
-/// The servers on which `cmd` failed, each with the error.
-async fn each_failure(conn: &Conn, cmd: redis::Cmd, what: &str) -> Vec<String> {
+/// The servers on which `cmd` failed, each with the error: a refusal of the command or the
+/// script (`ERR`: unknown command, a compile error; `NOPERM`) is [`Severity::Error`]; anything
+/// else (a broken connection, `LOADING`, `CLUSTERDOWN`, ...) says nothing of the engine and
+/// is [`Severity::Warning`].
+async fn each_failure(conn: &Conn, cmd: redis::Cmd, what: &str) -> Vec<(Severity, String)> {
+    let judged = |node: &str, e: redis::RedisError| {
+        let severity = match e.code() {
+            Some("ERR" | "NOPERM") => Severity::Error,
+            _ => Severity::Warning,
+        };
+        (severity, format!("{node}: {what} failed: {e}"))
+    };
     match conn.each_node(cmd).await {
         // A server's error may come back as an error or as an error value.
         Ok(replies) => replies
             .into_iter()
             .filter_map(|(node, reply)| match reply {
-                Err(e) => Some(format!("{node}: {what} failed: {e}")),
-                Ok(redis::Value::ServerError(e)) => Some(format!(
-                    "{node}: {what} failed: {}",
-                    redis::RedisError::from(e)
-                )),
+                Err(e) => Some(judged(&node, e)),
+                Ok(redis::Value::ServerError(e)) => Some(judged(&node, e.into())),
                 Ok(_) => None,
             })
             .collect(),
-        Err(e) => vec![format!("{}: {what} failed: {e}", conn.endpoint())],
+        Err(e) => vec![(
+            Severity::Warning,
+            format!("{}: {what} failed: {e}", conn.endpoint()),
+        )],
     }
 }
 
