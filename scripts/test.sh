@@ -16,6 +16,7 @@ scripts/setup.sh test
 scripts/services.sh start
 trap 'scripts/services.sh stop' EXIT
 export DELAY_BRIDGE_TANSU="$(scripts/services.sh tansu-path)"
+export DELAY_BRIDGE_VALKEY="$(scripts/services.sh valkey-path)"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -36,6 +36,8 @@ struct Inner {
     ingress_stopped: Mutex<std::collections::BTreeMap<String, (u64, String)>>,
     sinks: Vec<Arc<Sink>>,
     metrics: Metrics,
+    /// Where Redis is: in sentinel mode `/readyz` names the current master.
+    redis_endpoint: Mutex<Option<Arc<crate::redis::conn::Endpoint>>>,
 }
 
 impl Health {
@@ -56,6 +58,7 @@ impl Health {
                 ingress_stopped: Mutex::default(),
                 sinks,
                 metrics: metrics.clone(),
+                redis_endpoint: Mutex::default(),
             }),
         }
     }
@@ -149,11 +152,32 @@ impl Health {
         }
     }
 
-    /// The paused triggers, one `trigger NAME: paused` line each (a paused trigger is
-    /// still ready: the bridge works, an operator holds the queue).
+    /// Where Redis is, for `/readyz` to name the master the sentinels chose.
+    pub(crate) fn redis_at(&self, endpoint: Arc<crate::redis::conn::Endpoint>) {
+        *self
+            .inner
+            .redis_endpoint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(endpoint);
+    }
+
+    /// In sentinel mode `redis: master NAME at HOST:PORT`; then the paused triggers, one
+    /// `trigger NAME: paused` line each (a paused trigger is still ready: the bridge works, an
+    /// operator holds the queue).
     pub(crate) fn notes(&self) -> Vec<String> {
+        let endpoint = self
+            .inner
+            .redis_endpoint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let master = endpoint.and_then(|e| e.sentinel_master());
         let set = self.inner.paused.lock().unwrap_or_else(|e| e.into_inner());
-        set.iter().map(|t| format!("trigger {t}: paused")).collect()
+        master
+            .map(|m| format!("redis: {m}"))
+            .into_iter()
+            .chain(set.iter().map(|t| format!("trigger {t}: paused")))
+            .collect()
     }
 
     /// Every configured trigger has started: from now on, readiness is the connections'.

@@ -93,6 +93,7 @@ pub async fn run(mut config: Config, metrics: Metrics, shutdown: Shutdown) -> an
 
     let sinks = sinks_in_use(&config)?;
     let health = Health::new(&metrics, sinks.values().cloned().collect());
+    health.redis_at(endpoint.clone());
     let http_stop = CancellationToken::new();
     // Whichever way `run` returns, its listeners, sink supervisors and workers stop: the
     // normal shutdown below cancels them in its own order, an early return by these guards.
@@ -123,9 +124,16 @@ pub async fn run(mut config: Config, metrics: Metrics, shutdown: Shutdown) -> an
         return outcome();
     };
     health.redis_answered();
-    crate::redis::checks::check_eviction_policy(&conn, config.redis.require_noeviction).await?;
+    let found = crate::redis::engine::inspect(&conn, &config.redis, false).await;
+    crate::redis::engine::log_and_judge(&found)?;
     let notifications =
         crate::redis::checks::ensure_enabled(&conn, config.redis.enable_keyspace_events).await;
+    if !notifications {
+        tracing::warn!(
+            "keyspace notifications are off: {}",
+            crate::redis::engine::FALLBACK
+        );
+    }
 
     let abort = CancellationToken::new();
     let workers = TaskTracker::new();

@@ -46,6 +46,19 @@ pub(super) async fn check(arg: &ConfigArg, connect: bool) -> i32 {
             let nodes: Vec<String> = config.redis.nodes.iter().map(|n| redact_url(n)).collect();
             format!("cluster via {}", nodes.join(", "))
         }
+        crate::config::RedisMode::Sentinel => {
+            let nodes: Vec<String> = config
+                .redis
+                .sentinels
+                .iter()
+                .map(|n| redact_url(n))
+                .collect();
+            format!(
+                "master `{}` via sentinels {}",
+                config.redis.master_name.as_deref().unwrap_or_default(),
+                nodes.join(", ")
+            )
+        }
     };
     say!("redis: {redis}{}", tls_summary(config.redis.tls.as_ref()));
     say!("metrics: http://{}/metrics", config.metrics.listen);

@@ -438,7 +438,10 @@ async fn run(arg: &ConfigArg) -> i32 {
                     r.0.iter()
                         .any(|l| matches!(l, crate::redis::queue::LayoutError::Stranded { .. }))
                 });
-            if stranded {
+            let refused = e
+                .downcast_ref::<crate::redis::engine::EngineRefused>()
+                .is_some();
+            if stranded || refused {
                 EXIT_CONFIG
             } else {
                 1

@@ -85,6 +85,9 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
         say!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
+    if let Some(master) = conn.endpoint().sentinel_master() {
+        say!("redis: {master}");
+    }
     say!(
         "{:<24} {:>12} {:>10} {:>10} {:>10} {:>16}  STATE",
         "TRIGGER",

@@ -68,7 +68,8 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
     /// `standalone`: one server (or a primary behind a stable address) at `url`;
-    /// `cluster`: a Redis Cluster reached through the seed `nodes`.
+    /// `cluster`: a Redis Cluster reached through the seed `nodes`;
+    /// `sentinel`: the master the `sentinels` name `master_name`, followed over failovers.
     #[serde(default)]
     pub mode: RedisMode,
     /// Standalone mode: `redis://[user:password@]host:port/db` or `rediss://` for TLS.
@@ -78,7 +79,18 @@ pub struct RedisConfig {
     /// same scheme; database 0 only). The bridge learns the rest of the cluster from them.
     #[serde(default)]
     pub nodes: Vec<String>,
-    /// Read the password from this file instead of the URL (overrides the URL's password).
+    /// Sentinel mode: the sentinels, `redis://host:26379` or `rediss://` (TLS to the
+    /// sentinels and to the master, with `[redis.tls]`); all the same scheme.
+    #[serde(default)]
+    pub sentinels: Vec<String>,
+    /// Sentinel mode: the name the sentinels know the master by (`sentinel monitor NAME ...`).
+    pub master_name: Option<String>,
+    /// Sentinel mode: the user to authenticate to the sentinels as (ACL), if they ask for one.
+    pub sentinel_username: Option<String>,
+    /// Sentinel mode: a file holding the sentinels' password (`requirepass` of the sentinels).
+    pub sentinel_password_file: Option<String>,
+    /// Read the password from this file instead of the URL (overrides the URL's password);
+    /// in cluster and sentinel mode, the password of every Redis server.
     pub password_file: Option<String>,
     /// How long to wait for a connection to be established.
     #[serde(default = "default_connect_timeout", with = "humantime_serde")]
@@ -90,8 +102,9 @@ pub struct RedisConfig {
     /// with `CONFIG SET`, keeping the flags already set.
     #[serde(default)]
     pub enable_keyspace_events: bool,
-    /// Refuse to start when Redis may evict keys (`maxmemory-policy` other than `noeviction`).
-    #[serde(default)]
+    /// Refuse to start when Redis may evict queued messages (`maxmemory-policy` `allkeys-*`);
+    /// `false` runs anyway, with a warning. `volatile-*` policies are warned about only.
+    #[serde(default = "default_true")]
     pub require_noeviction: bool,
     /// `[redis.tls]`: how a `rediss://` connection verifies the server and identifies itself.
     /// Without it, `rediss://` trusts the system's CAs and checks the URL's host name.
@@ -107,6 +120,8 @@ pub enum RedisMode {
     Standalone,
     /// A Redis Cluster, found through `redis.nodes`.
     Cluster,
+    /// A master and its replicas watched by Redis Sentinel, found through `redis.sentinels`.
+    Sentinel,
 }
 
 fn default_redis_url() -> String {
@@ -118,6 +133,9 @@ fn default_connect_timeout() -> Duration {
 fn default_response_timeout() -> Duration {
     Duration::from_secs(5)
 }
+fn default_true() -> bool {
+    true
+}
 
 impl Default for RedisConfig {
     fn default() -> Self {
@@ -125,11 +143,15 @@ impl Default for RedisConfig {
             mode: RedisMode::Standalone,
             url: default_redis_url(),
             nodes: Vec::new(),
+            sentinels: Vec::new(),
+            master_name: None,
+            sentinel_username: None,
+            sentinel_password_file: None,
             password_file: None,
             connect_timeout: default_connect_timeout(),
             response_timeout: default_response_timeout(),
             enable_keyspace_events: false,
-            require_noeviction: false,
+            require_noeviction: true,
             tls: None,
         }
     }

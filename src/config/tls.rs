@@ -44,13 +44,26 @@ pub(super) fn problems(config: &Config, broken_redis: bool) -> (Vec<(String, Str
             }
         }
         let cluster = config.redis.mode == super::RedisMode::Cluster;
+        let sentinel = config.redis.mode == super::RedisMode::Sentinel;
         let plain = if cluster {
             config.redis.nodes.iter().any(|n| n.starts_with("redis://"))
+        } else if sentinel {
+            config
+                .redis
+                .sentinels
+                .iter()
+                .any(|n| n.starts_with("redis://"))
         } else {
             scheme == Some("redis")
         };
         if let Some(tls) = &config.redis.tls {
-            if plain && cluster {
+            if plain && sentinel {
+                out.push((
+                    "redis.tls".into(),
+                    "TLS settings are given but redis.sentinels are redis:// (plain text): use rediss://"
+                        .into(),
+                ));
+            } else if plain && cluster {
                 out.push((
                     "redis.tls".into(),
                     "TLS settings are given but redis.nodes are redis:// (plain text): use rediss://"

@@ -148,7 +148,7 @@ async fn every_master_delivers_on_time_woken_by_notifications_with_cancel_and_re
 /// The scenario both failure tests share: `n` members due now on one queue, `fail` applied to
 /// its master mid-drain, then every member delivered at least once and a later write still
 /// woken by a notification. Returns how many were delivered twice.
-async fn drain_through(
+pub(crate) async fn drain_through(
     cluster: &mut RedisCluster,
     n: usize,
     fail: impl AsyncFnOnce(&mut RedisCluster, u16),
@@ -425,6 +425,7 @@ async fn a_cluster_behind_a_password_and_tls_delivers_and_notifies() {
             client_cert: pki.client_cert(),
             client_key: pki.client_key(),
         }),
+        ..Options::default()
     })
     .await;
     let mut r = cluster.conn().await;

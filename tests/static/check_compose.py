@@ -21,7 +21,11 @@ Checks, without Docker or network access:
     the admin API, when the config enables it, listens on all interfaces on an
     EXPOSEd port with its token_file a mounted compose secret;
     Redis runs with appendonly and noeviction; Kafka's KRaft settings are
-    complete; Prometheus rule files exist and are mounted next to its config.
+    complete; Prometheus rule files exist and are mounted next to its config;
+  * docker/sentinel.compose.yaml passes the same per-service checks; every
+    Redis server in it runs with appendonly, noeviction and Kz notifications;
+    the bridge's config there is in sentinel mode, its sentinels are services
+    of that file and its master_name is the one sentinel.conf monitors.
 
 Usage:
   check_compose.py                       run the checks, print "compose: ok"
@@ -55,6 +59,8 @@ from report import verdict
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = Path("docker/compose.yaml")
+SENTINEL_COMPOSE = Path("docker/sentinel.compose.yaml")
+SENTINEL_CONF = Path("docker/sentinel.conf")
 DOCKERFILE = Path("docker/Dockerfile")
 PROMETHEUS = Path("docker/prometheus.yml")
 PROVISIONING = Path("grafana/provisioning")
@@ -143,20 +149,21 @@ class Checker:
 
     # ---- compose -----------------------------------------------------------
 
-    def check_compose(self, compose: dict | None, dockerfile_healthcheck: bool) -> dict:
+    def check_compose(self, compose: dict | None, dockerfile_healthcheck: bool,
+                      path: Path = COMPOSE) -> dict:
         """Returns {service name: list of (host path, container path)} bind mounts."""
         mounts: dict[str, list[tuple[Path, str]]] = {}
         if compose is None:
             return mounts
-        base = (self.root / COMPOSE).parent
+        base = (self.root / path).parent
         services = compose.get("services")
         if not isinstance(services, dict) or not services:
-            self.fail(f"{COMPOSE}: no services defined")
+            self.fail(f"{path}: no services defined")
             return mounts
         named_volumes = compose.get("volumes") or {}
 
         for name, svc in services.items():
-            where = f"{COMPOSE}: service {name}"
+            where = f"{path}: service {name}"
             if not isinstance(svc, dict):
                 self.fail(f"{where}: expected a mapping")
                 continue
@@ -200,7 +207,7 @@ class Checker:
                 depends = {dep: {} for dep in depends}
             for dep, cond in depends.items():
                 if dep not in services:
-                    self.fail(f"{COMPOSE}: service {name} depends on unknown service {dep!r}")
+                    self.fail(f"{path}: service {name} depends on unknown service {dep!r}")
                     continue
                 if (cond or {}).get("condition") != "service_healthy":
                     continue
@@ -209,7 +216,7 @@ class Checker:
                 if not has_check and "build" in target and dockerfile_healthcheck:
                     has_check = True
                 if not has_check:
-                    self.fail(f"{COMPOSE}: service {name} waits for {dep} to be healthy, "
+                    self.fail(f"{path}: service {name} waits for {dep} to be healthy, "
                               f"but {dep} has no healthcheck")
         return mounts
 
@@ -519,6 +526,44 @@ class Checker:
             self.fail(f"{where}: admin.token_file {token_file} is not a secret of the service "
                       f"(mounted: {sorted(mounted)})")
 
+    def check_sentinel_stack(self, dockerfile_healthcheck: bool) -> None:
+        compose = self.load_yaml(SENTINEL_COMPOSE)
+        mounts = self.check_compose(compose, dockerfile_healthcheck, SENTINEL_COMPOSE)
+        if not isinstance(compose, dict):
+            return
+        services = compose.get("services") or {}
+        for name, svc in services.items():
+            command = (svc or {}).get("command") or []
+            args = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+            if not args or args[0] != "redis-server":
+                continue
+            where = f"{SENTINEL_COMPOSE}: service {name}"
+            for flag, value in (("--appendonly", "yes"), ("--maxmemory-policy", "noeviction"),
+                                ("--notify-keyspace-events", "Kz")):
+                if self._flag_value(args, (flag,)) != value:
+                    self.fail(f"{where}: needs {flag} {value} (the sentinels may promote it)")
+        conf = self.read_text(SENTINEL_CONF) or ""
+        monitored = re.findall(r"^sentinel monitor (\S+) ", conf, re.M)
+        config_files = [host for host, target in mounts.get(BRIDGE_SERVICE, [])
+                        if target.split(":")[0].endswith(".toml")]
+        if not config_files or tomllib is None:
+            return
+        where = f"{SENTINEL_COMPOSE}: service {BRIDGE_SERVICE}"
+        try:
+            redis = tomllib.loads(config_files[0].read_text()).get("redis", {})
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            self.fail(f"{where}: {self.rel(config_files[0])}: {e}")
+            return
+        if redis.get("mode") != "sentinel":
+            self.fail(f"{where}: its config is not in sentinel mode")
+        for url in redis.get("sentinels", []):
+            host = re.sub(r"^rediss?://", "", url).split(":")[0]
+            if host not in services:
+                self.fail(f"{where}: sentinel {url!r} is not a service")
+        if redis.get("master_name") not in monitored:
+            self.fail(f"{where}: master_name {redis.get('master_name')!r} is not what "
+                      f"{SENTINEL_CONF} monitors ({monitored})")
+
     def _check_redis(self, redis) -> None:
         if not isinstance(redis, dict):
             return
@@ -691,6 +736,7 @@ def main(argv: list[str]) -> int:
     checker.check_stack(compose, mounts, prom)
     checker.check_provisioning(mounts)
     checker.check_dashboard(checker.load_dashboard())
+    checker.check_sentinel_stack(has_health)
 
     return verdict("compose", checker.errors)
 

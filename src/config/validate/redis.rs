@@ -1,4 +1,4 @@
-//! The `[redis]` section: the URL or the cluster's seed nodes, and the timeouts.
+//! The `[redis]` section: the URL, the cluster's seed nodes or the sentinels, and the timeouts.
 
 use std::collections::HashSet;
 
@@ -16,6 +16,9 @@ pub(super) fn redis_problems(parsed: &Parsed, push: &mut impl FnMut(String, Stri
             "redis.nodes".into(),
             "only for mode = \"cluster\"; a standalone server is given by redis.url".into(),
         );
+    }
+    if !parsed.broken_redis {
+        sentinel_problems(&config.redis, push);
     }
     match url::Url::parse(&config.redis.url) {
         _ if parsed.broken_redis => {}
@@ -124,6 +127,91 @@ fn cluster_problems(redis: &RedisConfig, push: &mut impl FnMut(String, String)) 
             push(
                 "redis.tls.insecure".into(),
                 "not supported in cluster mode".into(),
+            );
+        }
+    }
+}
+
+/// Sentinel mode: the sentinels (at least one, `redis://` or `rediss://`, all alike, no
+/// database), the master's name, and `url` and `nodes` left alone; outside it, none of its
+/// keys.
+fn sentinel_problems(redis: &RedisConfig, push: &mut impl FnMut(String, String)) {
+    if redis.mode != RedisMode::Sentinel {
+        let set = [
+            ("redis.sentinels", !redis.sentinels.is_empty()),
+            ("redis.master_name", redis.master_name.is_some()),
+            ("redis.sentinel_username", redis.sentinel_username.is_some()),
+            (
+                "redis.sentinel_password_file",
+                redis.sentinel_password_file.is_some(),
+            ),
+        ];
+        for (key, _) in set.into_iter().filter(|(_, set)| *set) {
+            push(key.into(), "only for mode = \"sentinel\"".into());
+        }
+        return;
+    }
+    if redis.sentinels.is_empty() {
+        push(
+            "redis.sentinels".into(),
+            "sentinel mode needs at least one sentinel, e.g. [\"redis://10.0.0.1:26379\"]".into(),
+        );
+    }
+    if redis.master_name.as_deref().is_none_or(str::is_empty) {
+        push(
+            "redis.master_name".into(),
+            "sentinel mode needs the master's name, as in the sentinels' `sentinel monitor NAME`"
+                .into(),
+        );
+    }
+    if redis.url != super::super::default_redis_url() {
+        push(
+            "redis.url".into(),
+            "standalone only; in sentinel mode the sentinels name the master".into(),
+        );
+    }
+    let mut schemes = HashSet::new();
+    for (i, node) in redis.sentinels.iter().enumerate() {
+        let key = format!("redis.sentinels[{i}]");
+        match url::Url::parse(node) {
+            Ok(u) if !matches!(u.scheme(), "redis" | "rediss") => push(
+                key,
+                format!(
+                    "scheme `{}` is not supported, use redis:// or rediss://",
+                    u.scheme()
+                ),
+            ),
+            Ok(u) if u.host_str().is_none_or(str::is_empty) => push(key, "names no host".into()),
+            Ok(u) if !matches!(u.path(), "" | "/" | "/0") => {
+                push(key, format!("`{}`: a sentinel has no databases", u.path()))
+            }
+            Ok(u) if !u.username().is_empty() || u.password().is_some() => push(
+                key,
+                "credentials go in redis.sentinel_username and redis.sentinel_password_file".into(),
+            ),
+            Ok(u) => {
+                schemes.insert(u.scheme().to_string());
+            }
+            Err(e) => push(key, format!("not a valid URL: {e}")),
+        }
+    }
+    if schemes.len() > 1 {
+        push(
+            "redis.sentinels".into(),
+            "mixes redis:// and rediss://: the sentinels are reached with TLS or without".into(),
+        );
+    }
+    if let Some(tls) = &redis.tls {
+        if tls.server_name.is_some() {
+            push(
+                "redis.tls.server_name".into(),
+                "not supported in sentinel mode: each server's certificate must carry the address the sentinels give".into(),
+            );
+        }
+        if tls.insecure {
+            push(
+                "redis.tls.insecure".into(),
+                "not supported in sentinel mode".into(),
             );
         }
     }

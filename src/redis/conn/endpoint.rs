@@ -15,6 +15,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::AbortHandle;
 
 use super::cluster;
+use super::sentinel::SentinelMaster;
 use crate::config::{RedisConfig, RedisMode};
 use crate::tls::Tls;
 
@@ -33,8 +34,11 @@ pub struct Endpoint {
     pub(super) response_timeout: Duration,
     /// Cluster mode: the cluster (`addr` and `info` are then unused).
     pub(super) cluster: Option<cluster::Cluster>,
+    /// Sentinel mode: the master the sentinels name (`addr` is then unused).
+    sentinel: Option<SentinelMaster>,
 }
 
+#[derive(Clone)]
 enum Addr {
     Tcp { host: String, port: u16 },
     Tls { host: String, port: u16, tls: Tls },
@@ -63,6 +67,18 @@ impl std::fmt::Display for Endpoint {
         if let Some(cluster) = &self.cluster {
             return write!(f, "Redis Cluster via {}", cluster.shown().join(", "));
         }
+        if let Some(sentinel) = &self.sentinel {
+            write!(
+                f,
+                "master `{}` via sentinels {}",
+                sentinel.name,
+                sentinel.shown().join(", ")
+            )?;
+            return match sentinel.current() {
+                Some(at) => write!(f, " (at {at})"),
+                None => Ok(()),
+            };
+        }
         match &self.addr {
             Addr::Tcp { host, port } => write!(f, "redis://{}:{port}", bracketed(host)),
             Addr::Tls { host, port, tls } => {
@@ -87,6 +103,25 @@ impl Endpoint {
                 connect_timeout: config.connect_timeout,
                 response_timeout: config.response_timeout,
                 cluster: Some(cluster::Cluster::new(config)?),
+                sentinel: None,
+            });
+        }
+        if config.mode == RedisMode::Sentinel {
+            let password = match &config.password_file {
+                Some(file) => Some(crate::secret::read_file(file)?),
+                None => None,
+            };
+            let mut info = RedisConnectionInfo::default();
+            if let Some(password) = &password {
+                info = info.set_password(password.clone());
+            }
+            return Ok(Self {
+                addr: Addr::Unix(PathBuf::new()),
+                info,
+                connect_timeout: config.connect_timeout,
+                response_timeout: config.response_timeout,
+                cluster: None,
+                sentinel: Some(SentinelMaster::new(config, password.as_deref())?),
             });
         }
         // TLS is ours: the URL is parsed as plain and the scheme says whether to wrap it.
@@ -115,6 +150,7 @@ impl Endpoint {
             connect_timeout: config.connect_timeout,
             response_timeout: config.response_timeout,
             cluster: None,
+            sentinel: None,
         })
     }
 
@@ -140,10 +176,37 @@ impl Endpoint {
         self.cluster.is_some()
     }
 
+    /// Sentinel mode: the master's name and where it is now (as the sentinels last said).
+    pub fn sentinel_master(&self) -> Option<String> {
+        let sentinel = self.sentinel.as_ref()?;
+        let at = sentinel
+            .current()
+            .unwrap_or_else(|| "(not yet named)".into());
+        Some(format!("master `{}` at {at}", sentinel.name))
+    }
+
+    /// Where to connect now: the address configured, or the master the sentinels name.
+    async fn target(&self) -> RedisResult<std::borrow::Cow<'_, Addr>> {
+        let Some(sentinel) = &self.sentinel else {
+            return Ok(std::borrow::Cow::Borrowed(&self.addr));
+        };
+        // Boxed: the client's future is deep, and every connection's future holds this one.
+        let (host, port) = Box::pin(sentinel.resolve()).await?;
+        Ok(std::borrow::Cow::Owned(match &sentinel.tls {
+            Some(tls) => Addr::Tls {
+                host,
+                port,
+                tls: tls.clone(),
+            },
+            None => Addr::Tcp { host, port },
+        }))
+    }
+
     /// Opens a byte stream within the connect timeout, TLS handshake included.
     async fn stream(&self) -> RedisResult<Box<dyn Io>> {
         let open = async {
-            Ok::<Box<dyn Io>, RedisError>(match &self.addr {
+            let target = self.target().await?;
+            Ok::<Box<dyn Io>, RedisError>(match &*target {
                 Addr::Tcp { host, port } => Box::new(self.tcp(host, *port).await?),
                 Addr::Tls { host, port, tls } => {
                     let tcp = self.tcp(host, *port).await?;

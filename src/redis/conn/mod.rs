@@ -1,8 +1,9 @@
-//! Connections to Redis over TCP, TLS or a Unix socket, or to a Redis Cluster, and a shared
-//! handle that reconnects after a break.
+//! Connections to Redis over TCP, TLS or a Unix socket, to a Redis Cluster, or to the master
+//! Redis Sentinel names, and a shared handle that reconnects after a break.
 
 mod cluster;
 mod endpoint;
+mod sentinel;
 
 pub use cluster::{slot, Topology};
 pub use endpoint::Endpoint;

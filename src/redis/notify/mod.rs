@@ -96,7 +96,9 @@ const SUBSCRIBE_CHUNK: usize = 1000;
 /// says so: idle workers then sleep up to their `notified_guard_interval`.
 /// On a cluster, each key's channel is subscribed on the master that owns the key's slot (only
 /// it publishes the key's events), and the subscriptions follow failovers; after any of them
-/// every trigger looks again, and with `enable` every node gets `Kz` again.
+/// every trigger looks again, and with `enable` every node gets `Kz` again. Behind Sentinel,
+/// a lost subscription is made again on the master the sentinels name then (given `Kz` again
+/// with `enable`).
 /// `up` is cancelled once the first subscription is made (every trigger asked to look again)
 /// or failed, or the listener stops: the workers it gates start then.
 pub(crate) async fn listen(
@@ -119,9 +121,19 @@ pub(crate) async fn listen(
     }
     let mut failures = Repeated::default();
     while !stop.is_cancelled() {
-        let outcome = subscribe(&endpoint, &by_channel, &*state, &up, &stop, &mut failures)
-            .await
-            .map_err(|e| e.to_string());
+        // Behind Sentinel, a new master may lack the flags the old one was given.
+        let reenable = (enable && endpoint.sentinel_master().is_some()).then_some(&conn);
+        let outcome = subscribe(
+            &endpoint,
+            reenable,
+            &by_channel,
+            &*state,
+            &up,
+            &stop,
+            &mut failures,
+        )
+        .await
+        .map_err(|e| e.to_string());
         up.cancel();
         if !between_subscriptions(outcome, &by_channel, &*state, &mut failures, &stop).await {
             return;
@@ -130,6 +142,7 @@ pub(crate) async fn listen(
 
     async fn subscribe(
         endpoint: &Endpoint,
+        reenable: Option<&Conn>,
         by_channel: &ByChannel,
         state: &dyn Subscription,
         up: &CancellationToken,
@@ -137,6 +150,9 @@ pub(crate) async fn listen(
         failures: &mut Repeated,
     ) -> redis::RedisResult<()> {
         let mut pubsub = endpoint.pubsub().await?;
+        if let Some(conn) = reenable {
+            Box::pin(crate::redis::checks::ensure_enabled(conn, true)).await;
+        }
         let channels: Vec<&[u8]> = by_channel.keys().map(Vec::as_slice).collect();
         for chunk in channels.chunks(SUBSCRIBE_CHUNK) {
             pubsub.subscribe(chunk).await?;

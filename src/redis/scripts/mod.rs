@@ -58,15 +58,19 @@ fn with_prelude(body: &str) -> String {
     format!("{PRELUDE}\n{body}")
 }
 
+/// The full text of every script the bridge runs (the engine check loads each).
+pub(crate) fn all_texts() -> Vec<String> {
+    let mut texts: Vec<String> = WITH_PRELUDE.iter().map(|body| with_prelude(body)).collect();
+    texts.push(CANCEL.to_string());
+    texts
+}
+
 /// The text of one of the bridge's scripts by its SHA1, for sending it in full to a server
 /// that does not have it cached.
 pub(crate) fn script_text(sha: &str) -> Option<&'static str> {
     static TEXTS: std::sync::LazyLock<std::collections::HashMap<String, String>> =
         std::sync::LazyLock::new(|| {
-            let mut texts: Vec<String> =
-                WITH_PRELUDE.iter().map(|body| with_prelude(body)).collect();
-            texts.push(CANCEL.to_string());
-            texts
+            all_texts()
                 .into_iter()
                 .map(|text| (Script::new(&text).get_hash().to_string(), text))
                 .collect()

@@ -17,6 +17,7 @@
 //! | [`config`] | bridge configs as TOML |
 //! | [`metrics`] | the one Prometheus text parser |
 //! | [`servers`] | private `redis-server` and RabbitMQ nodes, TLS ones too (`use common::servers::...`) |
+//! | [`sentinel`] | a private master, replica and three Redis Sentinels (`use common::sentinel::...`) |
 //! | [`redis_cluster`] | a private Redis Cluster, three masters with a replica each (`use common::redis_cluster::...`) |
 //! | [`rabbit_cluster`] | a private RabbitMQ cluster of such nodes (`use common::rabbit_cluster::...`) |
 //! | [`proxy`] | a fault-injecting TCP proxy (`use common::proxy::...`) |
@@ -45,6 +46,7 @@ mod reads;
 mod redis;
 pub mod redis_cluster;
 mod scene;
+pub mod sentinel;
 pub mod servers;
 mod shell;
 pub mod tally;

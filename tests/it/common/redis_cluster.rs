@@ -29,6 +29,8 @@ pub struct Options {
     /// TLS only, for clients, replication and the cluster bus: the CA and a certificate for
     /// 127.0.0.1 from this PKI's directory (the CA file for the test's own clients).
     pub tls: Option<Tls>,
+    /// The server program, if not `redis-server` (Valkey's `valkey-server`).
+    pub binary: Option<std::path::PathBuf>,
 }
 
 /// The files of a TLS cluster: the CA, each node's server certificate and key, and the
@@ -72,7 +74,8 @@ impl RedisCluster {
             let port = free_cluster_port();
             let node_dir = dir.path().join(port.to_string());
             std::fs::create_dir_all(&node_dir).unwrap();
-            let mut cmd = Command::new("redis-server");
+            let mut cmd =
+                Command::new(options.binary.as_deref().unwrap_or("redis-server".as_ref()));
             cmd.args(["--bind", "127.0.0.1"]);
             match &options.tls {
                 None => {

@@ -29,6 +29,8 @@ pub async fn wait_port(port: u16, up: bool, timeout: Duration) -> bool {
 pub struct RedisServer {
     /// Its port on 127.0.0.1 (the TLS port of a TLS server, which has no other).
     pub port: u16,
+    /// The server program: `redis-server`, or another engine's (Valkey's `valkey-server`).
+    binary: PathBuf,
     args: Vec<String>,
     /// Set for a TLS server: what the test's own clients trust and present.
     tls: Option<TlsClient>,
@@ -90,14 +92,30 @@ impl RedisServer {
         Self::start_with(&["--appendonly", "yes", "--appendfsync", "everysec"], None).await
     }
 
-    async fn start_with(args: &[&str], tls: Option<TlsClient>) -> Self {
-        let mut me = Self {
+    /// Starts `binary` (another engine's server, e.g. `valkey-server`) as [`RedisServer::start`]
+    /// starts `redis-server`.
+    pub async fn start_binary(binary: &Path, extra: &[&str]) -> Self {
+        let mut args = vec!["--appendonly", "no"];
+        args.extend_from_slice(extra);
+        let mut me = Self::unstarted(&args, None);
+        me.binary = binary.to_path_buf();
+        me.spawn().await;
+        me
+    }
+
+    fn unstarted(args: &[&str], tls: Option<TlsClient>) -> Self {
+        Self {
             port: free_port(),
+            binary: PathBuf::from("redis-server"),
             args: args.iter().map(|a| a.to_string()).collect(),
             tls,
             dir: tempfile::tempdir().unwrap(),
             child: None,
-        };
+        }
+    }
+
+    async fn start_with(args: &[&str], tls: Option<TlsClient>) -> Self {
+        let mut me = Self::unstarted(args, tls);
         me.spawn().await;
         me
     }
@@ -109,7 +127,7 @@ impl RedisServer {
             Some(_) => vec!["--port", "0", "--tls-port", &port],
             None => vec!["--port", &port],
         };
-        let child = Command::new("redis-server")
+        let child = Command::new(&self.binary)
             .args(["--bind", "127.0.0.1"])
             .args(ports)
             .args(["--save", ""])
@@ -235,6 +253,14 @@ impl RedisServer {
             let _ = child.kill();
             let _ = child.wait();
             panic!("redis-server ignored SHUTDOWN: {}", self.log());
+        }
+    }
+
+    /// SIGKILLs it (no shutdown, nothing flushed) and reaps it.
+    pub fn sigkill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 
