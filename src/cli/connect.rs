@@ -45,12 +45,24 @@ pub(super) async fn problems(config: &Config) -> Vec<String> {
     found
 }
 
-/// Redis unreachable, or keyspace notifications off and not to be turned on.
+/// Redis unreachable, keyspace notifications off and not to be turned on, or an engine the
+/// bridge cannot keep its promise on (scripts refused, an evicting policy).
 async fn redis_problems(config: &Config) -> Vec<String> {
     match queue::connect(config).await {
         Ok(conn) => {
-            crate::redis::checks::notification_problems(&conn, config.redis.enable_keyspace_events)
-                .await
+            let mut found = crate::redis::checks::notification_problems(
+                &conn,
+                config.redis.enable_keyspace_events,
+            )
+            .await;
+            let engine = crate::redis::engine::connect_check(config).await;
+            found.extend(
+                engine
+                    .into_iter()
+                    .filter(|f| f.severity == crate::redis::engine::Severity::Error)
+                    .map(|f| format!("redis: {}", f.message)),
+            );
+            found
         }
         Err(e) => vec![format!(
             "redis: {e:#}: start it, or fix [redis] (url, credentials, tls)"
