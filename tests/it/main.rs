@@ -18,6 +18,7 @@ mod envelope;
 mod faults;
 mod faults_amqp;
 mod faults_redis;
+mod find;
 mod hash_payload;
 mod health;
 mod hostile;

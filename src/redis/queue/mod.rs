@@ -3,11 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{PayloadMode, TriggerConfig};
+use crate::config::{MessageFormat, PayloadMode, TriggerConfig};
 use crate::keys::{shard_of, QueueKeys};
 use crate::redis::conn::Conn;
 use crate::redis::store::{
-    Cursor, DeadLetter, DeadPage, Forecast, Found, Page, Purge, QueueStats, Store, StoreError,
+    Cursor, DeadLetter, DeadPage, Forecast, Found, IdScheme, Lookup, Page, Purge, QueueStats,
+    Store, StoreError,
 };
 
 mod layout;
@@ -23,6 +24,8 @@ pub(crate) struct Queue(Arc<Parts>);
 pub(crate) struct Parts {
     /// The trigger's `key`.
     key: String,
+    /// `format = "envelope"`: an envelope's `id` is what consumers are sent.
+    envelope: bool,
     shards: Vec<Store>,
     /// How many of `shards` producers write to (`shards` in the configuration).
     producing: u32,
@@ -70,6 +73,7 @@ impl Queue {
             .collect::<anyhow::Result<Vec<Store>>>()?;
         Ok(Self(Arc::new(Parts {
             key: tc.key.clone(),
+            envelope: tc.format == MessageFormat::Envelope,
             shards,
             producing: tc.shards.max(1),
             draining: tc.drain_shards,
@@ -185,6 +189,36 @@ impl Queue {
             first.get_or_insert(found);
         }
         Ok(first.expect("a queue has at least one shard"))
+    }
+
+    /// How the queue's consumer ids are made.
+    pub(crate) fn id_scheme(&self) -> IdScheme<'_> {
+        IdScheme {
+            trigger_key: &self.key,
+            envelope: self.envelope,
+        }
+    }
+
+    /// The message `text` names, scheduled, in flight or dead, on whichever shard holds it:
+    /// by member (the id in hash payload mode) on every shard first, its own first, then by
+    /// the id consumers were sent, over the whole of every shard.
+    pub(crate) async fn lookup(&self, text: &[u8]) -> Result<Option<Lookup>, StoreError> {
+        for s in self.looking_for(text) {
+            let found = s.find(text).await?;
+            if !found.places.is_empty() {
+                return Ok(Some(Lookup {
+                    member: text.to_vec(),
+                    by: crate::redis::store::FoundBy::Member,
+                    found,
+                }));
+            }
+        }
+        for s in self.looking_for(text) {
+            if let Some(hit) = s.lookup(self.id_scheme(), text).await? {
+                return Ok(Some(hit));
+            }
+        }
+        Ok(None)
     }
 
     /// Moves the scheduled `members` to `due_ms` (now when `None`) on every shard that has them.

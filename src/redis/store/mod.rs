@@ -12,6 +12,7 @@ mod claim;
 mod cursor;
 mod dead;
 mod dead_forward;
+mod find;
 mod ingest;
 mod operate;
 mod settle;
@@ -21,6 +22,7 @@ pub use cursor::Cursor;
 pub(crate) use dead::dead_at_ms;
 pub use dead::{DeadLetter, DeadPage};
 pub use dead_forward::{DeadClaim, DeadItem, DeadOutcome, DeadSettled};
+pub use find::{envelope_id, FoundBy, IdScheme, Lookup};
 pub use ingest::{Ingest, Ingested};
 pub use operate::{
     Forecast, Found, Page, Place, Purge, ScheduledEntry, LIST_BODY_MAX, MAX_BUCKETS, MAX_PAGE,
