@@ -14,6 +14,7 @@ use common::*;
 use delay_bridge::keys::QueueKeys;
 use serde_json::Value;
 
+mod links;
 mod page;
 mod parts;
 
