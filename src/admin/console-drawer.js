@@ -37,12 +37,13 @@ function envelope(text) {
 }
 
 /// The API path of one message of the selected trigger, by member (base64 when it is not
-/// UTF-8) or, for a member too long for a URL, by its consumer id; `null` when neither fits.
+/// UTF-8); `null` for a member too long for a URL: inline, the row has all of it, and asking
+/// by its id would read the whole queue.
 function messagePath(item) {
   const base = "/triggers/" + encodeURIComponent(selected) + "/messages/";
   if (item.member_b64 && item.member_b64.length <= NAMED) return base + encodeURIComponent(item.member_b64) + "?encoding=base64";
   if (!item.member_b64 && item.member.length <= NAMED) return base + encodeURIComponent(item.member);
-  return item.id ? base + encodeURIComponent(item.id) : null;
+  return null;
 }
 
 /// A message as `GET .../messages/M` answers it, as a row's item: its first place.
