@@ -221,8 +221,7 @@ async function applyRoute() {
 
 /// Connected (or reloaded): the triggers, then the view the URL names.
 async function start() {
-  await refresh();
-  await applyRoute();
+  if (await refresh()) await applyRoute();
 }
 
 $("#login").addEventListener("submit", async (e) => {

@@ -150,10 +150,11 @@ function fresh() {
   for (const el of [$("#triggers"), $("#detail")]) el.classList.remove("stale");
 }
 
+/// Reads the triggers and the selected one's detail; false when the API did not answer.
 async function refresh() {
   let data;
   try { data = await api("GET", "/triggers"); }
-  catch (e) { stale(e); return; }
+  catch (e) { stale(e); return false; }
   fresh();
   // A read-only API refuses every change: its actions are not offered.
   document.body.classList.toggle("read-only", data.read_only === true);
@@ -194,6 +195,7 @@ async function refresh() {
       "Pause " + t.name + "? Every bridge stops claiming its messages until it is resumed."));
   }
   if (selected) await detail();
+  return true;
 }
 
 /// Shows trigger `name`'s detail; `keep` keeps the pages and search the URL named.
@@ -212,8 +214,7 @@ async function select(name, keep) {
   $("#detail").hidden = false;
   $("#detail-name").textContent = name;
   route();
-  await refresh();
-  if (!triggers[name]) say("no trigger named " + name + " on this bridge", true, name);
+  if ((await refresh()) && !triggers[name]) say("no trigger named " + name + " on this bridge", true, name);
 }
 
 /// A row that opens the message drawer when clicked, or with Enter once focused.
