@@ -16,6 +16,8 @@ use crate::metrics::Metrics;
 use crate::redis::store::StoreError;
 
 mod history;
+mod json;
+mod reads;
 mod routes;
 
 pub(crate) use history::History;
@@ -177,11 +179,7 @@ async fn checked(
     next: Next,
 ) -> Response {
     // The console's page holds no data: it asks for the token and sends it with each call.
-    let page = request.method() == Method::GET
-        && matches!(
-            request.uri().path(),
-            "/" | "/console" | "/console.js" | "/console.css"
-        );
+    let page = request.method() == Method::GET && routes::is_console(request.uri().path());
     if let Some(token) = admin.token.as_ref().filter(|_| !page) {
         let given = request
             .headers()

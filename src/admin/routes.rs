@@ -1,7 +1,6 @@
 //! The admin API's routes under `/api/v1`: read a trigger's queue, and act on it.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use std::collections::HashMap;
@@ -14,47 +13,65 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{Admin, AdminTrigger, ApiError};
-use crate::redis::store::{Cursor, Place, Purge, MAX_BUCKETS, MAX_PAGE};
+use super::json::members_of;
+use super::{reads, Admin, AdminTrigger, ApiError};
+use crate::redis::store::{Cursor, Purge, MAX_PAGE};
 
 /// Most members one call names.
 const MAX_MEMBERS: usize = 1000;
 
-type Reply = Result<Json<Value>, ApiError>;
+pub(super) type Reply = Result<Json<Value>, ApiError>;
 
 /// The console: one page, its script and its style, embedded in the binary; the script is
 /// served as its own file so that the Content-Security-Policy allows no inline script.
 const CONSOLE: &str = include_str!("console.html");
-const CONSOLE_JS: &str = include_str!("console.js");
-const CONSOLE_CSS: &str = include_str!("console.css");
+
+/// The console's files besides its page: path, content type, content.
+const ASSETS: [(&str, &str, &str); 4] = [
+    ("/console.js", JS, include_str!("console.js")),
+    ("/console-charts.js", JS, include_str!("console-charts.js")),
+    ("/console-drawer.js", JS, include_str!("console-drawer.js")),
+    (
+        "/console.css",
+        "text/css; charset=utf-8",
+        include_str!("console.css"),
+    ),
+];
+const JS: &str = "text/javascript; charset=utf-8";
+
+/// Whether `path` is the console's page or one of its files, which hold no data and are
+/// served without the token.
+pub(super) fn is_console(path: &str) -> bool {
+    matches!(path, "/" | "/console") || ASSETS.iter().any(|(p, _, _)| *p == path)
+}
 
 pub(super) fn router() -> Router<Admin> {
-    Router::new()
+    let mut router = Router::new();
+    for (path, kind, body) in ASSETS {
+        router = router.route(
+            path,
+            get(move || async move { ([(CONTENT_TYPE, kind)], body) }),
+        );
+    }
+    router
         .route(
             "/",
             get(|| async { axum::response::Redirect::to("/console") }),
         )
         .route("/console", get(|| async { axum::response::Html(CONSOLE) }))
-        .route(
-            "/console.js",
-            get(|| async {
-                (
-                    [(CONTENT_TYPE, "text/javascript; charset=utf-8")],
-                    CONSOLE_JS,
-                )
-            }),
-        )
-        .route(
-            "/console.css",
-            get(|| async { ([(CONTENT_TYPE, "text/css; charset=utf-8")], CONSOLE_CSS) }),
-        )
         .route("/api/v1/triggers", get(triggers))
-        .route("/api/v1/triggers/{trigger}/scheduled", get(scheduled))
-        .route("/api/v1/triggers/{trigger}/messages/{member}", get(message))
-        .route("/api/v1/triggers/{trigger}/forecast", get(forecast))
-        .route("/api/v1/triggers/{trigger}/dead", get(dead))
-        .route("/api/v1/triggers/{trigger}/inflight", get(inflight))
-        .route("/api/v1/triggers/{trigger}/history", get(history))
+        .route(
+            "/api/v1/triggers/{trigger}/scheduled",
+            get(reads::scheduled),
+        )
+        .route(
+            "/api/v1/triggers/{trigger}/messages/{member}",
+            get(reads::message),
+        )
+        .route("/api/v1/triggers/{trigger}/forecast", get(reads::forecast))
+        .route("/api/v1/triggers/{trigger}/dead", get(reads::dead))
+        .route("/api/v1/triggers/{trigger}/inflight", get(reads::inflight))
+        .route("/api/v1/triggers/{trigger}/history", get(reads::history))
         .route("/api/v1/triggers/{trigger}/pause", post(pause))
         .route("/api/v1/triggers/{trigger}/resume", post(resume))
         .route("/api/v1/triggers/{trigger}/promote", post(promote))
@@ -73,7 +90,7 @@ pub(super) fn router() -> Router<Admin> {
 
 /// The trigger a route names (`{trigger}` in its path): 404 when there is none, 503 while
 /// the bridge is starting.
-struct Named(AdminTrigger);
+pub(super) struct Named(pub(super) AdminTrigger);
 
 impl FromRequestParts<Admin> for Named {
     type Rejection = ApiError;
@@ -113,7 +130,7 @@ impl Act {
     }
 }
 
-fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+pub(super) fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     q.map(|Query(q)| q)
         .map_err(|e| ApiError::bad(format!("bad query: {}", e.body_text())))
 }
@@ -124,7 +141,7 @@ fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
 }
 
 /// A page's `limit`: 100 unless given, 1 to [`MAX_PAGE`].
-fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
+pub(super) fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
     let limit = limit.unwrap_or(100);
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(ApiError::bad(format!("`limit` must be 1 to {MAX_PAGE}")));
@@ -133,17 +150,20 @@ fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
 }
 
 /// A page's `after`: where the previous page ended.
-fn cursor(after: Option<&str>) -> Result<Option<Cursor>, ApiError> {
+pub(super) fn cursor(after: Option<&str>) -> Result<Option<Cursor>, ApiError> {
     after.map(str::parse).transpose().map_err(ApiError::bad)
 }
 
-fn members(list: Vec<String>) -> Result<Vec<Vec<u8>>, ApiError> {
-    if list.is_empty() || list.len() > MAX_MEMBERS {
+/// The members a call names, as text (`members`) or base64 (`members_b64`): 1 to
+/// [`MAX_MEMBERS`] in all.
+fn members(text: Vec<String>, b64: Vec<String>) -> Result<Vec<Vec<u8>>, ApiError> {
+    let all = members_of(text, b64)?;
+    if all.is_empty() || all.len() > MAX_MEMBERS {
         return Err(ApiError::bad(format!(
-            "`members` must name 1 to {MAX_MEMBERS} members"
+            "`members` and `members_b64` must name 1 to {MAX_MEMBERS} members"
         )));
     }
-    Ok(list.into_iter().map(String::into_bytes).collect())
+    Ok(all)
 }
 
 async fn triggers(State(admin): State<Admin>) -> Reply {
@@ -182,148 +202,6 @@ async fn triggers(State(admin): State<Admin>) -> Reply {
     ))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ScheduledQuery {
-    from_ms: Option<i64>,
-    to_ms: Option<i64>,
-    limit: Option<usize>,
-    after: Option<String>,
-}
-
-async fn scheduled(Named(t): Named, q: Result<Query<ScheduledQuery>, QueryRejection>) -> Reply {
-    let q = query(q)?;
-    let (limit, after) = (page_limit(q.limit)?, cursor(q.after.as_deref())?);
-    let page = t
-        .queue
-        .browse(q.from_ms, q.to_ms, after.as_ref(), limit)
-        .await?;
-    Ok(Json(json!({
-        "items": page.items,
-        "next": page.next.map(|c| c.to_string()),
-    })))
-}
-
-async fn message(Named(t): Named, Path((_, member)): Path<(String, String)>) -> Reply {
-    let found = t.queue.find(member.as_bytes()).await?;
-    if found.places.is_empty() {
-        return Err(ApiError(
-            axum::http::StatusCode::NOT_FOUND,
-            format!("`{member}` is not scheduled, in flight or dead"),
-        ));
-    }
-    let places: Vec<&Place> = found.places.iter().collect();
-    Ok(Json(json!({
-        "member": member,
-        "places": places,
-        "body_size": found.body_size,
-        "body": found.body.map(|b| String::from_utf8_lossy(&b).into_owned()),
-    })))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ForecastQuery {
-    bucket_ms: Option<u64>,
-    buckets: Option<usize>,
-}
-
-async fn forecast(Named(t): Named, q: Result<Query<ForecastQuery>, QueryRejection>) -> Reply {
-    let q = query(q)?;
-    let buckets = q.buckets.unwrap_or(60);
-    let bucket_ms = q.bucket_ms.unwrap_or(60_000);
-    if !(1..=MAX_BUCKETS).contains(&buckets) || bucket_ms == 0 {
-        return Err(ApiError::bad(format!(
-            "`buckets` must be 1 to {MAX_BUCKETS} and `bucket_ms` at least 1"
-        )));
-    }
-    let f = t
-        .queue
-        .forecast(Duration::from_millis(bucket_ms), buckets)
-        .await?;
-    Ok(Json(json!(f)))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DeadQuery {
-    limit: Option<usize>,
-    after: Option<String>,
-}
-
-async fn dead(Named(t): Named, q: Result<Query<DeadQuery>, QueryRejection>) -> Reply {
-    let q = query(q)?;
-    let (limit, after) = (page_limit(q.limit)?, cursor(q.after.as_deref())?);
-    let page = t.queue.list_dead_after(after.as_ref(), limit).await?;
-    let items: Vec<Value> = page
-        .items
-        .into_iter()
-        .map(|d| {
-            let reason = d
-                .reason
-                .and_then(|r| serde_json::from_str::<Value>(&r).ok());
-            json!({
-                "member": String::from_utf8_lossy(&d.member),
-                "at_ms": d.at_ms,
-                "attempts": reason.as_ref().and_then(|r| r.get("attempts")).and_then(Value::as_u64),
-                "reason": reason,
-                "body_size": d.body_size,
-                "body_preview": String::from_utf8_lossy(&d.body_preview),
-            })
-        })
-        .collect();
-    Ok(Json(
-        json!({ "items": items, "next": page.next.map(|c| c.to_string()) }),
-    ))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InflightQuery {
-    limit: Option<usize>,
-}
-
-/// Members claimed by a bridge and not yet settled, earliest lease deadline first.
-async fn inflight(Named(t): Named, q: Result<Query<InflightQuery>, QueryRejection>) -> Reply {
-    let limit = page_limit(query(q)?.limit)?;
-    let now_ms = t.queue.now_ms().await?;
-    let items: Vec<Value> = t
-        .queue
-        .list_inflight(limit)
-        .await?
-        .into_iter()
-        .map(|(member, deadline)| {
-            json!({ "member": String::from_utf8_lossy(&member), "lease_deadline_ms": deadline })
-        })
-        .collect();
-    Ok(Json(json!({ "now_ms": now_ms, "items": items })))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HistoryQuery {
-    window: Option<String>,
-}
-
-/// The trigger's last 15 minutes or hour on this bridge, a point per 10 s.
-async fn history(
-    State(admin): State<Admin>,
-    Named(t): Named,
-    q: Result<Query<HistoryQuery>, QueryRejection>,
-) -> Reply {
-    let window = query(q)?.window.unwrap_or_else(|| "15m".into());
-    let span = match window.as_str() {
-        "15m" => Duration::from_secs(900),
-        "1h" => Duration::from_secs(3600),
-        _ => return Err(ApiError::bad("`window` must be \"15m\" or \"1h\"")),
-    };
-    Ok(Json(json!({
-        "window": window,
-        "interval_ms": super::history::INTERVAL.as_millis() as u64,
-        "points": admin.history.points(&t.config.name, span),
-    })))
-}
-
 async fn set_paused(act: Act, paused: bool) -> Reply {
     let changed = act.t.queue.set_paused(paused).await?;
     act.audit(if paused { "pause" } else { "resume" }, u64::from(changed));
@@ -341,12 +219,18 @@ async fn resume(act: Act) -> Reply {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Members {
+    /// Members as UTF-8 text.
+    #[serde(default)]
     members: Vec<String>,
+    /// Members as base64, for those that are not UTF-8.
+    #[serde(default)]
+    members_b64: Vec<String>,
 }
 
 async fn promote(act: Act, b: Result<Json<Members>, JsonRejection>) -> Reply {
     let t = &act.t;
-    let members = members(body(b)?.members)?;
+    let b = body(b)?;
+    let members = members(b.members, b.members_b64)?;
     let changed = t.queue.reschedule(&members, None, true).await?;
     act.audit("promote", changed);
     Ok(Json(json!({ "changed": changed })))
@@ -355,14 +239,17 @@ async fn promote(act: Act, b: Result<Json<Members>, JsonRejection>) -> Reply {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Reschedule {
+    #[serde(default)]
     members: Vec<String>,
+    #[serde(default)]
+    members_b64: Vec<String>,
     due_ms: i64,
 }
 
 async fn reschedule(act: Act, b: Result<Json<Reschedule>, JsonRejection>) -> Reply {
     let t = &act.t;
     let b = body(b)?;
-    let members = members(b.members)?;
+    let members = members(b.members, b.members_b64)?;
     let changed = t.queue.reschedule(&members, Some(b.due_ms), false).await?;
     act.audit("reschedule", changed);
     Ok(Json(json!({ "changed": changed })))
@@ -371,7 +258,8 @@ async fn reschedule(act: Act, b: Result<Json<Reschedule>, JsonRejection>) -> Rep
 async fn cancel(act: Act, b: Result<Json<Members>, JsonRejection>) -> Reply {
     let t = &act.t;
     let mut cancelled = 0u64;
-    for m in members(body(b)?.members)? {
+    let b = body(b)?;
+    for m in members(b.members, b.members_b64)? {
         cancelled += u64::from(t.queue.cancel(&m).await?);
     }
     act.audit("cancel", cancelled);
@@ -432,6 +320,8 @@ async fn purge(act: Act, b: Result<Json<PurgeBody>, JsonRejection>) -> Reply {
 struct Requeue {
     #[serde(default)]
     members: Vec<String>,
+    #[serde(default)]
+    members_b64: Vec<String>,
     limit: Option<usize>,
 }
 
@@ -439,12 +329,12 @@ async fn requeue(act: Act, b: Result<Json<Requeue>, JsonRejection>) -> Reply {
     let t = &act.t;
     let b = body(b)?;
     let limit = b.limit.unwrap_or(MAX_PAGE);
-    if b.members.len() > MAX_MEMBERS || !(1..=MAX_PAGE).contains(&limit) {
+    let members = members_of(b.members, b.members_b64)?;
+    if members.len() > MAX_MEMBERS || !(1..=MAX_PAGE).contains(&limit) {
         return Err(ApiError::bad(format!(
             "at most {MAX_MEMBERS} `members`, and `limit` 1 to {MAX_PAGE}"
         )));
     }
-    let members: Vec<Vec<u8>> = b.members.into_iter().map(String::into_bytes).collect();
     let requeued = t.queue.requeue_dead(&members, limit).await?;
     act.audit("requeue", requeued);
     Ok(Json(json!({ "requeued": requeued })))

@@ -7,8 +7,8 @@ use crate::config::{MessageFormat, PayloadMode, TriggerConfig};
 use crate::keys::{shard_of, QueueKeys};
 use crate::redis::conn::Conn;
 use crate::redis::store::{
-    Cursor, DeadLetter, DeadPage, Forecast, Found, IdScheme, Lookup, Page, Purge, QueueStats,
-    Store, StoreError,
+    Cursor, DeadLetter, DeadPage, Forecast, IdScheme, Lookup, Page, Purge, QueueStats, Store,
+    StoreError,
 };
 
 mod layout;
@@ -190,19 +190,6 @@ impl Queue {
             n += each(s).await?;
         }
         Ok(n)
-    }
-
-    /// Where `member` is, on whichever shard holds it (its own first).
-    pub(crate) async fn find(&self, member: &[u8]) -> Result<Found, StoreError> {
-        let mut first = None;
-        for s in self.looking_for(member) {
-            let found = s.find(member).await?;
-            if !found.places.is_empty() || found.body_size.is_some() {
-                return Ok(found);
-            }
-            first.get_or_insert(found);
-        }
-        Ok(first.expect("a queue has at least one shard"))
     }
 
     /// How the queue's consumer ids are made.

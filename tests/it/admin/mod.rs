@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 mod access;
 mod bounded;
+mod members;
 mod openapi;
 mod sharded;
 

@@ -110,7 +110,8 @@ async fn reads_of_dead_letters_leases_and_history(api: &mut Api, r: &mut Conn, k
     let inflight = api.get(INFLIGHT, "api", "?limit=10").await.json();
     assert_eq!(
         inflight["items"],
-        json!([{"member": "leased-0", "lease_deadline_ms": lease}])
+        json!([{"member": "leased-0", "lease_deadline_ms": lease,
+                "id": delay_bridge::wire::MessageId::new(key, b"leased-0").as_str()}])
     );
     assert!(inflight["now_ms"].as_i64().unwrap() > 0);
     let _: () = redis::cmd("DEL")

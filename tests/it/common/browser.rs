@@ -184,6 +184,18 @@ impl Browser {
         .await;
     }
 
+    /// Makes the page's viewport `width` x `height` CSS pixels (Chromium's DevTools emulation).
+    pub async fn viewport(&self, width: u32, height: u32) {
+        let params =
+            json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false});
+        self.session(
+            "POST",
+            "/goog/cdp/execute",
+            Some(json!({"cmd": "Emulation.setDeviceMetricsOverride", "params": params})),
+        )
+        .await;
+    }
+
     /// A PNG of the viewport, written to `path`.
     pub async fn screenshot(&self, path: &std::path::Path) {
         let v = self.session("GET", "/screenshot", None).await;

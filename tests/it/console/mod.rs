@@ -1,7 +1,8 @@
 //! The web console in a real headless Chromium against a running bridge, real Redis and
 //! RabbitMQ: the numbers match Redis, pause holds everything, resume delivers, a dead letter
 //! is requeued from the page; history charts, paged dead letters, bulk actions, the message
-//! drawer, search, stale numbers and dark mode; screenshots land in `target/tmp/console/`.
+//! drawer, search, stale numbers and dark mode; links, the search by the id consumers see and
+//! the page's width (`links.rs`); screenshots land in `target/tmp/console/`.
 
 use crate::common;
 
@@ -14,6 +15,7 @@ use common::*;
 use delay_bridge::keys::QueueKeys;
 use serde_json::Value;
 
+mod links;
 mod page;
 mod parts;
 
