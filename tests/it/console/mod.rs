@@ -324,3 +324,51 @@ async fn the_console_marks_its_numbers_stale_when_redis_or_the_bridge_is_gone() 
     );
     cleanup_keys(&mut r, &key).await;
 }
+
+/// A trigger whose exchange is missing is held: its row says `held` and names the exchange
+/// within 10 s, and says `active` again once the exchange exists and the message went out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_a_held_trigger_and_why() {
+    let (mut r, capture, key, _) = console_queue("held").await;
+    let exchange = unique("console-missing");
+    let (port, admin_port) = (free_port(), free_port());
+    let to =
+        format!("exchange = \"{exchange}\"\nrouting_key = \"held\"\nguard_interval = \"200ms\"\n");
+    let config = base_config(port)
+        + &format!("\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n")
+        + &trigger("held", &key, "rabbit", &to);
+    let bridge = Bridge::start_with_env(&config, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)])
+        .ready(Duration::from_secs(20))
+        .await;
+    schedule_now(&mut r, &key, ["waiting"]).await;
+    let browser = open_console(admin_port, Some(TOKEN)).await;
+    let want = format!("held: exchange `{exchange}` does not exist");
+    browser
+        .wait_js(&field("held", "state"), Duration::from_secs(10), |v| {
+            v.as_str().is_some_and(|s| s.starts_with(&want))
+        })
+        .await;
+    browser.screenshot(&shots().join("console-held.png")).await;
+
+    let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.exchange_declare(
+        &exchange,
+        lapin::ExchangeKind::Direct,
+        Default::default(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    capture.bind(&exchange, "held").await;
+    bridge.expect_arrivals(1, WAIT, || capture.count()).await;
+    browser.wait_field("held", "state", "active").await;
+    browser.assert_no_error().await;
+    ch.exchange_delete(&exchange, Default::default())
+        .await
+        .unwrap();
+    bridge.assert_no_panic();
+    cleanup_keys(&mut r, &key).await;
+}
