@@ -337,9 +337,8 @@ async fn the_console_shows_a_held_trigger_and_why() {
     let config = base_config(port)
         + &format!("\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n")
         + &trigger("held", &key, "rabbit", &to);
-    let bridge = Bridge::start_with_env(&config, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)])
-        .ready(Duration::from_secs(20))
-        .await;
+    // Never ready while held: `/readyz` names the trigger.
+    let bridge = Bridge::start_with_env(&config, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)]);
     schedule_now(&mut r, &key, ["waiting"]).await;
     let browser = open_console(admin_port, Some(TOKEN)).await;
     let want = format!("held: exchange `{exchange}` does not exist");
@@ -365,6 +364,7 @@ async fn the_console_shows_a_held_trigger_and_why() {
     capture.bind(&exchange, "held").await;
     bridge.expect_arrivals(1, WAIT, || capture.count()).await;
     browser.wait_field("held", "state", "active").await;
+    bridge.expect_readyz(200, WAIT).await;
     browser.assert_no_error().await;
     ch.exchange_delete(&exchange, Default::default())
         .await
