@@ -9,7 +9,8 @@
 //! producers share), `redis` (the connection, the scripts, the calls on a queue, checks,
 //! keyspace notifications), `sink`
 //! (brokers and endpoints), `worker` (claim/publish/settle loop), `housekeeping` (recovery,
-//! dead-letter forwarding), `ingress` (delayed messages taken in from brokers), `bridge` (the
+//! dead-letter forwarding), `ingress` (delayed messages taken in from brokers), `schedule`
+//! (recurring schedules whose ticks are enqueued once across bridges), `bridge` (the
 //! daemon), `http`, `health`, `metrics` and `repeat` (observability), `cli` (commands). See
 //! ARCHITECTURE.md.
 //!
@@ -33,6 +34,7 @@ pub mod keys;
 pub mod metrics;
 pub mod redis;
 pub(crate) mod repeat;
+pub mod schedule;
 pub mod secret;
 pub mod sink;
 pub(crate) mod tls;

@@ -6,6 +6,8 @@ pub const HEADER_TRIGGER: &str = "x-delay-trigger";
 pub const HEADER_DUE_MS: &str = "x-delay-due-ms";
 /// Header with the attempt number: 1 for the first delivery.
 pub const HEADER_ATTEMPT: &str = "x-delay-attempt";
+/// Header: the schedule whose tick a message is.
+pub const HEADER_SCHEDULE: &str = "x-delay-schedule";
 /// Kafka header with the message id (AMQP carries it in the `message_id` property).
 pub const HEADER_ID: &str = "x-delay-id";
 /// A forwarded dead letter's reason label (`nack`, `too_large`, `bad_envelope`, ...).

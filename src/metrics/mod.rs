@@ -2,10 +2,12 @@
 
 mod dead_log;
 mod ingress;
+mod schedule;
 mod series;
 mod trigger;
 
 pub use ingress::{IngressMetrics, REFUSALS as INGRESS_REFUSALS};
+pub use schedule::ScheduleMetrics;
 pub use series::{Cells, TriggerSeries};
 pub use trigger::TriggerMetrics;
 
@@ -51,6 +53,8 @@ pub struct Metrics {
     pub notifications_enabled: Gauge,
     /// Messages taken from brokers by ingresses.
     pub ingress: IngressMetrics,
+    /// Schedules' missed ticks and next fires.
+    pub schedules: ScheduleMetrics,
 }
 
 const PREFIX: &str = "delay_bridge";
@@ -153,6 +157,7 @@ impl Metrics {
             ),
             notifications_enabled,
             ingress: IngressMetrics::new(&registry),
+            schedules: ScheduleMetrics::new(&registry),
             registry,
             process: process_registry(),
         };
