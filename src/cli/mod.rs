@@ -24,6 +24,7 @@ mod check;
 mod health;
 mod operate;
 mod queue;
+mod schedule;
 mod text;
 mod when;
 
@@ -126,6 +127,9 @@ pub enum Command {
     /// Inspect and replay dead letters.
     #[command(subcommand)]
     DeadLetter(DeadLetter),
+    /// Recurring schedules: check an expression's next fire times.
+    #[command(subcommand)]
+    Schedule(schedule::ScheduleCommand),
     /// Measure forwarding rate, lateness and idle cost against the local Redis and a broker
     /// (runs `delay-bridge-bench` from the same directory with these arguments; `bench --help`).
     #[command(disable_help_flag = true)]
@@ -311,6 +315,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
             limit,
             yes,
         }) => with_config(&config, |c| dead_requeue(c, trigger, members, limit, yes)).await,
+        Command::Schedule(c) => schedule::schedule(c),
         Command::Health(args) => return health::health(args).await,
         Command::Bench { args } => bench(args),
         Command::Consume {

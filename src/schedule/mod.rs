@@ -53,3 +53,10 @@ impl Cron {
         Some(next.timestamp_millis())
     }
 }
+
+/// The local clock, epoch ms.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

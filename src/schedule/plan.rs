@@ -126,7 +126,10 @@ mod tests {
         assert_eq!(capped.ticks, vec![8000, 9000, 10_000, 11_000]);
         assert_eq!(capped.left_out, 4);
         // A mark still to come: nothing to offer.
-        assert_eq!(plan(Some(12_000), 10_500, policy(Misfire::All, 2), every(1000)), Plan::default());
+        assert_eq!(
+            plan(Some(12_000), 10_500, policy(Misfire::All, 2), every(1000)),
+            Plan::default()
+        );
     }
 
     #[test]

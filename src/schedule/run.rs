@@ -2,12 +2,12 @@
 //! enqueued tick falls due and runs the schedule script, which enqueues the next tick (so each
 //! tick waits in the queue before its time and the ordinary claim delivers it on time).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use super::plan::{plan, Policy};
-use super::{tick, Cron};
+use super::{now_ms as local_ms, tick, Cron};
 use crate::config::ScheduleConfig;
 use crate::metrics::ScheduleMetrics;
 use crate::redis::store::{Enqueued, Mark, Offer, Store};
@@ -84,7 +84,10 @@ async fn fire(
     due: &[usize],
     metrics: &ScheduleMetrics,
 ) -> Result<i64, crate::redis::store::StoreError> {
-    let names: Vec<&str> = due.iter().map(|&i| entries[i].config.name.as_str()).collect();
+    let names: Vec<&str> = due
+        .iter()
+        .map(|&i| entries[i].config.name.as_str())
+        .collect();
     let (mut now, marks) = store.schedule_marks(&names).await?;
     for (&i, mut mark) in due.iter().zip(marks) {
         let e = &mut entries[i];
@@ -119,7 +122,12 @@ async fn fire(
 }
 
 /// One run of the script from `mark` at `now`.
-async fn step(store: &Store, e: &Entry, mark: &Mark, now: i64) -> Result<Enqueued, crate::redis::store::StoreError> {
+async fn step(
+    store: &Store,
+    e: &Entry,
+    mark: &Mark,
+    now: i64,
+) -> Result<Enqueued, crate::redis::store::StoreError> {
     let c = &e.config;
     let policy = Policy {
         misfire: c.misfire,
@@ -171,7 +179,9 @@ fn wake(e: &Entry, done: &Enqueued, now: i64) -> i64 {
     match done.mark_ms {
         _ if done.paused => now + RETRY,
         Some(mark) if mark > now => mark,
-        Some(mark) if done.waiting => (mark.saturating_add(grace) + 1).max(now + 1).min(now + RETRY),
+        Some(mark) if done.waiting => (mark.saturating_add(grace) + 1)
+            .max(now + 1)
+            .min(now + RETRY),
         Some(mark) => match e.cron.next_after(mark) {
             Some(next) if next <= now => now + 1,
             Some(next) => next,
@@ -179,11 +189,4 @@ fn wake(e: &Entry, done: &Enqueued, now: i64) -> i64 {
         },
         None => e.cron.next_after(now).unwrap_or(i64::MAX),
     }
-}
-
-/// The local clock, epoch ms.
-fn local_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

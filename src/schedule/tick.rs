@@ -67,7 +67,10 @@ mod tests {
             })
         );
         // An empty body is still a body.
-        assert_eq!(parse(&member("n", 5, Some(b""))).unwrap().body, Some(&b""[..]));
+        assert_eq!(
+            parse(&member("n", 5, Some(b""))).unwrap().body,
+            Some(&b""[..])
+        );
         assert_eq!(parse(b"plain payload"), None);
         assert_eq!(parse(b"\0delay-bridge:tick\0n\0x"), None);
     }
