@@ -40,6 +40,7 @@ mod producers;
 mod rabbit_cluster;
 mod refusals;
 mod reload;
+mod schedules;
 mod security;
 mod tls;
 mod wakeup;
