@@ -12,8 +12,8 @@ pub use series::{Cells, TriggerSeries};
 pub use trigger::TriggerMetrics;
 
 use prometheus::{
-    exponential_buckets, Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    exponential_buckets, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Handles to the bridge's metrics. Labels are bounded: trigger, sink, reason, state.
@@ -94,6 +94,12 @@ impl Metrics {
                 IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
             )
         };
+        let float_gauge = |name: &str, help: &str, labels: &[&str]| {
+            registered(
+                &registry,
+                GaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
+            )
+        };
         let latency_buckets = exponential_buckets(0.0001, 2.0, 18).expect("valid buckets");
         let size_buckets = exponential_buckets(1.0, 2.0, 14).expect("valid buckets");
 
@@ -157,7 +163,18 @@ impl Metrics {
             ),
             notifications_enabled,
             ingress: IngressMetrics::new(&registry),
-            schedules: ScheduleMetrics::new(&registry),
+            schedules: ScheduleMetrics {
+                missed: counter(
+                    "schedule_missed_ticks_total",
+                    "Ticks of a schedule skipped or dropped under its misfire policy",
+                    &["trigger", "schedule"],
+                ),
+                next_fire: float_gauge(
+                    "schedule_next_fire_timestamp_seconds",
+                    "When a schedule's next tick fires, epoch seconds",
+                    &["trigger", "schedule"],
+                ),
+            },
             registry,
             process: process_registry(),
         };

@@ -1,9 +1,9 @@
 //! The schedule metrics: missed ticks and each schedule's next fire, by trigger and schedule.
 
-use prometheus::{GaugeVec, IntCounterVec, Opts, Registry};
+use prometheus::{GaugeVec, IntCounterVec};
 
-/// Handles to the schedule metrics, labelled by trigger and schedule (names from the config
-/// or from `schedule add`, bounded like triggers).
+/// Handles to the schedule metrics, labelled by trigger and schedule (names from the config,
+/// bounded like triggers); registered with the others in `metrics/mod.rs`.
 #[derive(Clone)]
 pub struct ScheduleMetrics {
     /// Ticks skipped or dropped under the misfire policy.
@@ -13,34 +13,6 @@ pub struct ScheduleMetrics {
 }
 
 impl ScheduleMetrics {
-    /// Creates and registers them in `registry`.
-    pub fn new(registry: &Registry) -> Self {
-        let labels = &["trigger", "schedule"];
-        let missed = IntCounterVec::new(
-            Opts::new(
-                "schedule_missed_ticks_total",
-                "Ticks of a schedule skipped or dropped under its misfire policy",
-            ),
-            labels,
-        )
-        .expect("valid metric");
-        let next_fire = GaugeVec::new(
-            Opts::new(
-                "schedule_next_fire_timestamp_seconds",
-                "When a schedule's next tick fires, epoch seconds",
-            ),
-            labels,
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(missed.clone()))
-            .expect("unique metric");
-        registry
-            .register(Box::new(next_fire.clone()))
-            .expect("unique metric");
-        Self { missed, next_fire }
-    }
-
     /// Makes the series of `schedule` of `trigger` exist (the counter at 0) and sets its next
     /// fire.
     pub fn start(&self, trigger: &str, schedule: &str, next_fire_ms: Option<i64>) {
