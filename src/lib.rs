@@ -10,7 +10,8 @@
 //! keyspace notifications), `sink`
 //! (brokers and endpoints), `worker` (claim/publish/settle loop), `housekeeping` (recovery,
 //! dead-letter forwarding), `ingress` (delayed messages taken in from brokers), `schedule`
-//! (recurring schedules whose ticks are enqueued once across bridges), `bridge` (the
+//! (recurring schedules whose ticks are enqueued once across bridges; `cron`, their
+//! expressions and time zones), `bridge` (the
 //! daemon), `http`, `health`, `metrics` and `repeat` (observability), `cli` (commands). See
 //! ARCHITECTURE.md.
 //!
@@ -25,6 +26,7 @@ pub(crate) mod backoff;
 pub mod bridge;
 pub(crate) mod cli;
 pub mod config;
+pub mod cron;
 pub(crate) mod envelope;
 pub(crate) mod health;
 pub(crate) mod housekeeping;

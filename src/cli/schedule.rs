@@ -4,7 +4,7 @@
 use clap::Subcommand;
 
 use crate::config::{Config, Trigger};
-use crate::schedule::Cron;
+use crate::cron::Cron;
 
 /// `schedule` subcommands.
 #[derive(Debug, Subcommand)]
@@ -55,12 +55,12 @@ pub(crate) fn next_lines(
     count: usize,
 ) -> Result<Vec<String>, String> {
     let parsed = Cron::parse(cron, timezone)?;
-    let tz = crate::schedule::zone(timezone)?;
+    let tz = crate::cron::zone(timezone)?;
     let mut at = match from {
         Some(text) => chrono::DateTime::parse_from_rfc3339(text)
             .map_err(|e| format!("--from `{text}` is not an RFC 3339 time: {e}"))?
             .timestamp_millis(),
-        None => crate::schedule::now_ms(),
+        None => crate::cron::now_ms(),
     };
     let mut lines = Vec::with_capacity(count);
     for _ in 0..count {
@@ -96,7 +96,7 @@ pub(super) fn schedule_lines(t: &Trigger) {
     for s in &t.schedules {
         let next = Cron::parse(&s.cron, &s.timezone)
             .ok()
-            .and_then(|c| c.next_after(crate::schedule::now_ms()))
+            .and_then(|c| c.next_after(crate::cron::now_ms()))
             .map_or_else(|| "none".to_string(), |ms| rfc3339(ms, None));
         say!(
             "trigger {} schedule {}: cron=\"{}\" timezone={} misfire={} misfire_grace={} catch_up_limit={} next={next}",
@@ -116,7 +116,7 @@ pub(super) fn tzdata_line(config: &Config) {
     if config.triggers.iter().any(|t| !t.schedules.is_empty()) {
         say!(
             "time zones: IANA tzdb {} (built in)",
-            crate::schedule::tz_version()
+            crate::cron::tz_version()
         );
     }
 }

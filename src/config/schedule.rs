@@ -99,10 +99,10 @@ pub(super) fn schedule_problems(
         } else if !names.insert(s.name.as_str()) {
             push(k("name"), format!("duplicate schedule name `{}`", s.name));
         }
-        if let Err(why) = crate::schedule::Cron::parse(&s.cron, "UTC") {
+        if let Err(why) = crate::cron::Cron::parse(&s.cron, "UTC") {
             push(k("cron"), why);
         }
-        if let Err(why) = crate::schedule::zone(&s.timezone) {
+        if let Err(why) = crate::cron::zone(&s.timezone) {
             push(k("timezone"), why);
         }
         if s.misfire_grace.is_zero() {

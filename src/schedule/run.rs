@@ -7,8 +7,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::plan::{plan, Policy};
-use super::{now_ms as local_ms, tick, Cron};
+use super::tick;
 use crate::config::ScheduleConfig;
+use crate::cron::{now_ms as local_ms, Cron};
 use crate::metrics::ScheduleMetrics;
 use crate::redis::store::{Enqueued, Mark, Offer, Store};
 
