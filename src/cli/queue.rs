@@ -35,6 +35,7 @@ pub(super) fn queue_for(config: &Config, conn: Conn, trigger: &str) -> anyhow::R
 pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::Result<i32> {
     let conn = connect(&config).await?;
     let mut rows = Vec::new();
+    let mut schedule_rows = Vec::new();
     for t in &config.triggers {
         let queue = queue_for(&config, conn.clone(), &t.name)?;
         let each = queue.shard_stats().await?;
@@ -44,13 +45,19 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
             .map(|s| s.keys().source.clone())
             .collect();
         let stranded = queue.stranded().await?;
+        let schedules = super::schedule::schedule_rows(&queue.shards()[0], t).await?;
         rows.push((t.name.clone(), QueueStats::sum(&each), keys, each, stranded));
+        schedule_rows.push(schedules);
     }
     if json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(name, s, keys, each, stranded)| {
+            .zip(&schedule_rows)
+            .map(|((name, s, keys, each, stranded), schedules)| {
                 let mut row = serde_json::json!({"trigger": name, "stats": s});
+                if !schedules.is_empty() {
+                    row["schedules"] = serde_json::json!(schedules);
+                }
                 if !stranded.is_empty() {
                     row["unserved_keys"] = serde_json::json!(stranded);
                 }
@@ -89,8 +96,9 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
         );
     };
     let mut unserved = Vec::new();
-    for (name, s, keys, each, stranded) in rows {
+    for ((name, s, keys, each, stranded), schedules) in rows.into_iter().zip(&schedule_rows) {
         line(&name, &s);
+        super::schedule::say_rows(schedules);
         if shards && each.len() > 1 {
             for (key, s) in keys.iter().zip(&each) {
                 line(&format!("  {key}"), s);

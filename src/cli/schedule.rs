@@ -170,3 +170,61 @@ mod tests {
         assert!(next_lines("0 30 2 * * *", "UTC", Some("yesterday"), 1).is_err());
     }
 }
+
+/// One schedule as `stats` shows it.
+#[derive(Debug, serde::Serialize)]
+pub(super) struct ScheduleRow {
+    /// The schedule's name.
+    pub name: String,
+    /// The last tick fired (enqueued and due), epoch ms.
+    pub last_fire_ms: Option<i64>,
+    /// The next tick to fire, epoch ms.
+    pub next_fire_ms: Option<i64>,
+}
+
+/// The schedules of `t` with their last and next fire, read from the marks in `store` (the
+/// trigger's first shard).
+pub(super) async fn schedule_rows(
+    store: &crate::redis::store::Store,
+    t: &Trigger,
+) -> anyhow::Result<Vec<ScheduleRow>> {
+    if t.schedules.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<&str> = t.schedules.iter().map(|s| s.name.as_str()).collect();
+    let (now, marks) = store.schedule_marks(&names).await?;
+    let mut rows = Vec::new();
+    for (s, mark) in t.schedules.iter().zip(marks) {
+        let cron = Cron::parse(&s.cron, &s.timezone).ok();
+        let next = match (mark.tick_ms, &cron) {
+            (Some(m), _) if m > now || mark.waiting => Some(m),
+            (Some(m), Some(c)) => c.next_after(m.max(now)),
+            (None, Some(c)) => c.next_after(now),
+            (_, None) => None,
+        };
+        let last = match (mark.tick_ms, &cron) {
+            (Some(m), Some(c)) if m > now || mark.waiting => c.prev_before(m).filter(|_| m > now),
+            (Some(m), _) => Some(m),
+            (None, _) => None,
+        };
+        rows.push(ScheduleRow {
+            name: s.name.clone(),
+            last_fire_ms: last,
+            next_fire_ms: next,
+        });
+    }
+    Ok(rows)
+}
+
+/// `stats`' lines of a trigger's schedules.
+pub(super) fn say_rows(rows: &[ScheduleRow]) {
+    let at = |ms: Option<i64>| ms.map_or_else(|| "-".to_string(), |ms| rfc3339(ms, None));
+    for r in rows {
+        say!(
+            "  schedule {}: last fire {}, next fire {}",
+            r.name,
+            at(r.last_fire_ms),
+            at(r.next_fire_ms)
+        );
+    }
+}

@@ -46,6 +46,16 @@ impl Cron {
     }
 }
 
+impl Cron {
+    /// The last tick strictly before `ms` (epoch ms), epoch ms; `None` when there is none.
+    pub fn prev_before(&self, ms: i64) -> Option<i64> {
+        let at: DateTime<Utc> = Utc.timestamp_millis_opt(ms).single()?;
+        let local = at.with_timezone(&self.tz);
+        let prev = self.cron.find_previous_occurrence(&local, false).ok()?;
+        Some(prev.timestamp_millis())
+    }
+}
+
 /// The local clock, epoch ms.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -179,6 +179,24 @@ async fn a_reload_changes_the_cron() {
     assert!(ticks(&capture, "s")
         .iter()
         .all(|(t, _)| (t / 1000) % 2 == 0));
+    // `stats` shows the schedule's last and next fire; `check` the tzdb release.
+    let stats = cli(&["stats", "--json"], &even, &[]);
+    let v: serde_json::Value = serde_json::from_str(&stats.stdout).expect("stats --json");
+    let row = &v[0]["schedules"][0];
+    assert_eq!(row["name"], "s", "{v}");
+    let (last, next) = (row["last_fire_ms"].as_i64(), row["next_fire_ms"].as_i64());
+    assert!(
+        last.is_some_and(|l| l % 2000 == 0)
+            && next.is_some_and(|n| n % 2000 == 0 && n > last.unwrap()),
+        "{v}"
+    );
+    let (code, said) = check(&even);
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.contains("time zones: IANA tzdb 20")
+            && said.contains("schedule s: cron=\"*/2 * * * * *\""),
+        "{said}"
+    );
     let odd = config(port, &key, &capture, &schedule("s", "1-59/2 * * * * *", ""));
     bridge.rewrite_config(&odd);
     bridge.signal(1);
