@@ -9,7 +9,9 @@
 //! producers share), `redis` (the connection, the scripts, the calls on a queue, checks,
 //! keyspace notifications), `sink`
 //! (brokers and endpoints), `worker` (claim/publish/settle loop), `housekeeping` (recovery,
-//! dead-letter forwarding), `ingress` (delayed messages taken in from brokers), `bridge` (the
+//! dead-letter forwarding), `ingress` (delayed messages taken in from brokers), `schedule`
+//! (recurring schedules whose ticks are enqueued once across bridges; `cron`, their
+//! expressions and time zones), `bridge` (the
 //! daemon), `http`, `health`, `metrics` and `repeat` (observability), `cli` (commands). See
 //! ARCHITECTURE.md.
 //!
@@ -24,6 +26,7 @@ pub(crate) mod backoff;
 pub mod bridge;
 pub(crate) mod cli;
 pub mod config;
+pub mod cron;
 pub(crate) mod envelope;
 pub(crate) mod health;
 pub(crate) mod housekeeping;
@@ -33,6 +36,7 @@ pub mod keys;
 pub mod metrics;
 pub mod redis;
 pub(crate) mod repeat;
+pub mod schedule;
 pub mod secret;
 pub mod sink;
 pub(crate) mod tls;

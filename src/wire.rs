@@ -9,6 +9,8 @@ pub const HEADER_ATTEMPT: &str = "x-delay-attempt";
 /// AMQP header with a number unique to one publish: a returned message is matched to its
 /// publish by it, never by an id a producer chose.
 pub const HEADER_PUBLISH: &str = "x-delay-publish";
+/// Header: the schedule whose tick a message is.
+pub const HEADER_SCHEDULE: &str = "x-delay-schedule";
 /// Kafka header with the message id (AMQP carries it in the `message_id` property).
 pub const HEADER_ID: &str = "x-delay-id";
 /// A forwarded dead letter's reason label (`nack`, `too_large`, `bad_envelope`, ...).

@@ -148,6 +148,17 @@ impl Running {
             let run = ingress.run(sink.clone(), stop.clone());
             s.workers.spawn(workers.track_future(run));
         }
+        if !tc.schedules.is_empty() {
+            // In the first shard's slot: the marks and the ticks live beside its queue.
+            let run = crate::schedule::run(
+                tc.name.clone(),
+                shards[0].store.clone(),
+                tc.schedules.clone(),
+                s.metrics.schedules.clone(),
+                stop.clone(),
+            );
+            s.workers.spawn(workers.track_future(run));
+        }
         workers.close();
         self.entries.insert(
             tc.name.clone(),
@@ -171,6 +182,9 @@ impl Running {
         };
         e.stop.cancel();
         self.shared.health.set_paused(name, false);
+        for schedule in &e.config.schedules {
+            self.shared.metrics.schedules.remove(name, &schedule.name);
+        }
         self.shared.tasks.spawn(async move {
             if tokio::time::timeout(timeout, e.workers.wait())
                 .await

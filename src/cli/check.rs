@@ -67,7 +67,9 @@ pub(super) async fn check(arg: &ConfigArg, connect: bool) -> i32 {
     }
     for t in &config.triggers {
         trigger_line(&config, t);
+        super::schedule::schedule_lines(t);
     }
+    super::schedule::tzdata_line(&config);
     if config.redis.mode == crate::config::RedisMode::Cluster {
         shard_map(&config).await;
     }

@@ -26,6 +26,7 @@ mod connect;
 mod health;
 mod operate;
 mod queue;
+mod schedule;
 mod show;
 mod text;
 mod when;
@@ -113,6 +114,9 @@ pub enum Command {
     /// Inspect and replay dead letters.
     #[command(subcommand)]
     DeadLetter(DeadLetter),
+    /// Recurring schedules: check an expression's next fire times.
+    #[command(subcommand)]
+    Schedule(schedule::ScheduleCommand),
     /// Measure forwarding rate, lateness and idle cost against the local Redis and a broker
     /// (runs `delay-bridge-bench` from the same directory with these arguments; `bench --help`).
     #[command(disable_help_flag = true)]
@@ -302,6 +306,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
             }
             Err(e) => Err(e),
         },
+        Command::Schedule(c) => schedule::schedule(c),
         Command::Health(args) => return health::health(args).await,
         Command::Bench { args } => bench(args),
         Command::Consume {

@@ -40,6 +40,7 @@ pub(super) fn queue_for(config: &Config, conn: Conn, trigger: &str) -> anyhow::R
 pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::Result<i32> {
     let conn = connect(&config).await?;
     let mut rows = Vec::new();
+    let mut schedule_rows = Vec::new();
     for t in &config.triggers {
         let queue = queue_for(&config, conn.clone(), &t.name)?;
         let each = queue.shard_stats().await?;
@@ -49,6 +50,7 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
             .map(|s| s.keys().source.clone())
             .collect();
         let stranded = queue.stranded().await?;
+        let schedules = super::schedule::schedule_rows(&queue.shards()[0], t).await?;
         let held = queue.held().await?;
         rows.push((
             t.name.clone(),
@@ -58,17 +60,22 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
             stranded,
             held,
         ));
+        schedule_rows.push(schedules);
     }
     if json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(name, s, keys, each, stranded, held)| {
+            .zip(&schedule_rows)
+            .map(|((name, s, keys, each, stranded, held), schedules)| {
                 let mut row = serde_json::json!({
                     "trigger": name,
                     "state": state(s, held.as_ref()),
                     "stats": s,
                     "held": held,
                 });
+                if !schedules.is_empty() {
+                    row["schedules"] = serde_json::json!(schedules);
+                }
                 if !stranded.is_empty() {
                     row["unserved_keys"] = serde_json::json!(stranded);
                 }
@@ -110,7 +117,7 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
         );
     };
     let mut unserved = Vec::new();
-    for (name, s, keys, each, stranded, held) in rows {
+    for ((name, s, keys, each, stranded, held), schedules) in rows.into_iter().zip(&schedule_rows) {
         line(&name, &s, state(&s, held.as_ref()));
         if let Some(h) = &held {
             // Why, on the line under the trigger's.
@@ -120,6 +127,7 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
                 super::text::ms_text(h.since_ms)
             );
         }
+        super::schedule::say_rows(schedules);
         if shards && each.len() > 1 {
             for (key, s) in keys.iter().zip(&each) {
                 line(&format!("  {key}"), s, state(s, None));

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ingress::IngressConfig;
 use super::route::Destination;
+use super::schedule::ScheduleConfig;
 
 /// How a trigger finds the message body.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -178,6 +179,10 @@ pub struct TriggerConfig {
     /// and `format = "envelope"`. (Boxed: most triggers have none, and every trigger's
     /// settings are held for as long as it runs.)
     pub ingress: Option<Box<IngressConfig>>,
+    /// `[[triggers.schedules]]`: recurring schedules whose every tick is a message of this
+    /// trigger, due at the tick (see "Recurring schedules").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<ScheduleConfig>,
 }
 
 fn default_shards() -> u32 {

@@ -2,16 +2,18 @@
 
 mod dead_log;
 mod ingress;
+mod schedule;
 mod series;
 mod trigger;
 
 pub use ingress::{IngressMetrics, REFUSALS as INGRESS_REFUSALS};
+pub use schedule::ScheduleMetrics;
 pub use series::{Cells, TriggerSeries};
 pub use trigger::TriggerMetrics;
 
 use prometheus::{
-    exponential_buckets, Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    exponential_buckets, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Handles to the bridge's metrics. Labels are bounded: trigger, sink, reason, state.
@@ -51,6 +53,8 @@ pub struct Metrics {
     pub notifications_enabled: Gauge,
     /// Messages taken from brokers by ingresses.
     pub ingress: IngressMetrics,
+    /// Schedules' missed ticks and next fires.
+    pub schedules: ScheduleMetrics,
 }
 
 const PREFIX: &str = "delay_bridge";
@@ -88,6 +92,12 @@ impl Metrics {
             registered(
                 &registry,
                 IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
+            )
+        };
+        let float_gauge = |name: &str, help: &str, labels: &[&str]| {
+            registered(
+                &registry,
+                GaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
             )
         };
         let latency_buckets = exponential_buckets(0.0001, 2.0, 18).expect("valid buckets");
@@ -153,6 +163,18 @@ impl Metrics {
             ),
             notifications_enabled,
             ingress: IngressMetrics::new(&registry),
+            schedules: ScheduleMetrics {
+                missed: counter(
+                    "schedule_missed_ticks_total",
+                    "Ticks of a schedule skipped or dropped under its misfire policy",
+                    &["trigger", "schedule"],
+                ),
+                next_fire: float_gauge(
+                    "schedule_next_fire_timestamp_seconds",
+                    "When a schedule's next tick fires, epoch seconds",
+                    &["trigger", "schedule"],
+                ),
+            },
             registry,
             process: process_registry(),
         };

@@ -238,7 +238,7 @@ async fn publish(
         .map(|((c, p), &i)| OutMessage {
             payload: &p.body,
             member: &c.member,
-            due_ms: c.due_ms,
+            due_ms: p.tick_ms.unwrap_or(c.due_ms),
             attempt: c.attempt,
             id: p
                 .properties

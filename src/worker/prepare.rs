@@ -4,9 +4,10 @@ use std::borrow::Cow;
 
 use super::route::{routing_key_at, url_at};
 use crate::config::{AmqpRouting, Destination, HttpTarget, MessageFormat, TriggerConfig};
-use crate::envelope::{self, Properties};
+use crate::envelope::{self, HeaderValue, Properties};
 use crate::redis::store::{Body, Claimed};
 use crate::sink::PublishError;
+use crate::wire::HEADER_SCHEDULE;
 
 /// What is published for one member.
 #[derive(Debug)]
@@ -21,6 +22,8 @@ pub(super) struct Prepared<'a> {
     pub url: Option<String>,
     /// Kafka: the message's own topic (envelope), if any, allowed by `allowed_topics`.
     pub topic: Option<String>,
+    /// A schedule's tick: the tick time, the due time consumers see whatever its retries.
+    pub tick_ms: Option<i64>,
 }
 
 /// Makes `c` ready to publish, or says why it must not be: `now_ms` is the claim's time on
@@ -31,10 +34,12 @@ pub(super) fn prepare<'a>(
     c: &'a Claimed,
     now_ms: i64,
 ) -> Result<Prepared<'a>, PublishError> {
+    // A schedule's tick: its member names the schedule and carries the body inline.
+    let tick = crate::schedule::tick::parse(&c.member);
     let payload = match &c.body {
         Body::Missing => return Err(PublishError::MissingBody),
         Body::TooLarge(_) => return Err(PublishError::TooLarge),
-        Body::Member => c.member.as_slice(),
+        Body::Member => tick.as_ref().and_then(|t| t.body).unwrap_or(&c.member),
         Body::Stored(body) => body.as_slice(),
     };
     let (body, properties) = match cfg.format {
@@ -48,6 +53,17 @@ pub(super) fn prepare<'a>(
             let e = envelope::parse(payload, broker).map_err(PublishError::BadEnvelope)?;
             (Cow::Owned(e.body), Some(e.properties))
         }
+    };
+    let properties = match &tick {
+        Some(t) => {
+            let mut p = properties.unwrap_or_default();
+            p.headers
+                .retain(|(name, _)| !name.eq_ignore_ascii_case(HEADER_SCHEDULE));
+            p.headers
+                .push((HEADER_SCHEDULE.into(), HeaderValue::Text(t.schedule.into())));
+            Some(p)
+        }
+        None => properties,
     };
     // Lateness is measured from the score; a score of 0 or below (or -inf) means "now" and
     // has no due time to be late against.
@@ -116,5 +132,6 @@ pub(super) fn prepare<'a>(
         properties,
         url,
         topic,
+        tick_ms: tick.map(|t| t.tick_ms),
     })
 }

@@ -103,6 +103,11 @@ fn sections() -> Vec<Section> {
             key: "triggers[0].ingress",
             heading: "`[triggers.ingress]`",
         },
+        Section {
+            toml: "[[triggers]]\nname = \"t\"\nkey = \"delay:{t}\"\nsink = \"rabbit\"\nexchange = \"\"\n[[triggers.schedules]]\nname = \"s\"\ncron = \"* * * * *\"\nbody = \"\"\n{P}\n",
+            key: "triggers[0].schedules[0]",
+            heading: "`[[triggers.schedules]]`",
+        },
     ]
 }
 

@@ -47,6 +47,7 @@ mod quick_start;
 mod rabbit_cluster;
 mod refusals;
 mod reload;
+mod schedules;
 mod security;
 mod sentinel;
 mod tls;

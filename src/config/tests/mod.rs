@@ -11,6 +11,7 @@ use figment::{Figment, Jail};
 use super::load::{env_overrides, load_from};
 use super::*;
 
+mod schedules;
 mod sentinel;
 mod sinks;
 mod topics;

@@ -141,7 +141,7 @@ fn check_pointer(p: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn valid_name(name: &str) -> bool {
+pub(super) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()

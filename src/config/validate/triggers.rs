@@ -59,6 +59,7 @@ pub(super) fn trigger_problems(
         destinations.push(destination);
         dead_letters.push(dead_letter);
         bounds(t, &k, push);
+        super::super::schedule::schedule_problems(i, &t.schedules, push);
     }
     for (a, b, key) in key_overlaps(&parsed.triggers, &parsed.trigger_index) {
         push(

@@ -43,6 +43,8 @@ scripts! {
     dead_claim: "dead_claim.lua",
     dead_settle: "dead_settle.lua",
     ingest: "ingest.lua",
+    schedule: "schedule.lua",
+    schedule_read: "schedule_read.lua",
 }
 
 /// The cancel script of hash payload mode, as producers run it (KEYS: source, inflight,

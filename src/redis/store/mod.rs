@@ -16,6 +16,7 @@ mod find;
 mod held;
 mod ingest;
 mod operate;
+mod schedule;
 mod settle;
 use claim::parse_claim;
 pub use claim::{Body, ClaimBatch, Claimed};
@@ -30,6 +31,7 @@ pub use operate::{
     Forecast, Found, Page, Place, Purge, ScheduledEntry, LIST_BODY_MAX, MAX_BUCKETS, MAX_PAGE,
     PREVIEW, SHOW_BODY_MAX,
 };
+pub use schedule::{Enqueued, Mark, Offer};
 pub use settle::{FailOutcome, Failure, Settled, Settlement};
 
 /// Errors talking to Redis or reading a script's reply.

@@ -53,6 +53,7 @@ mod ingest;
 mod operator;
 mod ops;
 mod produce;
+mod schedule;
 mod settle;
 mod spec;
 mod state;

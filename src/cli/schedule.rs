@@ -1,0 +1,230 @@
+//! `delay-bridge schedule next`: a cron expression's next fire times, and what `check` says of
+//! a trigger's schedules.
+
+use clap::Subcommand;
+
+use crate::config::{Config, Trigger};
+use crate::cron::Cron;
+
+/// `schedule` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCommand {
+    /// Print the next fire times of a cron expression in RFC 3339 (local time and UTC), to
+    /// check an expression before deploying it.
+    Next {
+        /// The expression: 6 fields with seconds, or 5 from minutes.
+        #[arg(long)]
+        cron: String,
+        /// IANA time zone the fields are read in.
+        #[arg(long, default_value = "UTC")]
+        timezone: String,
+        /// Start after this time (RFC 3339; default: now).
+        #[arg(long)]
+        from: Option<String>,
+        /// How many fire times.
+        #[arg(long, default_value_t = 5)]
+        count: usize,
+    },
+}
+
+/// Runs a `schedule` subcommand; returns the exit code.
+pub(super) fn schedule(command: ScheduleCommand) -> anyhow::Result<i32> {
+    match command {
+        ScheduleCommand::Next {
+            cron,
+            timezone,
+            from,
+            count,
+        } => {
+            let lines =
+                next_lines(&cron, &timezone, from.as_deref(), count).map_err(anyhow::Error::msg)?;
+            for line in lines {
+                say!("{line}");
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// The next `count` fire times of `cron` in `timezone` after `from` (RFC 3339, default now),
+/// each as local time and UTC.
+pub(crate) fn next_lines(
+    cron: &str,
+    timezone: &str,
+    from: Option<&str>,
+    count: usize,
+) -> Result<Vec<String>, String> {
+    let parsed = Cron::parse(cron, timezone)?;
+    let tz = crate::cron::zone(timezone)?;
+    let mut at = match from {
+        Some(text) => chrono::DateTime::parse_from_rfc3339(text)
+            .map_err(|e| format!("--from `{text}` is not an RFC 3339 time: {e}"))?
+            .timestamp_millis(),
+        None => crate::cron::now_ms(),
+    };
+    let mut lines = Vec::with_capacity(count);
+    for _ in 0..count {
+        let Some(next) = parsed.next_after(at) else {
+            break;
+        };
+        lines.push(format!(
+            "{} ({})",
+            rfc3339(next, Some(tz)),
+            rfc3339(next, None)
+        ));
+        at = next;
+    }
+    Ok(lines)
+}
+
+/// `ms` in RFC 3339, in `tz` or in UTC (`Z`).
+pub(crate) fn rfc3339(ms: i64, tz: Option<chrono_tz::Tz>) -> String {
+    let Some(at) = chrono::DateTime::from_timestamp_millis(ms) else {
+        return ms.to_string();
+    };
+    match tz {
+        Some(tz) => at
+            .with_timezone(&tz)
+            .format("%Y-%m-%dT%H:%M:%S%:z")
+            .to_string(),
+        None => at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    }
+}
+
+/// What `check` says of a trigger's schedules: each with its next fire.
+pub(super) fn schedule_lines(t: &Trigger) {
+    for s in &t.schedules {
+        let next = Cron::parse(&s.cron, &s.timezone)
+            .ok()
+            .and_then(|c| c.next_after(crate::cron::now_ms()))
+            .map_or_else(|| "none".to_string(), |ms| rfc3339(ms, None));
+        say!(
+            "trigger {} schedule {}: cron=\"{}\" timezone={} misfire={} misfire_grace={} catch_up_limit={} next={next}",
+            t.name,
+            s.name,
+            s.cron,
+            s.timezone,
+            s.misfire.as_str(),
+            humantime::format_duration(s.misfire_grace),
+            s.catch_up_limit,
+        );
+    }
+}
+
+/// `check`'s line on the time-zone data, when some trigger has schedules.
+pub(super) fn tzdata_line(config: &Config) {
+    if config.triggers.iter().any(|t| !t.schedules.is_empty()) {
+        say!(
+            "time zones: IANA tzdb {} (built in)",
+            crate::cron::tz_version()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_lines;
+
+    #[test]
+    fn next_prints_local_time_and_utc() {
+        let lines = next_lines(
+            "0 30 2 * * *",
+            "Europe/Berlin",
+            Some("2026-10-24T12:00:00Z"),
+            2,
+        )
+        .unwrap();
+        assert_eq!(
+            lines,
+            [
+                "2026-10-25T02:30:00+02:00 (2026-10-25T00:30:00Z)",
+                "2026-10-26T02:30:00+01:00 (2026-10-26T01:30:00Z)"
+            ]
+        );
+        let spring = next_lines(
+            "0 30 2 * * *",
+            "Europe/Berlin",
+            Some("2026-03-28T12:00:00Z"),
+            1,
+        );
+        assert_eq!(
+            spring.unwrap(),
+            ["2026-03-29T03:00:00+02:00 (2026-03-29T01:00:00Z)"]
+        );
+        let ny = next_lines(
+            "30 2 * * *",
+            "America/New_York",
+            Some("2026-03-07T12:00:00Z"),
+            1,
+        );
+        assert_eq!(
+            ny.unwrap(),
+            ["2026-03-08T03:00:00-04:00 (2026-03-08T07:00:00Z)"]
+        );
+        let tokyo = next_lines("0 9 * * *", "Asia/Tokyo", Some("2026-10-24T12:00:00Z"), 1);
+        assert_eq!(
+            tokyo.unwrap(),
+            ["2026-10-25T09:00:00+09:00 (2026-10-25T00:00:00Z)"]
+        );
+        assert!(next_lines("0 30 2 * * *", "Nowhere/City", None, 1).is_err());
+        assert!(next_lines("0 30 2 * * *", "UTC", Some("yesterday"), 1).is_err());
+    }
+}
+
+/// One schedule as `stats` shows it.
+#[derive(Debug, serde::Serialize)]
+pub(super) struct ScheduleRow {
+    /// The schedule's name.
+    pub name: String,
+    /// The last tick fired (enqueued and due), epoch ms.
+    pub last_fire_ms: Option<i64>,
+    /// The next tick to fire, epoch ms.
+    pub next_fire_ms: Option<i64>,
+}
+
+/// The schedules of `t` with their last and next fire, read from the marks in `store` (the
+/// trigger's first shard).
+pub(super) async fn schedule_rows(
+    store: &crate::redis::store::Store,
+    t: &Trigger,
+) -> anyhow::Result<Vec<ScheduleRow>> {
+    if t.schedules.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<&str> = t.schedules.iter().map(|s| s.name.as_str()).collect();
+    let (now, marks) = store.schedule_marks(&names).await?;
+    let mut rows = Vec::new();
+    for (s, mark) in t.schedules.iter().zip(marks) {
+        let cron = Cron::parse(&s.cron, &s.timezone).ok();
+        let next = match (mark.tick_ms, &cron) {
+            (Some(m), _) if m > now || mark.waiting => Some(m),
+            (Some(m), Some(c)) => c.next_after(m.max(now)),
+            (None, Some(c)) => c.next_after(now),
+            (_, None) => None,
+        };
+        let last = match (mark.tick_ms, &cron) {
+            (Some(m), Some(c)) if m > now || mark.waiting => c.prev_before(m).filter(|_| m > now),
+            (Some(m), _) => Some(m),
+            (None, _) => None,
+        };
+        rows.push(ScheduleRow {
+            name: s.name.clone(),
+            last_fire_ms: last,
+            next_fire_ms: next,
+        });
+    }
+    Ok(rows)
+}
+
+/// `stats`' lines of a trigger's schedules.
+pub(super) fn say_rows(rows: &[ScheduleRow]) {
+    let at = |ms: Option<i64>| ms.map_or_else(|| "-".to_string(), |ms| rfc3339(ms, None));
+    for r in rows {
+        say!(
+            "  schedule {}: last fire {}, next fire {}",
+            r.name,
+            at(r.last_fire_ms),
+            at(r.next_fire_ms)
+        );
+    }
+}

@@ -1,0 +1,285 @@
+//! Recurring schedules against real Redis and RabbitMQ: one fire per tick across bridges and a
+//! SIGKILL, the misfire policies after every bridge stopped, a reload that changes the cron,
+//! and a pause around ticks.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::*;
+use delay_bridge::keys::QueueKeys;
+
+/// The trigger with `schedules` (TOML `[[triggers.schedules]]` tables) for a bridge whose
+/// metrics listen on `port`.
+fn config(port: u16, key: &str, capture: &AmqpCapture, schedules: &str) -> String {
+    base_config(port) + &amqp_trigger("sched", key, capture, "") + schedules
+}
+
+/// A `[[triggers.schedules]]` table.
+fn schedule(name: &str, cron: &str, extra: &str) -> String {
+    format!("\n[[triggers.schedules]]\nname = \"{name}\"\ncron = \"{cron}\"\nbody = \"{name}\"\n{extra}\n")
+}
+
+/// The ticks received from schedule `name`: (tick, local receive time), both epoch ms.
+fn ticks(capture: &AmqpCapture, name: &str) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = capture
+        .snapshot()
+        .into_iter()
+        .filter(|m| m.body == name.as_bytes())
+        .filter(|m| {
+            m.properties
+                .headers()
+                .as_ref()
+                .and_then(|h| h.inner().get("x-delay-schedule").cloned())
+                .is_some_and(|v| match v {
+                    lapin::types::AMQPValue::LongString(s) => s.as_bytes() == name.as_bytes(),
+                    _ => false,
+                })
+        })
+        .map(|m| (m.due_ms.expect("x-delay-due-ms"), m.at_ms))
+        .collect();
+    out.sort();
+    out
+}
+
+async fn clean(r: &mut Conn, key: &str) {
+    let marks = QueueKeys::derive(key)
+        .unwrap()
+        .control
+        .replace(":control", ":schedules");
+    let _: () = redis::cmd("DEL").arg(&marks).query_async(r).await.unwrap();
+    cleanup_keys(r, key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_bridges_fire_every_second_once_through_a_sigkill() {
+    let (mut r, capture, key) = amqp_scene("sched", "sched", "sched").await;
+    let every = schedule("every", "* * * * * *", "");
+    let mut bridges = Vec::new();
+    for _ in 0..3 {
+        let port = free_port();
+        let b = Bridge::start(&config(port, &key, &capture, &every), port);
+        bridges.push(b.ready(Duration::from_secs(20)).await);
+    }
+    let from = now_ms() + 1000;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let _ = bridges[1].child.kill();
+    let until = from + 15_000;
+    assert!(
+        wait_until(Duration::from_secs(25), || ticks(&capture, "every")
+            .iter()
+            .any(|(t, _)| *t > until + 1000))
+        .await,
+        "ticks stopped: {:?}",
+        ticks(&capture, "every")
+    );
+    let seen: Vec<(i64, i64)> = ticks(&capture, "every")
+        .into_iter()
+        .filter(|(t, _)| (from..=until).contains(t))
+        .collect();
+    let expected: Vec<i64> = ((from / 1000 + 1)..=(until / 1000))
+        .map(|s| s * 1000)
+        .collect();
+    let got: Vec<i64> = seen.iter().map(|(t, _)| *t).collect();
+    assert_eq!(got, expected, "each second exactly once");
+    let mut late: Vec<i64> = seen.iter().map(|(t, at)| at - t).collect();
+    late.sort();
+    assert!(late[0] >= -5, "fired early: {late:?}");
+    let p99 = late[(late.len() * 99).div_ceil(100) - 1];
+    assert!(p99 < 200, "p99 late {p99} ms: {late:?}");
+    for b in &bridges {
+        b.assert_no_panic();
+    }
+    drop(bridges);
+    clean(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_and_all_after_every_bridge_stopped() {
+    let (mut r, capture, key) = amqp_scene("misfire", "misfire", "misfire").await;
+    let port = free_port();
+    let schedules = schedule(
+        "skip",
+        "* * * * * *",
+        "misfire = \"skip\"\nmisfire_grace = \"1s\"",
+    ) + &schedule(
+        "all",
+        "* * * * * *",
+        "misfire = \"all\"\nmisfire_grace = \"1s\"",
+    );
+    let cfg = config(port, &key, &capture, &schedules);
+    let mut bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(20))
+        .await;
+    assert!(
+        wait_until(Duration::from_secs(10), || ticks(&capture, "all").len()
+            >= 2)
+        .await
+    );
+    let _ = bridge.child.kill();
+    let _ = bridge.child.wait();
+    let stopped = now_ms();
+    // The outage itself: every bridge stopped for 6 s.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(20))
+        .await;
+    let back = now_ms();
+    assert!(
+        wait_until(Duration::from_secs(10), || ticks(&capture, "skip")
+            .iter()
+            .any(|(t, _)| *t > back + 2000))
+        .await
+    );
+    let all: Vec<i64> = ticks(&capture, "all").iter().map(|(t, _)| *t).collect();
+    let first = all[0];
+    let last = *all.last().unwrap();
+    let every_second: Vec<i64> = (first / 1000..=last / 1000).map(|s| s * 1000).collect();
+    assert_eq!(
+        all, every_second,
+        "all: every tick fired once, the missed ones late"
+    );
+    let skip: Vec<i64> = ticks(&capture, "skip").iter().map(|(t, _)| *t).collect();
+    let in_gap = skip
+        .iter()
+        .filter(|t| (stopped + 1000..back - 2000).contains(*t))
+        .count();
+    assert_eq!(
+        in_gap, 0,
+        "skip: no missed tick fired: {skip:?} stopped {stopped} back {back}"
+    );
+    let missed = bridge
+        .metric(
+            "delay_bridge_schedule_missed_ticks_total",
+            &[("trigger", "sched"), ("schedule", "skip")],
+        )
+        .await;
+    assert!(missed >= 3.0, "missed ticks counted: {missed}");
+    let dup = skip.windows(2).any(|w| w[0] == w[1]);
+    assert!(!dup, "skip fired a tick twice: {skip:?}");
+    bridge.assert_no_panic();
+    drop(bridge);
+    clean(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_the_cron() {
+    let (mut r, capture, key) = amqp_scene("recron", "recron", "recron").await;
+    let port = free_port();
+    let even = config(port, &key, &capture, &schedule("s", "*/2 * * * * *", ""));
+    let bridge = Bridge::start(&even, port)
+        .ready(Duration::from_secs(20))
+        .await;
+    assert!(
+        wait_until(Duration::from_secs(10), || ticks(&capture, "s").len() >= 2).await,
+        "no ticks: {:?}\n{}",
+        capture.snapshot().first(),
+        bridge.log()
+    );
+    assert!(ticks(&capture, "s")
+        .iter()
+        .all(|(t, _)| (t / 1000) % 2 == 0));
+    // `stats` shows the schedule's last and next fire; `check` the tzdb release.
+    let stats = cli(&["stats", "--json"], &even, &[]);
+    let v: serde_json::Value = serde_json::from_str(&stats.stdout).expect("stats --json");
+    let row = &v[0]["schedules"][0];
+    assert_eq!(row["name"], "s", "{v}");
+    let (last, next) = (row["last_fire_ms"].as_i64(), row["next_fire_ms"].as_i64());
+    assert!(
+        last.is_some_and(|l| l % 2000 == 0)
+            && next.is_some_and(|n| n % 2000 == 0 && n > last.unwrap()),
+        "{v}"
+    );
+    let (code, said) = check(&even);
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.contains("time zones: IANA tzdb 20")
+            && said.contains("schedule s: cron=\"*/2 * * * * *\""),
+        "{said}"
+    );
+    let odd = config(port, &key, &capture, &schedule("s", "1-59/2 * * * * *", ""));
+    bridge.rewrite_config(&odd);
+    bridge.signal(1);
+    let (reloaded, body) = bridge
+        .wait_scrape(Duration::from_secs(10), |body| {
+            metric_value(body, "delay_bridge_config_reloads_total", &[]) >= 1.0
+        })
+        .await;
+    assert!(reloaded, "not reloaded:\n{body}\n{}", bridge.log());
+    let reloaded = now_ms();
+    assert!(
+        wait_until(Duration::from_secs(10), || ticks(&capture, "s")
+            .iter()
+            .filter(|(t, _)| *t > reloaded + 2500)
+            .count()
+            >= 2)
+        .await
+    );
+    let after: Vec<i64> = ticks(&capture, "s")
+        .iter()
+        .map(|(t, _)| *t)
+        .filter(|t| *t > reloaded + 2500)
+        .collect();
+    assert!(
+        after.iter().all(|t| (t / 1000) % 2 == 1),
+        "odd seconds after the reload: {after:?}"
+    );
+    finish(bridge, &mut r, &key).await;
+    clean(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_holds_ticks_and_skip_drops_the_missed_ones() {
+    let (mut r, capture, key) = amqp_scene("schedpause", "schedpause", "schedpause").await;
+    let port = free_port();
+    let cfg = config(
+        port,
+        &key,
+        &capture,
+        &schedule("p", "* * * * * *", "misfire_grace = \"1s\""),
+    );
+    let bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(20))
+        .await;
+    assert!(wait_until(Duration::from_secs(10), || ticks(&capture, "p").len() >= 2).await);
+    let control = QueueKeys::derive(&key).unwrap().control;
+    let _: () = redis::cmd("HSET")
+        .arg(&control)
+        .arg("paused")
+        .arg("1")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let paused = now_ms();
+    // Ticks fall due for 5 s while the trigger is paused.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let _: () = redis::cmd("HDEL")
+        .arg(&control)
+        .arg("paused")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let resumed = now_ms();
+    assert!(
+        wait_until(Duration::from_secs(10), || ticks(&capture, "p")
+            .iter()
+            .any(|(t, _)| *t > resumed + 1000))
+        .await,
+        "ticks resume"
+    );
+    let held: Vec<(i64, i64)> = ticks(&capture, "p")
+        .into_iter()
+        .filter(|(t, _)| (paused + 1000..resumed - 2000).contains(t))
+        .collect();
+    assert!(
+        held.is_empty(),
+        "ticks missed during the pause fired: {held:?}"
+    );
+    let fired_while_paused = ticks(&capture, "p")
+        .iter()
+        .filter(|(_, at)| (paused + 200..resumed).contains(at))
+        .count();
+    assert_eq!(fired_while_paused, 0, "nothing fires while paused");
+    finish(bridge, &mut r, &key).await;
+    clean(&mut r, &key).await;
+}
