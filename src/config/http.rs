@@ -19,6 +19,11 @@ pub struct HttpSinkConfig {
     /// hour). A request that takes longer is retried with backoff (reason `timeout`).
     #[serde(default = "default_http_timeout", with = "humantime_serde")]
     pub timeout: Duration,
+    /// How long connecting may take (TCP and the TLS handshake), shorter than `timeout`.
+    /// Unset: 3 s, or half of `timeout` if that is shorter. An endpoint that does not
+    /// connect in time is down: its messages wait in Redis with no attempt counted.
+    #[serde(default, with = "humantime_serde")]
+    pub connect_timeout: Option<Duration>,
     /// Most requests in flight at once on this sink, over all its triggers and workers
     /// (1 to 10,000); more wait for one to finish.
     #[serde(default = "default_max_concurrency")]
@@ -26,8 +31,9 @@ pub struct HttpSinkConfig {
     /// File holding the secret of the `x-delay-signature` header (HMAC-SHA256 of the time
     /// and the body, see the HTTP sink's page). Unset: requests are not signed.
     pub signing_secret_file: Option<String>,
-    /// Most redirects followed per request (0 to 10). 0: none, a 3xx answer is the
-    /// message's fault (dead-lettered as `http_<status>`).
+    /// Most redirects followed per request (0 to 10), only 307 and 308 (the same method
+    /// and body). 0: none. A redirect not followed (301, 302, 303, or any with 0) is the
+    /// endpoint's failure: its messages wait in Redis with no attempt counted.
     #[serde(default)]
     pub follow_redirects: u32,
     /// Allow requests to link-local addresses (`169.254.0.0/16`, `fe80::/10`) and cloud
@@ -39,6 +45,17 @@ pub struct HttpSinkConfig {
     /// identifies itself (`ca_file`, `cert_file`, `key_file`, `insecure`). Without it, the
     /// system's CAs are trusted.
     pub tls: Option<TlsConfig>,
+}
+
+/// The connect timeout when `connect_timeout` is unset, unless half of `timeout` is shorter.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl HttpSinkConfig {
+    /// How long connecting may take: `connect_timeout`, or its default.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+            .unwrap_or_else(|| DEFAULT_CONNECT_TIMEOUT.min(self.timeout / 2))
+    }
 }
 
 fn default_http_timeout() -> Duration {

@@ -3,6 +3,7 @@
 //! down, SIGKILL (`faults`); allowed URLs, link-local addresses, the signature and TLS
 //! (`safety`).
 
+mod blame;
 mod faults;
 mod safety;
 
@@ -138,11 +139,20 @@ async fn a_503_is_retried_and_then_delivered() {
 async fn a_400_is_dead_lettered_with_an_excerpt_of_the_answer() {
     let mut r = redis().await;
     let answer = format!("invalid order: field `sku` missing {}", "x".repeat(4000));
-    let hook = Webhook::start(move |_, _| Answer::status(400).body(&answer)).await;
-    let key = new_key("bad");
+    // Three bad messages among good ones: the 400 is theirs, not the endpoint's.
     let n = 3;
-    schedule(&mut r, &key, n, 0).await;
-    let lines = format!("url = {}\n{FAST_RETRY}", quoted(&hook.url("/")));
+    let bad: Vec<Vec<u8>> = (0..n).map(|i| body(i, 0)).collect();
+    let hook = Webhook::start(move |rq, _| match bad.contains(&rq.body) {
+        true => Answer::status(400).body(&answer),
+        false => Answer::status(200),
+    })
+    .await;
+    let key = new_key("bad");
+    schedule(&mut r, &key, 10, 0).await;
+    let lines = format!(
+        "url = {}\nmax_attempts = 1\nbatch = 10\n{FAST_RETRY}",
+        quoted(&hook.url("/"))
+    );
     let bridge = http_bridge(&key, &lines);
     expect_settled(&mut r, &key, n as i64, &bridge).await;
     for i in 0..n {
