@@ -1,13 +1,15 @@
-//! The endpoints of an HTTP sink that are down (refusing connections, or not finishing a connection or its TLS handshake in time), keyed by the URL as configured now, and the probes that find them up again.
+//! The endpoints of an HTTP sink that are down (refusing connections, or not finishing a connection or its TLS handshake in time) or asked the bridge to wait (`Retry-After`), keyed by the URL as configured now, and the probes that find them up again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
 
 /// How long one probe may take (TCP, and TLS for `https`).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest `Retry-After` honoured.
+pub(super) const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 /// Where a probe connects, and whether it does the TLS handshake.
 #[derive(Debug, Clone)]
@@ -41,6 +43,8 @@ struct Down {
 /// The endpoints down, by URL.
 pub(super) struct Endpoints {
     down: Mutex<BTreeMap<String, Down>>,
+    /// Endpoints that asked the bridge to wait (`Retry-After`), until when.
+    waits: Mutex<BTreeMap<String, Instant>>,
     /// The sink's TLS configuration, for the probes' handshakes.
     tls: Arc<rustls::ClientConfig>,
 }
@@ -49,6 +53,7 @@ impl Endpoints {
     pub(super) fn new(tls: Arc<rustls::ClientConfig>) -> Self {
         Self {
             down: Mutex::default(),
+            waits: Mutex::default(),
             tls,
         }
     }
@@ -56,6 +61,33 @@ impl Endpoints {
     /// The map (a poisoned lock still holds a usable one).
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Down>> {
         self.down.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_waits(&self) -> MutexGuard<'_, BTreeMap<String, Instant>> {
+        self.waits.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `url` asked the bridge to wait `d` (at most [`MAX_RETRY_AFTER`]) before it calls again.
+    pub(super) fn wait(&self, url: &str, d: Duration) {
+        let until = Instant::now() + d.min(MAX_RETRY_AFTER);
+        let mut waits = self.lock_waits();
+        let at = waits.entry(url.to_string()).or_insert(until);
+        *at = (*at).max(until);
+    }
+
+    /// How long `url` still asked the bridge to wait, if it did.
+    pub(super) fn waiting(&self, url: &str) -> Option<Duration> {
+        let mut waits = self.lock_waits();
+        let left = waits
+            .get(url)
+            .map(|until| until.saturating_duration_since(Instant::now()));
+        match left {
+            Some(d) if d.is_zero() => {
+                waits.remove(url);
+                None
+            }
+            left => left,
+        }
     }
 
     /// Whether no endpoint is down.
@@ -97,6 +129,8 @@ impl Endpoints {
     /// state of an endpoint is that of the endpoint as configured now.
     pub(super) fn retain(&self, urls: &BTreeSet<&str>) {
         self.lock().retain(|url, _| urls.contains(url.as_str()));
+        self.lock_waits()
+            .retain(|url, _| urls.contains(url.as_str()));
     }
 
     /// Tries every endpoint down once; those that connect (and finish the TLS handshake)

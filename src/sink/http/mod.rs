@@ -15,6 +15,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use prometheus::IntCounter;
 use tokio_util::sync::CancellationToken;
 
+use super::blame::{self, Chosen};
 use super::window::Window;
 use super::{await_confirms, Batch, OutMessage, Outcome, PublishError};
 use crate::config::{Destination, HttpRoute, HttpSinkConfig};
@@ -166,6 +167,12 @@ impl HttpSink {
                     "endpoint {url} unreachable: {why}"
                 )));
             }
+            if let Some(left) = self.shared.down.waiting(url) {
+                return Err(PublishError::Connection(format!(
+                    "endpoint {url} asked to wait (Retry-After): {} s left",
+                    left.as_secs_f64().ceil()
+                )));
+            }
         }
         Ok(HttpPublisher {
             shared: self.shared.clone(),
@@ -189,7 +196,7 @@ impl HttpPublisher {
     pub fn is_usable(&self) -> bool {
         self.endpoint
             .as_ref()
-            .is_none_or(|e| !self.shared.down.is_down(e))
+            .is_none_or(|e| !self.shared.down.is_down(e) && self.shared.down.waiting(e).is_none())
     }
 
     /// Sends every message (at most `max_concurrency` requests at once on the sink, shared by
@@ -257,6 +264,7 @@ impl HttpPublisher {
         )
         .await;
         self.every_request(&sent_to, &mut results);
+        self.retry_after(batch.messages, &results);
         self.endpoint_down(batch.messages, &mut results, &sent, &unreachable);
         results
     }
@@ -327,6 +335,26 @@ impl HttpPublisher {
             .body(parts.body)
             .build()
             .map_err(|e| PublishError::BadPayload(e.to_string()))
+    }
+
+    /// Honours the `Retry-After` of an answer of the route's own URL that holds the trigger:
+    /// the route gets no publisher, and so claims nothing, until then. (A message's own URL
+    /// asking so delays that message's retry.)
+    fn retry_after(&self, messages: &[OutMessage<'_>], results: &[Outcome]) {
+        let Some(endpoint) = &self.endpoint else {
+            return;
+        };
+        let asked = messages
+            .iter()
+            .zip(results)
+            .filter(|(m, _)| m.url.is_none())
+            .filter_map(|(_, r)| r.as_ref().err())
+            .filter(|e| blame::holds_own(e, Chosen::default()))
+            .filter_map(PublishError::retry_after)
+            .max();
+        if let Some(d) = asked {
+            self.shared.down.wait(endpoint, d);
+        }
     }
 
     /// When nothing of the batch was answered and every request sent to the route's own URL

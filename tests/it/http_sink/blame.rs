@@ -194,7 +194,11 @@ async fn only_redirects_that_keep_the_method_and_body_are_followed() {
             .filter(|rq| rq.path == from)
             .collect();
         for rq in &sent {
-            let followed: Vec<&Request> = to.iter().filter(|t| t.body == rq.body).collect();
+            let trigger = rq.header("x-delay-trigger");
+            let followed: Vec<&Request> = to
+                .iter()
+                .filter(|t| t.body == rq.body && t.header("x-delay-trigger") == trigger)
+                .collect();
             assert_eq!(followed.len(), 1, "{from}: followed once");
             assert_eq!(followed[0].method, method, "{from}: the same method");
             assert_eq!(followed[0].header("x-delay-id"), rq.header("x-delay-id"));
