@@ -1,4 +1,4 @@
-//! Whose fault an HTTP failure is, against real endpoints on loopback: a status every request gets is the endpoint's (nothing dead-lettered), a status a few messages get is theirs; an endpoint that never finishes its TLS handshake is down; redirects that would drop the body are the endpoint's; a reload that corrects the URL starts fresh.
+//! Whose fault an HTTP failure is, against real endpoints on loopback: a status every request gets is the endpoint's (nothing dead-lettered), a status a few messages get is theirs; an endpoint that drops SYNs or never finishes its TLS handshake is down; redirects that would drop the body are the endpoint's; a reload that corrects the URL starts fresh.
 
 use crate::common;
 
@@ -106,7 +106,6 @@ async fn a_400_for_a_few_messages_dead_letters_exactly_those() {
 /// lasts, and nothing dead-lettered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_that_never_finishes_the_tls_handshake_is_down() {
-    let mut r = redis().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let silent = tokio::spawn(async move {
@@ -115,11 +114,49 @@ async fn an_endpoint_that_never_finishes_the_tls_handshake_is_down() {
             held.push(tcp);
         }
     });
-    let key = new_key("blackhole");
+    never_connects_is_down(&format!("https://127.0.0.1:{port}/hook"), "tls").await;
+    silent.abort();
+}
+
+/// A loopback endpoint whose accept queue is full: the kernel drops its SYNs, as a
+/// firewall would. Down, as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_drops_syns_is_down() {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    socket.listen(0).unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    // Never accepted: connections fill the queue until a SYN goes unanswered.
+    let mut queued = Vec::new();
+    loop {
+        let connect = tokio::net::TcpStream::connect(addr);
+        match tokio::time::timeout(Duration::from_millis(300), connect).await {
+            Ok(Ok(tcp)) if queued.len() < 16 => queued.push(tcp),
+            Ok(r) => panic!("the accept queue never filled: {r:?}"),
+            Err(_) => break,
+        }
+    }
+    never_connects_is_down(&format!("http://{addr}/hook"), "syn").await;
+    drop((socket, queued));
+}
+
+/// Messages due for `url`, which never connects: the endpoint is down and stays so,
+/// nothing is dead-lettered and no attempt counted.
+async fn never_connects_is_down(url: &str, tag: &str) {
+    let mut r = redis().await;
+    let key = new_key(tag);
     let n = 20;
     schedule(&mut r, &key, n, 0).await;
     let metrics_port = free_port();
-    let lines = format!("url = \"https://127.0.0.1:{port}/hook\"\nmax_attempts = 1\n{FAST_RETRY}");
+    let lines = format!("url = \"{url}\"\nmax_attempts = 1\n{FAST_RETRY}");
     let settings = [("timeout", "\"20s\""), ("connect_timeout", "\"500ms\"")];
     let config = http_config(metrics_port, &settings, &key, &lines);
     let bridge = Bridge::start(&config, metrics_port);
@@ -129,12 +166,12 @@ async fn an_endpoint_that_never_finishes_the_tls_handshake_is_down() {
         })
         .await;
     assert!(said, "readiness says why: {answer:?}\n{}", bridge.log());
-    // Down for as long as it lasts, though it accepts TCP: sampled over a few seconds.
+    // Down for as long as it lasts (the probes too must connect): sampled over 4 s.
     for _ in 0..20 {
         let up = bridge
             .metric("delay_bridge_sink_up", &[("sink", "hooks")])
             .await;
-        assert_eq!(up, 0.0, "sink_up while the handshake never ends");
+        assert_eq!(up, 0.0, "sink_up while {url} never connects");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let (waiting, inflight, dead) = queue_sizes(&mut r, &key).await;
@@ -142,7 +179,6 @@ async fn an_endpoint_that_never_finishes_the_tls_handshake_is_down() {
     assert_eq!(waiting + inflight, n as i64);
     let keys = QueueKeys::derive(&key).unwrap();
     assert_eq!(hlen(&mut r, &keys.attempts).await, 0, "no attempt counted");
-    silent.abort();
     cleanup_keys(&mut r, &key).await;
 }
 
