@@ -40,13 +40,11 @@ pub(super) fn build(
         reqwest::redirect::Policy::none()
     } else {
         reqwest::redirect::Policy::custom(move |attempt| {
-            if !keeps_method_and_body(attempt.status()) {
-                // 301, 302 and 303 would turn the request into a GET without its body: the
-                // answer comes back as it is, and no 2xx to another request confirms.
+            if !keeps_method_and_body(attempt.status()) || attempt.previous().len() > hops {
+                // 301, 302 and 303 would turn the request into a GET without its body, and
+                // a redirect past the last hop is not followed either: the answer comes back
+                // as it is (the endpoint's failure), and no 2xx to another request confirms.
                 attempt.stop()
-            } else if attempt.previous().len() > hops {
-                let why = format!("more than {hops} redirects");
-                attempt.error(Blocked(why))
             } else if let Some(why) = (!allow).then(|| literal_blocked(attempt.url())).flatten() {
                 attempt.error(Blocked(why))
             } else {

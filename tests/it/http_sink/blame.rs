@@ -183,12 +183,14 @@ async fn never_connects_is_down(url: &str, tag: &str) {
 }
 
 /// With `follow_redirects`, 307 and 308 are followed with the same method and body; 301,
-/// 302 and 303 are not (they would become a GET without the body): nothing is deleted from
-/// Redis for them, and nothing arrives as a GET.
+/// 302 and 303 are not (they would become a GET without the body), nor a 307 past the
+/// last hop (a loop): nothing is deleted from Redis for them, nothing is dead-lettered, and
+/// nothing arrives as a GET.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_redirects_that_keep_the_method_and_body_are_followed() {
     let mut r = redis().await;
     let hook = Webhook::start(|rq, _| match rq.path.strip_prefix("/from/") {
+        Some("loop") => Answer::status(307).header("location", "/from/loop"),
         Some(code) => Answer::status(code.parse().unwrap()).header("location", "/to"),
         None => Answer::status(200),
     })
@@ -208,8 +210,14 @@ async fn only_redirects_that_keep_the_method_and_body_are_followed() {
         );
         config += &trigger(&format!("t{code}"), key, "hooks", &lines);
     }
+    let loop_key = new_key("rloop");
+    let lines = format!(
+        "url = {}\nmax_attempts = 1\n{FAST_RETRY}",
+        quoted(&hook.url("/from/loop"))
+    );
+    config += &trigger("tloop", &loop_key, "hooks", &lines);
     let n = 5;
-    for key in &keys {
+    for key in keys.iter().chain([&loop_key]) {
         schedule(&mut r, key, n, 0).await;
     }
     let bridge = Bridge::start(&config, port);
@@ -241,15 +249,23 @@ async fn only_redirects_that_keep_the_method_and_body_are_followed() {
         }
     }
     // The others were asked, more than once, and never confirmed.
+    let held: Vec<(String, &String)> = codes[..3]
+        .iter()
+        .map(|c| c.to_string())
+        .chain(["loop".to_string()])
+        .zip(keys.iter().take(3).chain([&loop_key]))
+        .collect();
     let asked = wait_until(Duration::from_secs(15), || {
-        codes[..3].iter().all(|c| {
+        held.iter().all(|(c, _)| {
             let from = format!("/from/{c}");
-            hook.received().iter().filter(|rq| rq.path == from).count() >= 2 * n
+            // Two rounds: a loop is asked 1 + follow_redirects times a round.
+            let round = if c == "loop" { 4 * n } else { n };
+            hook.received().iter().filter(|rq| rq.path == from).count() >= 2 * round
         })
     })
     .await;
     assert!(asked, "{}", bridge.log());
-    for (code, key) in codes.iter().zip(&keys).take(3) {
+    for (code, key) in &held {
         let (waiting, inflight, dead) = queue_sizes(&mut r, key).await;
         assert_eq!((waiting + inflight, dead), (n as i64, 0), "{code}");
     }
@@ -257,7 +273,7 @@ async fn only_redirects_that_keep_the_method_and_body_are_followed() {
         hook.received().iter().all(|rq| rq.method != "GET"),
         "nothing sent as a GET"
     );
-    for key in &keys {
+    for key in keys.iter().chain([&loop_key]) {
         cleanup_keys(&mut r, key).await;
     }
 }
