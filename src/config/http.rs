@@ -64,3 +64,26 @@ fn default_http_timeout() -> Duration {
 fn default_max_concurrency() -> usize {
     64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink(toml: serde_json::Value) -> HttpSinkConfig {
+        serde_json::from_value(toml).unwrap()
+    }
+
+    #[test]
+    fn connecting_is_bounded_apart_from_the_request() {
+        let default = sink(serde_json::json!({}));
+        assert_eq!(default.connect_timeout(), Duration::from_secs(3));
+        let short = sink(serde_json::json!({ "timeout": "2s" }));
+        assert_eq!(
+            short.connect_timeout(),
+            Duration::from_secs(1),
+            "half of it"
+        );
+        let set = sink(serde_json::json!({ "timeout": "2s", "connect_timeout": "250ms" }));
+        assert_eq!(set.connect_timeout(), Duration::from_millis(250));
+    }
+}
