@@ -43,7 +43,8 @@ struct Shared {
     secret: Option<Vec<u8>>,
     /// `allow_link_local`: address literals are checked here, names by the resolver.
     allow_link_local: bool,
-    /// Endpoints down, by URL: routes to them get no publisher until they accept.
+    /// Endpoints down or asked to wait, by URL: routes to them get no publisher until they
+    /// accept connections, or the wait is over.
     down: Endpoints,
     /// The recent answers of each endpoint, by URL.
     recent: Mutex<Recent>,
@@ -157,8 +158,8 @@ impl HttpSink {
         }
     }
 
-    /// A publisher for `route`; fails while the route's endpoint is down, so that workers
-    /// do not claim.
+    /// A publisher for `route`; fails while the route's endpoint is down or asked the bridge
+    /// to wait (`Retry-After`), so that workers do not claim.
     pub fn publisher(&self, route: &HttpRoute) -> Result<HttpPublisher, PublishError> {
         let endpoint = route.fixed_url().map(str::to_string);
         if let Some(url) = &endpoint {
@@ -192,7 +193,7 @@ pub struct HttpPublisher {
 }
 
 impl HttpPublisher {
-    /// False while the route's endpoint is down: the worker asks the sink again.
+    /// False while the route's endpoint is down or asked to wait: the worker asks the sink again.
     pub fn is_usable(&self) -> bool {
         self.endpoint
             .as_ref()
