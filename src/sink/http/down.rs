@@ -45,6 +45,9 @@ pub(super) struct Endpoints {
     down: Mutex<BTreeMap<String, Down>>,
     /// Endpoints that asked the bridge to wait (`Retry-After`), until when.
     waits: Mutex<BTreeMap<String, Instant>>,
+    /// The URLs routes name since the last reload (`None`: as started, any): a batch of a
+    /// replaced trigger that ends after the reload marks nothing down.
+    current: Mutex<Option<BTreeSet<String>>>,
     /// The sink's TLS configuration, for the probes' handshakes.
     tls: Arc<rustls::ClientConfig>,
 }
@@ -54,6 +57,7 @@ impl Endpoints {
         Self {
             down: Mutex::default(),
             waits: Mutex::default(),
+            current: Mutex::default(),
             tls,
         }
     }
@@ -120,6 +124,10 @@ impl Endpoints {
         let Some(target) = Target::of(url) else {
             return false;
         };
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.as_ref().is_some_and(|urls| !urls.contains(url)) {
+            return false;
+        }
         self.lock()
             .insert(url.to_string(), Down { target, why })
             .is_none()
@@ -128,6 +136,8 @@ impl Endpoints {
     /// Forgets the endpoints no route uses any more (after a reload changed them): the
     /// state of an endpoint is that of the endpoint as configured now.
     pub(super) fn retain(&self, urls: &BTreeSet<&str>) {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        *current = Some(urls.iter().map(|u| u.to_string()).collect());
         self.lock().retain(|url, _| urls.contains(url.as_str()));
         self.lock_waits()
             .retain(|url, _| urls.contains(url.as_str()));

@@ -288,10 +288,21 @@ async fn a_reload_that_corrects_the_url_makes_the_sink_up_again() {
     let n = 10;
     schedule(&mut r, &key, n, 0).await;
     let port = free_port();
-    let wrong = format!("url = \"http://127.0.0.1:{}/\"\n{FAST_RETRY}", free_port());
+    // Bound, never listening: connections are refused, and no other test can take the port.
+    let closed = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    closed
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    let closed_port = closed.local_addr().unwrap().as_socket().unwrap().port();
+    let wrong = format!("url = \"http://127.0.0.1:{closed_port}/\"\n{FAST_RETRY}");
     let bridge = Bridge::start(&http_config(port, &[], &key, &wrong), port);
     let (said, answer) = bridge
-        .wait_http("/readyz", Duration::from_secs(10), |status, body| {
+        .wait_http("/readyz", Duration::from_secs(20), |status, body| {
             status == 503 && body.contains("unreachable")
         })
         .await;
@@ -309,5 +320,6 @@ async fn a_reload_that_corrects_the_url_makes_the_sink_up_again() {
         })
         .await;
     assert!(up, "sink_up 1 after the reload:\n{last}");
+    drop(closed);
     cleanup_keys(&mut r, &key).await;
 }
