@@ -32,8 +32,9 @@ pub struct HttpSinkConfig {
     /// and the body, see the HTTP sink's page). Unset: requests are not signed.
     pub signing_secret_file: Option<String>,
     /// Most redirects followed per request (0 to 10), only 307 and 308 (the same method
-    /// and body). 0: none. A redirect not followed (301, 302, 303, or any with 0) is the
-    /// endpoint's failure: its messages wait in Redis with no attempt counted.
+    /// and body). 0: none. A redirect not followed (301, 302, 303, and 307 or 308 past the
+    /// last hop) is the endpoint's failure: its messages wait in Redis with no attempt
+    /// counted.
     #[serde(default)]
     pub follow_redirects: u32,
     /// Allow requests to link-local addresses (`169.254.0.0/16`, `fe80::/10`) and cloud
