@@ -311,6 +311,14 @@ impl Running {
                 added.push(tc.name.clone());
             }
         }
+        let destinations: Vec<&crate::config::Destination> = new
+            .triggers
+            .iter()
+            .flat_map(|t| std::iter::once(&t.destination).chain(t.dead_letter.as_ref()))
+            .collect();
+        for sink in self.shared.sinks.values() {
+            sink.keep_endpoints(&destinations);
+        }
         self.publish(new.metrics.backlog_interval);
         Ok(format!(
             "added {added:?}, removed {removed:?}, replaced {replaced:?}"

@@ -189,6 +189,14 @@ impl Sink {
         }
     }
 
+    /// The bridge's routes are now `destinations` (after a reload): an HTTP sink forgets
+    /// what it knew of endpoints no route names any more.
+    pub fn keep_endpoints(&self, destinations: &[&Destination]) {
+        if let Sink::Http(s) = self {
+            s.keep_endpoints(destinations);
+        }
+    }
+
     /// Called when a worker's publisher broke: the AMQP connection it used is dropped (and
     /// re-made on the next call), unless it was already replaced.
     pub async fn reset(&self, broken: &Publisher) {

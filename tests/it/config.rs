@@ -49,7 +49,8 @@ fn the_http_example_config_is_valid() {
 #[test]
 fn http_sink_problems_are_named_with_their_keys() {
     let config = "[sinks.hooks]\ntype = \"http\"\ntimeout = \"0s\"\nmax_concurrency = 0\n\
-        follow_redirects = 11\nsigning_secret_file = \"/nonexistent/hook-key\"\n\
+        follow_redirects = 11\nconnect_timeout = \"20s\"\n\
+        signing_secret_file = \"/nonexistent/hook-key\"\n\
         [sinks.hooks.tls]\nserver_name = \"hooks.internal\"\n\
         [[triggers]]\nname = \"a\"\nkey = \"ka\"\nsink = \"hooks\"\nurl_pointer = \"/url\"\n\
         method = \"GET\"\nexchange = \"x\"\n\
@@ -64,6 +65,7 @@ fn http_sink_problems_are_named_with_their_keys() {
         "sinks.hooks.timeout",
         "sinks.hooks.max_concurrency",
         "sinks.hooks.follow_redirects",
+        "sinks.hooks.connect_timeout",
         "sinks.hooks.signing_secret_file",
         "sinks.hooks.tls.server_name",
         "triggers[0].url_pointer",

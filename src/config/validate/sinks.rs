@@ -220,6 +220,20 @@ fn http_problems(http: &HttpSinkConfig) -> Vec<(&'static str, String)> {
     if let Some(why) = too_long(http.timeout, HOUR) {
         out.push(("timeout", why));
     }
+    match http.connect_timeout {
+        Some(c) if c.is_zero() => {
+            out.push(("connect_timeout", "must be greater than zero".into()));
+        }
+        Some(c) if c >= http.timeout => out.push((
+            "connect_timeout",
+            format!(
+                "must be shorter than timeout ({}), got {}",
+                humantime::format_duration(http.timeout),
+                humantime::format_duration(c)
+            ),
+        )),
+        _ => {}
+    }
     if http.max_concurrency == 0 || http.max_concurrency > MAX_HTTP_CONCURRENCY {
         out.push((
             "max_concurrency",

@@ -1,4 +1,4 @@
-//! The HTTP client of a sink: pooled keep-alive connections, HTTP/2 where the endpoint offers it (ALPN), the sink's TLS table, its redirect policy, and a resolver that refuses link-local and metadata addresses.
+//! The HTTP client of a sink: pooled keep-alive connections, HTTP/2 where the endpoint offers it (ALPN), the sink's TLS table, its redirect policy (307 and 308 only), and a resolver that refuses link-local and metadata addresses.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -9,8 +9,6 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use crate::config::HttpSinkConfig;
 use crate::tls::Tls;
 
-/// Longest wait for a connection (TCP and TLS), whatever the sink's `timeout`.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an idle pooled connection is kept.
 const POOL_IDLE: Duration = Duration::from_secs(90);
 
@@ -27,20 +25,26 @@ impl std::fmt::Display for Blocked {
 
 impl std::error::Error for Blocked {}
 
-/// The client of a sink, built from its settings.
-pub(super) fn build(config: &HttpSinkConfig) -> anyhow::Result<reqwest::Client> {
+/// The client of a sink, built from its settings, and its TLS configuration (for the probes
+/// of an endpoint that is down).
+pub(super) fn build(
+    config: &HttpSinkConfig,
+) -> anyhow::Result<(reqwest::Client, Arc<rustls::ClientConfig>)> {
     let tls = Tls::of_table(config.tls.as_ref(), "tls")?;
     let mut rustls = (*tls.config()).clone();
     rustls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let probe = Arc::new(rustls.clone());
     let allow = config.allow_link_local;
     let hops = config.follow_redirects as usize;
     let redirect = if hops == 0 {
         reqwest::redirect::Policy::none()
     } else {
         reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() > hops {
-                let why = format!("more than {hops} redirects");
-                attempt.error(Blocked(why))
+            if !keeps_method_and_body(attempt.status()) || attempt.previous().len() > hops {
+                // 301, 302 and 303 would turn the request into a GET without its body, and
+                // a redirect past the last hop is not followed either: the answer comes back
+                // as it is (the endpoint's failure), and no 2xx to another request confirms.
+                attempt.stop()
             } else if let Some(why) = (!allow).then(|| literal_blocked(attempt.url())).flatten() {
                 attempt.error(Blocked(why))
             } else {
@@ -52,7 +56,7 @@ pub(super) fn build(config: &HttpSinkConfig) -> anyhow::Result<reqwest::Client> 
         .use_preconfigured_tls(rustls)
         .redirect(redirect)
         .timeout(config.timeout)
-        .connect_timeout(config.timeout.min(CONNECT_TIMEOUT))
+        .connect_timeout(config.connect_timeout())
         .pool_idle_timeout(POOL_IDLE)
         .pool_max_idle_per_host(config.max_concurrency)
         .tcp_nodelay(true)
@@ -60,7 +64,16 @@ pub(super) fn build(config: &HttpSinkConfig) -> anyhow::Result<reqwest::Client> 
         .dns_resolver(Arc::new(Guarded { allow }))
         .user_agent(concat!("delay-bridge/", env!("CARGO_PKG_VERSION")))
         .build()?;
-    Ok(client)
+    Ok((client, probe))
+}
+
+/// Whether a redirect with `status` is followed with the request's own method and body
+/// (307, 308): the others are never followed.
+fn keeps_method_and_body(status: reqwest::StatusCode) -> bool {
+    matches!(
+        status,
+        reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+    )
 }
 
 /// Whether the sink refuses to call `ip` unless `allow_link_local`: link-local addresses

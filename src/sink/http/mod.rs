@@ -1,11 +1,13 @@
-//! HTTP sink: a message counts as delivered when its endpoint answers 2xx; an endpoint that refuses connections is the sink's failure, not the messages'.
+//! HTTP sink: a message counts as delivered when its endpoint answers 2xx to its own method and body; an endpoint that refuses connections is the sink's failure, not the messages'.
 
 mod client;
+mod down;
 mod outcome;
+mod recent;
 mod request;
 mod signature;
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -13,30 +15,21 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use prometheus::IntCounter;
 use tokio_util::sync::CancellationToken;
 
+use super::blame::{self, Chosen};
 use super::window::Window;
 use super::{await_confirms, Batch, OutMessage, Outcome, PublishError};
-use crate::config::{HttpRoute, HttpSinkConfig};
+use crate::config::{Destination, HttpRoute, HttpSinkConfig};
 use crate::metrics::Metrics;
-pub use outcome::{retry_after, retryable, MAX_BODY, MAX_EXCERPT};
+use down::Endpoints;
+pub use outcome::{retry_after, MAX_BODY, MAX_EXCERPT};
+use recent::{Member, Recent};
 pub use request::HEADER_IDEMPOTENCY_KEY;
 pub use signature::{sign, HEADER_SIGNATURE};
 
 /// How often an endpoint that refused connections is tried again.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
-/// How long one such try may take.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The classes requests are counted by, in the order of [`Shared::classes`].
 const CLASSES: [&str; 7] = ["1xx", "2xx", "3xx", "4xx", "5xx", "timeout", "error"];
-
-/// An endpoint that refused connections (or whose name did not resolve) for a whole batch.
-struct Down {
-    /// The host to connect to again (without brackets for IPv6).
-    host: String,
-    /// Its port.
-    port: u16,
-    /// What the last request to it failed with.
-    why: String,
-}
 
 /// What the sink and its publishers share.
 struct Shared {
@@ -50,16 +43,19 @@ struct Shared {
     secret: Option<Vec<u8>>,
     /// `allow_link_local`: address literals are checked here, names by the resolver.
     allow_link_local: bool,
-    /// Endpoints down, by `host:port`: routes to them get no publisher until they accept.
-    down: Mutex<BTreeMap<String, Down>>,
+    /// Endpoints down or asked to wait, by URL: routes to them get no publisher until they
+    /// accept connections, or the wait is over.
+    down: Endpoints,
+    /// The recent answers of each endpoint, by URL.
+    recent: Mutex<Recent>,
     /// Requests by class, once the metrics are known.
     classes: OnceLock<Vec<IntCounter>>,
 }
 
 impl Shared {
-    /// The endpoints down (a poisoned lock still holds a usable map).
-    fn down(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Down>> {
-        self.down.lock().unwrap_or_else(|e| e.into_inner())
+    /// The recent answers (a poisoned lock still holds usable ones).
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Counts one request of `class`.
@@ -86,14 +82,16 @@ impl HttpSink {
             .map(crate::secret::read_file)
             .transpose()?
             .map(String::into_bytes);
+        let (client, tls) = client::build(config)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 name: name.to_string(),
-                client: client::build(config)?,
+                client,
                 window: Window::new(config.max_concurrency),
                 secret,
                 allow_link_local: config.allow_link_local,
-                down: Mutex::default(),
+                down: Endpoints::new(tls),
+                recent: Mutex::default(),
                 classes: OnceLock::new(),
             }),
         })
@@ -106,17 +104,26 @@ impl HttpSink {
 
     /// False while an endpoint refuses connections.
     pub fn is_up(&self) -> bool {
-        self.shared.down().is_empty()
+        self.shared.down.none_down()
     }
 
     /// The endpoints down and what they answered, for `/readyz`.
     pub fn why_down(&self) -> String {
-        let down = self.shared.down();
-        let all: Vec<String> = down
+        self.shared.down.describe()
+    }
+
+    /// The routes are now `destinations` (after a reload): what the sink knew of an
+    /// endpoint no route names any more is forgotten, so that a corrected URL starts fresh.
+    pub fn keep_endpoints(&self, destinations: &[&Destination]) {
+        let urls: BTreeSet<&str> = destinations
             .iter()
-            .map(|(endpoint, d)| format!("endpoint {endpoint} unreachable: {}", d.why))
+            .filter_map(|d| match d {
+                Destination::Http(route) => route.fixed_url(),
+                _ => None,
+            })
             .collect();
-        all.join("; ")
+        self.shared.down.retain(&urls);
+        self.shared.recent().retain(|url| urls.contains(url));
     }
 
     /// Counts requests by class into the metrics, mirrors `sink_up`, and tries the endpoints
@@ -132,25 +139,16 @@ impl HttpSink {
         let gauge = metrics.sink_up.with_label_values(&[name]);
         loop {
             gauge.set(i64::from(self.is_up()));
-            let probes: Vec<(String, String, u16)> = self
-                .shared
-                .down()
-                .iter()
-                .map(|(k, d)| (k.clone(), d.host.clone(), d.port))
-                .collect();
-            for (endpoint, host, port) in probes {
-                let connect = tokio::net::TcpStream::connect((host.as_str(), port));
-                let accepted = tokio::select! {
-                    r = tokio::time::timeout(PROBE_TIMEOUT, connect) => matches!(r, Ok(Ok(_))),
-                    _ = cancel.cancelled() => return,
-                };
-                if accepted && self.shared.down().remove(&endpoint).is_some() {
-                    tracing::info!(
-                        sink = name,
-                        endpoint,
-                        "the endpoint accepts connections again"
-                    );
-                }
+            let up = tokio::select! {
+                up = self.shared.down.probe() => up,
+                _ = cancel.cancelled() => return,
+            };
+            for endpoint in up {
+                tracing::info!(
+                    sink = name,
+                    endpoint,
+                    "the endpoint accepts connections again"
+                );
             }
             gauge.set(i64::from(self.is_up()));
             tokio::select! {
@@ -160,32 +158,29 @@ impl HttpSink {
         }
     }
 
-    /// A publisher for `route`; fails while the route's endpoint is down, so that workers
-    /// do not claim.
+    /// A publisher for `route`; fails while the route's endpoint is down or asked the bridge
+    /// to wait (`Retry-After`), so that workers do not claim.
     pub fn publisher(&self, route: &HttpRoute) -> Result<HttpPublisher, PublishError> {
-        let endpoint = route.fixed_url().and_then(endpoint_of);
-        if let Some((key, ..)) = &endpoint {
-            if let Some(d) = self.shared.down().get(key) {
+        let endpoint = route.fixed_url().map(str::to_string);
+        if let Some(url) = &endpoint {
+            if let Some(why) = self.shared.down.why(url) {
                 return Err(PublishError::Connection(format!(
-                    "endpoint {key} unreachable: {}",
-                    d.why
+                    "endpoint {url} unreachable: {why}"
+                )));
+            }
+            if let Some(left) = self.shared.down.waiting(url) {
+                return Err(PublishError::Connection(format!(
+                    "endpoint {url} asked to wait (Retry-After): {} s left",
+                    left.as_secs_f64().ceil()
                 )));
             }
         }
         Ok(HttpPublisher {
             shared: self.shared.clone(),
             route: route.clone(),
-            endpoint: endpoint.map(|(key, ..)| key),
+            endpoint,
         })
     }
-}
-
-/// `host:port` of a URL, with the host and port apart.
-fn endpoint_of(url: &str) -> Option<(String, String, u16)> {
-    let u = url::Url::parse(url).ok()?;
-    let host = u.host_str()?.trim_start_matches('[').trim_end_matches(']');
-    let port = u.port_or_known_default()?;
-    Some((format!("{}:{port}", u.host_str()?), host.to_string(), port))
 }
 
 /// A worker's handle: the sink's client bound to one route.
@@ -193,28 +188,31 @@ fn endpoint_of(url: &str) -> Option<(String, String, u16)> {
 pub struct HttpPublisher {
     shared: Arc<Shared>,
     route: HttpRoute,
-    /// `host:port` of the route's own URL, if it has one.
+    /// The route's own URL, if it has one.
     endpoint: Option<String>,
 }
 
 impl HttpPublisher {
-    /// False while the route's endpoint is down: the worker asks the sink again.
+    /// False while the route's endpoint is down or asked to wait: the worker asks the sink again.
     pub fn is_usable(&self) -> bool {
         self.endpoint
             .as_ref()
-            .is_none_or(|e| !self.shared.down().contains_key(e))
+            .is_none_or(|e| !self.shared.down.is_down(e) && self.shared.down.waiting(e).is_none())
     }
 
     /// Sends every message (at most `max_concurrency` requests at once on the sink, shared by
     /// the triggers in turn) and reports each 2xx to `confirms` as it arrives. When no
     /// request of the batch got an answer and every one to the route's own URL failed to
     /// connect, the endpoint is down: those messages go back without an attempt, and the
-    /// route gets no publisher until the endpoint accepts connections again.
+    /// route gets no publisher until the endpoint accepts connections again. A status every
+    /// recent request to its endpoint got is marked so (see [`recent`]).
     pub async fn publish_batch(&mut self, batch: Batch<'_, '_>) -> Vec<Outcome> {
         let mut results = batch.unconfirmed();
         // Per message: sent (not refused before sending), and failed to connect.
         let mut sent = vec![false; batch.messages.len()];
         let mut unreachable = vec![false; batch.messages.len()];
+        // Per message sent: its endpoint's URL and the hash it is known by there.
+        let mut sent_to: Vec<Option<(String, Member)>> = vec![None; batch.messages.len()];
         let now_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -226,6 +224,10 @@ impl HttpPublisher {
             match self.request(batch.trigger, m, &method, now_ms) {
                 Ok(request) => {
                     sent[i] = true;
+                    let url = m.url.or(self.route.fixed_url()).unwrap_or_default();
+                    let member = self.shared.recent().member(m.member);
+                    sent_to[i] = Some((url.to_string(), member));
+                    let url = url.to_string();
                     let shared = self.shared.clone();
                     pending.push(async move {
                         // One request of a trigger at a time waits for room: a herd on
@@ -236,6 +238,14 @@ impl HttpPublisher {
                             Err(e) => outcome::failed(&e),
                         };
                         shared.count(ended.class);
+                        let status = match &ended.outcome {
+                            Ok(_) => Some(200),
+                            Err(PublishError::HttpStatus { status, .. }) => Some(*status),
+                            Err(_) => None,
+                        };
+                        if let Some(status) = status {
+                            shared.recent().answered(&url, member, status);
+                        }
                         (i, ended)
                     });
                 }
@@ -254,8 +264,48 @@ impl HttpPublisher {
             batch.confirms,
         )
         .await;
+        self.every_request(&sent_to, &mut results);
+        self.retry_after(batch.messages, &results);
         self.endpoint_down(batch.messages, &mut results, &sent, &unreachable);
         results
+    }
+
+    /// Marks each status that every recent request to its endpoint got (`every_request`),
+    /// unless that endpoint gave a 2xx to another message of the batch: then the messages
+    /// it failed are proven at fault.
+    fn every_request(&self, sent_to: &[Option<(String, Member)>], results: &mut [Outcome]) {
+        let mut recent = self.shared.recent();
+        let went_through: BTreeSet<&str> = sent_to
+            .iter()
+            .zip(results.iter())
+            .filter_map(|(to, r)| to.as_ref().filter(|_| r.is_ok()))
+            .map(|(url, _)| url.as_str())
+            .collect();
+        for url in &went_through {
+            let failed: Vec<Member> = sent_to
+                .iter()
+                .zip(results.iter())
+                .filter_map(|(to, r)| to.as_ref().filter(|_| r.is_err()))
+                .filter(|(u, _)| u == url)
+                .map(|(_, m)| *m)
+                .collect();
+            recent.others_went_through(url, &failed);
+        }
+        for (to, r) in sent_to.iter().zip(results.iter_mut()) {
+            let (
+                Some((url, _)),
+                Err(PublishError::HttpStatus {
+                    status,
+                    every_request,
+                    ..
+                }),
+            ) = (to, r)
+            else {
+                continue;
+            };
+            *every_request =
+                !went_through.contains(url.as_str()) && recent.every_request(url, *status);
+        }
     }
 
     /// The request of one message, or why it cannot be sent.
@@ -288,6 +338,26 @@ impl HttpPublisher {
             .map_err(|e| PublishError::BadPayload(e.to_string()))
     }
 
+    /// Honours the `Retry-After` of an answer of the route's own URL that holds the trigger:
+    /// the route gets no publisher, and so claims nothing, until then. (A message's own URL
+    /// asking so delays that message's retry.)
+    fn retry_after(&self, messages: &[OutMessage<'_>], results: &[Outcome]) {
+        let Some(endpoint) = &self.endpoint else {
+            return;
+        };
+        let asked = messages
+            .iter()
+            .zip(results)
+            .filter(|(m, _)| m.url.is_none())
+            .filter_map(|(_, r)| r.as_ref().err())
+            .filter(|e| blame::holds_own(e, Chosen::default()))
+            .filter_map(PublishError::retry_after)
+            .max();
+        if let Some(d) = asked {
+            self.shared.down.wait(endpoint, d);
+        }
+    }
+
     /// When nothing of the batch was answered and every request sent to the route's own URL
     /// failed to connect, marks the endpoint down and puts those messages back (those
     /// refused before sending keep their own error).
@@ -317,15 +387,10 @@ impl HttpPublisher {
         for &i in &own {
             results[i] = Err(PublishError::Connection(why.clone()));
         }
-        let Some((key, host, port)) = self.route.fixed_url().and_then(endpoint_of) else {
-            return;
-        };
-        let mut down = self.shared.down();
-        if !down.contains_key(&key) {
+        if self.shared.down.mark(endpoint, why.clone()) {
             tracing::warn!(sink = %self.shared.name, endpoint = %endpoint, error = %why,
                 "the endpoint refuses connections: its messages stay in Redis, no attempt counted, until it accepts again");
         }
-        down.insert(key, Down { host, port, why });
     }
 }
 

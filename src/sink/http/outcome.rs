@@ -1,4 +1,4 @@
-//! What an answer, or the lack of one, means for a message: 2xx confirms, 408/425/429/5xx and lost connections are retried (not before `Retry-After`), other statuses are the message's fault.
+//! What an answer, or the lack of one, says: a 2xx confirms; any other status, with its `Retry-After` and an excerpt, or no answer at all (whose fault each is, is `sink::blame`'s).
 
 use std::time::{Duration, SystemTime};
 
@@ -9,11 +9,6 @@ use crate::sink::{Confirmed, Outcome, PublishError};
 pub const MAX_BODY: usize = 64 * 1024;
 /// Most bytes of the answer's body kept in a dead letter's detail.
 pub const MAX_EXCERPT: usize = 512;
-
-/// Whether an answer with `status` is retried rather than dead-lettered.
-pub fn retryable(status: u16) -> bool {
-    matches!(status, 408 | 425 | 429) || (500..600).contains(&status)
-}
 
 /// How a request ended, for the metrics: the status class, `timeout` or `error`.
 pub(super) type Class = &'static str;
@@ -154,16 +149,6 @@ pub fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retried_statuses() {
-        for s in [408, 425, 429, 500, 502, 503, 504, 599] {
-            assert!(retryable(s), "{s}");
-        }
-        for s in [300, 301, 400, 401, 403, 404, 409, 410, 413, 422] {
-            assert!(!retryable(s), "{s}");
-        }
-    }
 
     #[test]
     fn retry_after_takes_seconds_and_dates() {
