@@ -43,8 +43,8 @@ async fn card(r: &mut Conn, key: &str) -> usize {
 }
 
 /// Claim and confirm 3,000 messages through a SIGKILL of the bridge mid-drain and its restart;
-/// dead-letter one too large at once and three the broker cannot route after their attempts
-/// (retried in between); then, idle on a 30 s guard, wake on a keyspace notification.
+/// dead-letter one too large at once and three whose own routing keys the broker cannot route
+/// after their attempts (retried in between); then, idle on a 30 s guard, wake on a keyspace notification.
 /// `engine` is what the bridge must name at start.
 async fn foundation(server: &RedisServer, tag: &str, engine: &str) {
     let mut r = server.conn().await;
@@ -54,13 +54,20 @@ async fn foundation(server: &RedisServer, tag: &str, engine: &str) {
     let n = 3000;
     schedule(&mut r, &key, n, 0).await;
     zadd(&mut r, &key, "0", vec![b'x'; 400]).await;
-    schedule_now(&mut r, &unroutable, ["u1", "u2", "u3"]).await;
+    // Each chooses a routing key no queue is bound to: its own destination, so an attempt.
+    let own_key = |body: &str| format!(r#"{{"body": "{body}", "routing_key": "nobody.home"}}"#);
+    schedule_now(
+        &mut r,
+        &unroutable,
+        [own_key("u1"), own_key("u2"), own_key("u3")],
+    )
+    .await;
     let port = free_port();
     let options = "workers = 2\nbatch = 20\nlease = \"2s\"\npublish_timeout = \"1s\"\n\
                    max_message_bytes = 300\nguard_interval = \"30s\"\n\
                    notified_guard_interval = \"30s\"";
     let nowhere = format!(
-        "exchange = \"{}\"\nrouting_key = \"nobody.home\"\nmax_attempts = 2\n\
+        "exchange = \"{}\"\nrouting_key = \"{tag}.rk\"\nformat = \"envelope\"\nmax_attempts = 2\n\
          backoff_initial = \"200ms\"\nguard_interval = \"1s\"\nlease = \"2s\"\npublish_timeout = \"1s\"",
         capture.exchange
     );

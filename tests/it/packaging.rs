@@ -329,7 +329,7 @@ async fn dashboard_and_alerts_query_only_metrics_the_bridge_exports() {
 }
 
 /// A bridge with a healthy trigger `dash` on `key` and one, `dash-bad` on `bad_key`, whose
-/// messages are unroutable (a retry, then a dead letter), an expired lease recovered: every
+/// messages choose a routing key no queue takes (a retry, then a dead letter), an expired lease recovered: every
 /// counter and histogram has a series. Returns the bridge and its scrape once all moved.
 async fn every_series_moved(
     r: &mut Conn,
@@ -338,11 +338,14 @@ async fn every_series_moved(
     capture: &AmqpCapture,
 ) -> (Bridge, String) {
     let port = free_port();
+    // Its messages choose a routing key no queue is bound to: their own destination, so
+    // each pays its attempts.
     let unroutable = format!(
-        "exchange = \"{}\"\nrouting_key = \"nobody-listens\"\nmax_attempts = 2\n\
+        "exchange = \"{}\"\nrouting_key = \"{}\"\nformat = \"envelope\"\nmax_attempts = 2\n\
          backoff_initial = \"50ms\"\nbackoff_max = \"50ms\"\nlease = \"2s\"\npublish_timeout = \"1s\"",
-        capture.exchange
+        capture.exchange, capture.routing_key
     );
+    let own = |body: &str| format!(r#"{{"body": "{body}", "routing_key": "nobody-listens"}}"#);
     let config = base_config(port)
         + &amqp_trigger("dash", key, capture, "batch = 8")
         + &trigger("dash-bad", bad_key, "rabbit", &unroutable);
@@ -357,11 +360,11 @@ async fn every_series_moved(
         .cmd("ZADD")
         .arg(bad_key)
         .arg(now)
-        .arg("unroutable")
+        .arg(own("unroutable"))
         .cmd("ZADD")
         .arg(&bad.inflight)
         .arg(now - 60_000)
-        .arg("orphan")
+        .arg(own("orphan"))
         .query_async(r)
         .await
         .unwrap();

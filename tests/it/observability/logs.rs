@@ -9,7 +9,7 @@ async fn json_logs_carry_worker_spans_and_never_a_password() {
     let secret = unique("pw-s3cret");
     let port = free_port();
     let closed = free_port();
-    // One trigger dead-letters (unroutable, one attempt), one cannot reach its broker:
+    // One trigger dead-letters (too large, at once), one cannot reach its broker:
     // both log from inside a worker span.
     let settings = ConfigToml::base(port)
         .set_str("log", "format", "json")
