@@ -220,18 +220,7 @@ async fn a_missing_exchange_keeps_messages_in_redis_until_it_is_declared() {
     assert!(named, "{text:?}");
 
     // The operator declares the exchange: the message goes out.
-    let conn = lapin::Connection::connect(&amqp_url(), Default::default())
-        .await
-        .unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.exchange_declare(
-        &exchange,
-        lapin::ExchangeKind::Direct,
-        Default::default(),
-        Default::default(),
-    )
-    .await
-    .unwrap();
+    let ch = declare_direct_exchange(&exchange).await;
     capture.bind(&exchange, "noex").await;
     assert!(
         wait_until(Duration::from_secs(20), || capture.count() == 1).await,

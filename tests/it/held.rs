@@ -4,28 +4,14 @@
 
 use crate::common;
 use crate::refusals::{
-    assert_none_dead, broker_with_user, dead_within, done, envelope, refusal_key,
-    set_topic_permissions, Topic,
+    assert_none_dead, broker_with_user, close_bridge_connections, dead_within, done, envelope,
+    refusal_key, set_topic_permissions, Topic,
 };
 
 use std::time::Duration;
 
 use common::servers::RabbitServer;
 use common::*;
-
-/// Closes the connections of user `bridge`: its channels are made anew.
-async fn close_bridge_connections(rabbit: &RabbitServer) {
-    let connections = rabbit
-        .ctl_output(&["list_connections", "user", "pid"])
-        .await
-        .unwrap();
-    for line in connections.lines().filter(|l| l.starts_with("bridge\t")) {
-        let pid = line.trim_start_matches("bridge\t");
-        rabbit
-            .ctl(&["close_connection", pid, "permissions changed"])
-            .await;
-    }
-}
 
 /// Schedules `n` members `{prefix}-{i}` on `key`, due now.
 async fn schedule_named(r: &mut Conn, key: &str, prefix: &str, n: usize) -> Vec<String> {

@@ -158,6 +158,21 @@ pub(crate) async fn broker_with_user(rabbit: &RabbitServer, exchange: &str, topi
     format!("amqp://bridge:bridge-pw@{}/%2f", rabbit.addr())
 }
 
+/// Closes the connections of user `bridge`: its channels are made anew, and ask the broker
+/// for their permissions again (a channel caches what it was allowed).
+pub(crate) async fn close_bridge_connections(rabbit: &RabbitServer) {
+    let connections = rabbit
+        .ctl_output(&["list_connections", "user", "pid"])
+        .await
+        .unwrap();
+    for line in connections.lines().filter(|l| l.starts_with("bridge\t")) {
+        let pid = line.trim_start_matches("bridge\t");
+        rabbit
+            .ctl(&["close_connection", pid, "permissions changed"])
+            .await;
+    }
+}
+
 /// Lets user `bridge` publish to `exchange` with the routing keys matching `pattern` only.
 pub(crate) async fn set_topic_permissions(rabbit: &RabbitServer, exchange: &str, pattern: &str) {
     let args = [
@@ -391,16 +406,7 @@ async fn permissions_revoked_for_every_key_dead_letter_nothing_and_resume() {
     // No routing key is allowed any more; the bridge's channels are made anew (a channel
     // caches what it was allowed).
     set_topic_permissions(&rabbit, &topic.exchange, "^$").await;
-    let connections = rabbit
-        .ctl_output(&["list_connections", "user", "pid"])
-        .await
-        .unwrap();
-    for line in connections.lines().filter(|l| l.starts_with("bridge\t")) {
-        let pid = line.trim_start_matches("bridge\t");
-        rabbit
-            .ctl(&["close_connection", pid, "permissions changed"])
-            .await;
-    }
+    close_bridge_connections(&rabbit).await;
     let now = redis_now(&mut r).await;
     let bodies: Vec<Vec<u8>> = (20..n).map(|i| body(i, 0)).collect();
     for (i, b) in bodies.iter().enumerate() {

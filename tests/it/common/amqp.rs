@@ -267,3 +267,21 @@ pub async fn sigkill_mid_drain(
     }
     bridge
 }
+
+/// Declares the direct exchange `name` on a connection of its own, as an operator would;
+/// the channel deletes it again.
+pub async fn declare_direct_exchange(name: &str) -> lapin::Channel {
+    let conn = lapin::Connection::connect(&amqp_url(), Default::default())
+        .await
+        .expect("RabbitMQ must run on loopback (see README)");
+    let ch = conn.create_channel().await.unwrap();
+    ch.exchange_declare(
+        name,
+        lapin::ExchangeKind::Direct,
+        Default::default(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    ch
+}

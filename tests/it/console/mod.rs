@@ -349,18 +349,7 @@ async fn the_console_shows_a_held_trigger_and_why() {
         .await;
     browser.screenshot(&shots().join("console-held.png")).await;
 
-    let conn = lapin::Connection::connect(&amqp_url(), Default::default())
-        .await
-        .unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.exchange_declare(
-        &exchange,
-        lapin::ExchangeKind::Direct,
-        Default::default(),
-        Default::default(),
-    )
-    .await
-    .unwrap();
+    let ch = declare_direct_exchange(&exchange).await;
     capture.bind(&exchange, "held").await;
     bridge.expect_arrivals(1, WAIT, || capture.count()).await;
     browser.wait_field("held", "state", "active").await;
