@@ -1,0 +1,98 @@
+//! The schedules added at run time, as the schedule task sees them: read from Redis when a
+//! keyspace notification says that the change counter moved (and every few minutes whatever
+//! it says), checked as the config's are; a config schedule wins over a stored one of its name.
+
+use tokio::sync::Notify;
+
+use crate::config::{schedule_problems, ScheduleConfig};
+use crate::redis::notify;
+use crate::redis::store::{Store, StoreError};
+
+/// A stored definition as checked: the schedule, or why it is left out.
+pub fn parse(name: &str, json: &[u8]) -> Result<ScheduleConfig, String> {
+    let s: ScheduleConfig =
+        serde_json::from_slice(json).map_err(|e| format!("not a schedule definition: {e}"))?;
+    if s.name != name {
+        return Err(format!("stored under `{name}` but named `{}`", s.name));
+    }
+    if let Some((field, why)) = schedule_problems(&s).into_iter().next() {
+        return Err(format!("{field}: {why}"));
+    }
+    Ok(s)
+}
+
+/// What the task last read of the stored schedules.
+#[derive(Default)]
+pub(super) struct Seen {
+    /// The change counter at the last read.
+    rev: Option<i64>,
+}
+
+impl Seen {
+    /// The stored schedules to run beside `config` (those of the config): `None` when the
+    /// counter has not moved since the last read (unless `full`).
+    pub(super) async fn read(
+        &mut self,
+        trigger: &str,
+        store: &Store,
+        config: &[ScheduleConfig],
+        full: bool,
+    ) -> Result<Option<Vec<ScheduleConfig>>, StoreError> {
+        let rev = store.schedule_rev().await?;
+        let moved = self.rev != Some(rev);
+        if !moved && !full {
+            return Ok(None);
+        }
+        let defs = store.schedule_defs().await?;
+        self.rev = Some(rev);
+        let mut out = Vec::with_capacity(defs.len());
+        for (name, json) in defs {
+            let why = match parse(&name, &json) {
+                Ok(_) if config.iter().any(|c| c.name == name) => {
+                    "the config has a schedule of that name".to_string()
+                }
+                Ok(s) => {
+                    out.push(s);
+                    continue;
+                }
+                Err(why) => why,
+            };
+            if moved {
+                tracing::warn!(trigger, schedule = %name, reason = %why,
+                    "schedules: a stored schedule is left out");
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+/// Hears the keyspace notifications of a trigger's change counter (`K:schedules:rev`) and
+/// wakes its schedule task.
+pub(crate) struct Changes {
+    key: String,
+    pub(super) notify: Notify,
+}
+
+impl Changes {
+    /// The listener of `store`'s change counter.
+    pub(crate) fn new(store: &Store) -> Self {
+        Changes {
+            key: store.schedule_rev_key(),
+            notify: Notify::new(),
+        }
+    }
+}
+
+impl notify::Listener for Changes {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn written(&self) {
+        self.notify.notify_one();
+    }
+
+    fn added(&self) {
+        self.notify.notify_one();
+    }
+}
