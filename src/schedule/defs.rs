@@ -8,17 +8,26 @@ use crate::config::{schedule_problems, ScheduleConfig};
 use crate::redis::notify;
 use crate::redis::store::{Store, StoreError};
 
-/// A stored definition as checked: the schedule, or why it is left out.
-pub fn parse(name: &str, json: &[u8]) -> Result<ScheduleConfig, String> {
-    let s: ScheduleConfig =
-        serde_json::from_slice(json).map_err(|e| format!("not a schedule definition: {e}"))?;
+/// The field of a stored definition that says when it was added (epoch ms), beside the
+/// fields of `[[triggers.schedules]]`.
+pub const ADDED_MS: &str = "added_ms";
+
+/// A stored definition as checked: the schedule and when it was added, or why it is left out.
+pub fn parse(name: &str, json: &[u8]) -> Result<(ScheduleConfig, Option<i64>), String> {
+    let bad = |e: serde_json::Error| format!("not a schedule definition: {e}");
+    let mut v: serde_json::Value = serde_json::from_slice(json).map_err(bad)?;
+    let added_ms = v
+        .as_object_mut()
+        .and_then(|o| o.remove(ADDED_MS))
+        .and_then(|a| a.as_i64());
+    let s: ScheduleConfig = serde_json::from_value(v).map_err(bad)?;
     if s.name != name {
         return Err(format!("stored under `{name}` but named `{}`", s.name));
     }
     if let Some((field, why)) = schedule_problems(&s).into_iter().next() {
         return Err(format!("{field}: {why}"));
     }
-    Ok(s)
+    Ok((s, added_ms))
 }
 
 /// What the task last read of the stored schedules.
@@ -51,7 +60,7 @@ impl Seen {
                 Ok(_) if config.iter().any(|c| c.name == name) => {
                     "the config has a schedule of that name".to_string()
                 }
-                Ok(s) => {
+                Ok((s, _)) => {
                     out.push(s);
                     continue;
                 }

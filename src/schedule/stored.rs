@@ -46,7 +46,11 @@ pub async fn add(store: &Store, t: &Trigger, s: &ScheduleConfig) -> Result<(), C
             t.name
         )));
     }
-    let json = serde_json::to_vec(s).map_err(|e| ChangeError::Conflict(e.to_string()))?;
+    let mut json = serde_json::to_value(s).map_err(|e| ChangeError::Conflict(e.to_string()))?;
+    if let Some(o) = json.as_object_mut() {
+        o.insert(super::defs::ADDED_MS.into(), crate::cron::now_ms().into());
+    }
+    let json = json.to_string().into_bytes();
     if !store.add_schedule_def(&s.name, &json).await? {
         return Err(ChangeError::Conflict(format!(
             "trigger `{}` has a run-time schedule `{}` already: remove it first",
@@ -90,25 +94,32 @@ pub struct Listed {
 /// The schedules of `t`, the config's then the stored ones (those the bridges run), each with
 /// its last and next fire.
 pub async fn list(store: &Store, t: &Trigger) -> Result<Vec<Listed>, StoreError> {
-    let mut all: Vec<(&'static str, ScheduleConfig)> =
-        t.schedules.iter().map(|s| ("config", s.clone())).collect();
+    let mut all: Vec<(&'static str, ScheduleConfig, Option<i64>)> = t
+        .schedules
+        .iter()
+        .map(|s| ("config", s.clone(), None))
+        .collect();
     for (name, json) in store.schedule_defs().await? {
         match super::defs::parse(&name, &json) {
-            Ok(s) if !t.schedules.iter().any(|c| c.name == name) => all.push(("runtime", s)),
+            Ok((s, added)) if !t.schedules.iter().any(|c| c.name == name) => {
+                all.push(("runtime", s, added))
+            }
             _ => {}
         }
     }
     if all.is_empty() {
         return Ok(Vec::new());
     }
-    let names: Vec<&str> = all.iter().map(|(_, s)| s.name.as_str()).collect();
+    let names: Vec<&str> = all.iter().map(|(_, s, _)| s.name.as_str()).collect();
     let (now, marks) = store.schedule_marks(&names).await?;
     Ok(all
         .into_iter()
         .zip(marks)
-        .map(|((source, schedule), mark)| {
+        .map(|((source, schedule, added), mark)| {
             let cron = Cron::parse(&schedule.cron, &schedule.timezone).ok();
-            let (last_fire_ms, next_fire_ms) = fires(cron.as_ref(), &mark, now);
+            let (mut last_fire_ms, next_fire_ms) = fires(cron.as_ref(), &mark, now);
+            // The tick before the first one enqueued never fired.
+            last_fire_ms = last_fire_ms.filter(|l| added.is_none_or(|a| *l >= a));
             Listed {
                 source,
                 schedule,
