@@ -217,34 +217,30 @@ mod tests {
 pub(super) struct ScheduleRow {
     /// The schedule's name.
     pub name: String,
+    /// `config`, or `runtime` for one added at run time.
+    pub source: &'static str,
     /// The last tick fired (enqueued and due), epoch ms.
     pub last_fire_ms: Option<i64>,
     /// The next tick to fire, epoch ms.
     pub next_fire_ms: Option<i64>,
 }
 
-/// The schedules of `t` with their last and next fire, read from the marks in `store` (the
-/// trigger's first shard).
+/// The schedules of `t`, the config's and those added at run time, with their last and next
+/// fire, read from the marks in `store` (the trigger's first shard).
 pub(super) async fn schedule_rows(
     store: &crate::redis::store::Store,
     t: &Trigger,
 ) -> anyhow::Result<Vec<ScheduleRow>> {
-    if t.schedules.is_empty() {
-        return Ok(Vec::new());
-    }
-    let names: Vec<&str> = t.schedules.iter().map(|s| s.name.as_str()).collect();
-    let (now, marks) = store.schedule_marks(&names).await?;
-    let mut rows = Vec::new();
-    for (s, mark) in t.schedules.iter().zip(marks) {
-        let cron = Cron::parse(&s.cron, &s.timezone).ok();
-        let (last, next) = crate::schedule::stored::fires(cron.as_ref(), &mark, now);
-        rows.push(ScheduleRow {
-            name: s.name.clone(),
-            last_fire_ms: last,
-            next_fire_ms: next,
-        });
-    }
-    Ok(rows)
+    Ok(crate::schedule::stored::list(store, t)
+        .await?
+        .into_iter()
+        .map(|l| ScheduleRow {
+            name: l.schedule.name,
+            source: l.source,
+            last_fire_ms: l.last_fire_ms,
+            next_fire_ms: l.next_fire_ms,
+        })
+        .collect())
 }
 
 /// `stats`' lines of a trigger's schedules.

@@ -105,3 +105,24 @@ impl notify::Listener for Changes {
         self.notify.notify_one();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn stored_definitions_are_checked_as_the_config_is() {
+        let json = br#"{"name":"n","cron":"* * * * * *","body":"b","added_ms":5}"#;
+        let (s, added) = parse("n", json).unwrap();
+        assert_eq!(
+            (s.timezone.as_str(), s.catch_up_limit, added),
+            ("UTC", 100, Some(5))
+        );
+        assert!(parse("m", json).unwrap_err().contains("stored under `m`"));
+        let bad = br#"{"name":"n","cron":"61 * * * * *","body":"b"}"#;
+        assert!(parse("n", bad).unwrap_err().starts_with("cron: "));
+        let unknown = br#"{"name":"n","cron":"* * * * * *","body":"b","colour":"red"}"#;
+        assert!(parse("n", unknown).is_err());
+        assert!(parse("n", b"not json").is_err());
+    }
+}
