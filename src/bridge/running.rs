@@ -189,6 +189,9 @@ impl Running {
         for schedule in &e.config.schedules {
             self.shared.metrics.schedules.remove(name, &schedule.name);
         }
+        for schedule in e.schedule_changes.running() {
+            self.shared.metrics.schedules.remove(name, &schedule);
+        }
         self.shared.tasks.spawn(async move {
             if tokio::time::timeout(timeout, e.workers.wait())
                 .await

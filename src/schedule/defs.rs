@@ -80,6 +80,8 @@ impl Seen {
 pub(crate) struct Changes {
     key: String,
     pub(super) notify: Notify,
+    /// The stored schedules the task runs now: whoever stops the task removes their series.
+    pub(super) running: std::sync::Mutex<Vec<String>>,
 }
 
 impl Changes {
@@ -88,7 +90,13 @@ impl Changes {
         Changes {
             key: store.schedule_rev_key(),
             notify: Notify::new(),
+            running: std::sync::Mutex::default(),
         }
+    }
+
+    /// The stored schedules the task runs now.
+    pub(crate) fn running(&self) -> Vec<String> {
+        self.running.lock().map(|r| r.clone()).unwrap_or_default()
     }
 }
 

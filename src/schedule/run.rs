@@ -80,7 +80,13 @@ pub(crate) async fn run(
                 false => local_ms() + DEFS_POLL,
             };
             match read {
-                Ok(Some(stored)) => merge(&trigger, &mut entries, stored, &metrics),
+                Ok(Some(stored)) => {
+                    merge(&trigger, &mut entries, stored, &metrics);
+                    if let Ok(mut running) = changes.running.lock() {
+                        let stored = entries.iter().filter(|e| e.stored);
+                        *running = stored.map(|e| e.config.name.clone()).collect();
+                    }
+                }
                 Ok(None) => {}
                 Err(e) => {
                     tracing::debug!(trigger = %trigger, error = %e, "schedules: reading stored schedules failed");
@@ -111,12 +117,9 @@ pub(crate) async fn run(
                 u64::try_from(defs_at - local_ms()).unwrap_or(0),
             ));
         tokio::select! {
-            _ = stop.cancelled() => {
-                for e in entries.iter().filter(|e| e.stored) {
-                    metrics.remove(&trigger, &e.config.name);
-                }
-                return;
-            }
+            // Whoever stops the task removes the series (`Changes::running`) before a task
+            // that replaces it starts them again.
+            _ = stop.cancelled() => return,
             _ = tokio::time::sleep(sleep) => {}
             _ = changes.notify.notified() => defs_at = i64::MIN,
         }
