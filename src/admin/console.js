@@ -267,6 +267,25 @@ function scheduledRows(items) {
   });
 }
 
+/// The trigger's schedules, the config's and those added at run time, with their last and
+/// next fire.
+function scheduleRows(items) {
+  const body = $("#schedules tbody");
+  body.replaceChildren();
+  for (const s of items) {
+    const row = body.insertRow();
+    row.dataset.schedule = s.name;
+    cell(row, s.name, "", "name");
+    cell(row, s.source, "", "source");
+    cell(row, s.cron, "member", "cron");
+    cell(row, s.timezone, "", "timezone");
+    cell(row, s.misfire, "", "misfire");
+    cell(row, when(s.last_fire_ms), "", "last");
+    cell(row, when(s.next_fire_ms), "", "next");
+  }
+  $("#schedules-note").textContent = items.length ? "" : "No schedules: add one in the config or with `delay-bridge schedule add`.";
+}
+
 /// Which call of `detail` is the latest: an earlier one answered later (the 2 s refresh beside
 /// a click) paints nothing over it.
 let detailCalls = 0;
@@ -274,16 +293,18 @@ let detailCalls = 0;
 async function detail() {
   const t = encodeURIComponent(selected), call = ++detailCalls;
   try {
-    const [f, page, dead, inflight, history] = await Promise.all([
+    const [f, page, dead, inflight, history, schedules] = await Promise.all([
       api("GET", "/triggers/" + t + "/forecast?bucket_ms=60000&buckets=60"),
       searching ? null : api("GET", "/triggers/" + t + "/scheduled?limit=25" + (cursor ? "&after=" + encodeURIComponent(cursor) : "")),
       api("GET", "/triggers/" + t + "/dead?limit=25" + (deadCursor ? "&after=" + encodeURIComponent(deadCursor) : "")),
       api("GET", "/triggers/" + t + "/inflight?limit=25"),
       api("GET", "/triggers/" + t + "/history?window=" + windowName),
+      api("GET", "/triggers/" + t + "/schedules"),
     ]);
     if (call !== detailCalls) return;
     chart(f);
     charts(history);
+    scheduleRows(schedules.schedules);
     if (page && !searching) {
       scheduledRows(page.items);
       $("#next-page").disabled = !page.next;

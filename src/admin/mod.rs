@@ -19,6 +19,7 @@ mod history;
 mod json;
 mod reads;
 mod routes;
+mod schedules;
 
 pub(crate) use history::History;
 

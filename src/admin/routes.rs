@@ -46,7 +46,7 @@ pub(super) fn is_console(path: &str) -> bool {
 }
 
 pub(super) fn router() -> Router<Admin> {
-    let mut router = Router::new();
+    let mut router = Router::new().merge(super::schedules::router());
     for (path, kind, body) in ASSETS {
         router = router.route(
             path,
@@ -105,8 +105,8 @@ impl FromRequestParts<Admin> for Named {
 }
 
 /// A call that changes a trigger's queue: the trigger, and who called (for the audit line).
-struct Act {
-    t: AdminTrigger,
+pub(super) struct Act {
+    pub(super) t: AdminTrigger,
     peer: SocketAddr,
 }
 
@@ -125,7 +125,7 @@ impl FromRequestParts<Admin> for Act {
 impl Act {
     /// One audit line per call that changes a queue: who, what, on which trigger, how many;
     /// never a member or a body.
-    fn audit(&self, action: &str, count: u64) {
+    pub(super) fn audit(&self, action: &str, count: u64) {
         tracing::info!(target: "delay_bridge::audit", peer = %self.peer, action, trigger = %self.t.config.name, count, "admin call");
     }
 }
@@ -135,7 +135,7 @@ pub(super) fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiErro
         .map_err(|e| ApiError::bad(format!("bad query: {}", e.body_text())))
 }
 
-fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
+pub(super) fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
     b.map(|Json(b)| b)
         .map_err(|e| ApiError::bad(format!("bad JSON body: {}", e.body_text())))
 }

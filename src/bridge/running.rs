@@ -47,6 +47,8 @@ struct Entry {
     stop: CancellationToken,
     abort: CancellationToken,
     workers: TaskTracker,
+    /// Hears of changes to the schedules stored at run time.
+    schedule_changes: Arc<crate::schedule::defs::Changes>,
 }
 
 /// The running triggers by name, the notification listener that wakes them and the
@@ -148,17 +150,18 @@ impl Running {
             let run = ingress.run(sink.clone(), stop.clone());
             s.workers.spawn(workers.track_future(run));
         }
-        if !tc.schedules.is_empty() {
-            // In the first shard's slot: the marks and the ticks live beside its queue.
-            let run = crate::schedule::run(
-                tc.name.clone(),
-                shards[0].store.clone(),
-                tc.schedules.clone(),
-                s.metrics.schedules.clone(),
-                stop.clone(),
-            );
-            s.workers.spawn(workers.track_future(run));
-        }
+        // In the first shard's slot: the marks and the ticks live beside its queue. Every
+        // trigger runs the task: schedules can be added at run time.
+        let schedule_changes = Arc::new(crate::schedule::defs::Changes::new(&shards[0].store));
+        let run = crate::schedule::run(
+            tc.name.clone(),
+            shards[0].store.clone(),
+            tc.schedules.clone(),
+            (schedule_changes.clone(), s.notifications),
+            s.metrics.schedules.clone(),
+            stop.clone(),
+        );
+        s.workers.spawn(workers.track_future(run));
         workers.close();
         self.entries.insert(
             tc.name.clone(),
@@ -169,6 +172,7 @@ impl Running {
                 stop,
                 abort,
                 workers,
+                schedule_changes,
             },
         );
         Ok(())
@@ -184,6 +188,9 @@ impl Running {
         self.shared.health.set_paused(name, false);
         for schedule in &e.config.schedules {
             self.shared.metrics.schedules.remove(name, &schedule.name);
+        }
+        for schedule in e.schedule_changes.running() {
+            self.shared.metrics.schedules.remove(name, &schedule);
         }
         self.shared.tasks.spawn(async move {
             if tokio::time::timeout(timeout, e.workers.wait())
@@ -240,6 +247,11 @@ impl Running {
             .all_shards()
             .into_iter()
             .map(|shard| shard as Arc<dyn notify::Listener>)
+            .chain(
+                self.entries
+                    .values()
+                    .map(|e| e.schedule_changes.clone() as Arc<dyn notify::Listener>),
+            )
             .collect();
         let s = &self.shared;
         s.tasks.spawn(notify::listen(

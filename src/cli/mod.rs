@@ -27,6 +27,7 @@ mod health;
 mod operate;
 mod queue;
 mod schedule;
+mod schedule_runtime;
 mod show;
 mod text;
 mod when;
@@ -114,7 +115,8 @@ pub enum Command {
     /// Inspect and replay dead letters.
     #[command(subcommand)]
     DeadLetter(DeadLetter),
-    /// Recurring schedules: check an expression's next fire times.
+    /// Recurring schedules: check an expression's next fire times; add, list and remove a
+    /// trigger's schedules at run time.
     #[command(subcommand)]
     Schedule(schedule::ScheduleCommand),
     /// Measure forwarding rate, lateness and idle cost against the local Redis and a broker
@@ -306,7 +308,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
             }
             Err(e) => Err(e),
         },
-        Command::Schedule(c) => schedule::schedule(c),
+        Command::Schedule(c) => schedule::schedule(c).await,
         Command::Health(args) => return health::health(args).await,
         Command::Bench { args } => bench(args),
         Command::Consume {

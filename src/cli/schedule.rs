@@ -1,5 +1,5 @@
-//! `delay-bridge schedule next`: a cron expression's next fire times, and what `check` says of
-//! a trigger's schedules.
+//! `delay-bridge schedule next`: a cron expression's next fire times, what `check` says of a
+//! trigger's schedules, and the run-time schedule commands (`schedule_runtime`).
 
 use clap::Subcommand;
 
@@ -25,11 +25,52 @@ pub enum ScheduleCommand {
         #[arg(long, default_value_t = 5)]
         count: usize,
     },
+    /// Add a schedule to a trigger at run time: stored in Redis, run by every bridge serving
+    /// the trigger from its next tick on (a name of the config's is refused).
+    Add(super::schedule_runtime::AddArgs),
+    /// List a trigger's schedules, the config's and those added at run time, with their last
+    /// and next fire.
+    List {
+        #[command(flatten)]
+        config: super::ConfigArg,
+        /// Trigger to look at.
+        #[arg(long, short)]
+        trigger: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a schedule added at run time (a tick already enqueued still fires).
+    Remove {
+        #[command(flatten)]
+        config: super::ConfigArg,
+        /// Trigger whose schedule it is.
+        #[arg(long, short)]
+        trigger: String,
+        /// The schedule's name.
+        #[arg(long)]
+        name: String,
+    },
 }
 
 /// Runs a `schedule` subcommand; returns the exit code.
-pub(super) fn schedule(command: ScheduleCommand) -> anyhow::Result<i32> {
+pub(super) async fn schedule(command: ScheduleCommand) -> anyhow::Result<i32> {
+    use super::schedule_runtime as runtime;
     match command {
+        ScheduleCommand::Add(a) => {
+            let config = a.config.clone();
+            super::with_config(&config, |c| runtime::add(c, a)).await
+        }
+        ScheduleCommand::List {
+            config,
+            trigger,
+            json,
+        } => super::with_config(&config, |c| runtime::list(c, trigger, json)).await,
+        ScheduleCommand::Remove {
+            config,
+            trigger,
+            name,
+        } => super::with_config(&config, |c| runtime::remove(c, trigger, name)).await,
         ScheduleCommand::Next {
             cron,
             timezone,
@@ -176,44 +217,30 @@ mod tests {
 pub(super) struct ScheduleRow {
     /// The schedule's name.
     pub name: String,
+    /// `config`, or `runtime` for one added at run time.
+    pub source: &'static str,
     /// The last tick fired (enqueued and due), epoch ms.
     pub last_fire_ms: Option<i64>,
     /// The next tick to fire, epoch ms.
     pub next_fire_ms: Option<i64>,
 }
 
-/// The schedules of `t` with their last and next fire, read from the marks in `store` (the
-/// trigger's first shard).
+/// The schedules of `t`, the config's and those added at run time, with their last and next
+/// fire, read from the marks in `store` (the trigger's first shard).
 pub(super) async fn schedule_rows(
     store: &crate::redis::store::Store,
     t: &Trigger,
 ) -> anyhow::Result<Vec<ScheduleRow>> {
-    if t.schedules.is_empty() {
-        return Ok(Vec::new());
-    }
-    let names: Vec<&str> = t.schedules.iter().map(|s| s.name.as_str()).collect();
-    let (now, marks) = store.schedule_marks(&names).await?;
-    let mut rows = Vec::new();
-    for (s, mark) in t.schedules.iter().zip(marks) {
-        let cron = Cron::parse(&s.cron, &s.timezone).ok();
-        let next = match (mark.tick_ms, &cron) {
-            (Some(m), _) if m > now || mark.waiting => Some(m),
-            (Some(m), Some(c)) => c.next_after(m.max(now)),
-            (None, Some(c)) => c.next_after(now),
-            (_, None) => None,
-        };
-        let last = match (mark.tick_ms, &cron) {
-            (Some(m), Some(c)) if m > now || mark.waiting => c.prev_before(m).filter(|_| m > now),
-            (Some(m), _) => Some(m),
-            (None, _) => None,
-        };
-        rows.push(ScheduleRow {
-            name: s.name.clone(),
-            last_fire_ms: last,
-            next_fire_ms: next,
-        });
-    }
-    Ok(rows)
+    Ok(crate::schedule::stored::list(store, t)
+        .await?
+        .into_iter()
+        .map(|l| ScheduleRow {
+            name: l.schedule.name,
+            source: l.source,
+            last_fire_ms: l.last_fire_ms,
+            next_fire_ms: l.next_fire_ms,
+        })
+        .collect())
 }
 
 /// `stats`' lines of a trigger's schedules.

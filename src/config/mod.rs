@@ -32,7 +32,9 @@ pub use ingress::{IngressConfig, MAX_PREFETCH};
 pub use load::{env_overrides, load, load_from};
 pub use problem::{ConfigError, Problem};
 pub use route::{AmqpRoute, AmqpRouting, Destination, HttpRoute, HttpTarget, KafkaRoute};
-pub use schedule::{Misfire, ScheduleConfig, MAX_CATCH_UP, MAX_SCHEDULES};
+pub use schedule::{
+    problems as schedule_problems, Misfire, ScheduleConfig, MAX_CATCH_UP, MAX_SCHEDULES,
+};
 pub use search::{find as find_config, NotFound, CONFIG_ENV, LOCAL_CONFIG, SYSTEM_CONFIG};
 pub use service::{
     AdminConfig, LogConfig, LogFormat, MetricsConfig, ShutdownConfig, ADMIN_TOKEN_ENV,

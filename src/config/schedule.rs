@@ -91,30 +91,43 @@ pub(super) fn schedule_problems(
     let mut names = std::collections::HashSet::new();
     for (j, s) in schedules.iter().enumerate() {
         let k = |field: &str| format!("triggers[{trigger}].schedules[{j}].{field}");
-        if !super::validate::valid_name(&s.name) {
-            push(
-                k("name"),
-                "must be non-empty and contain only A-Z, a-z, 0-9, `_`, `-` and `.`".into(),
-            );
-        } else if !names.insert(s.name.as_str()) {
+        let problems = problems(s);
+        let bad_name = problems.iter().any(|(field, _)| *field == "name");
+        for (field, why) in problems {
+            push(k(field), why);
+        }
+        if !bad_name && !names.insert(s.name.as_str()) {
             push(k("name"), format!("duplicate schedule name `{}`", s.name));
         }
-        if let Err(why) = crate::cron::Cron::parse(&s.cron, "UTC") {
-            push(k("cron"), why);
-        }
-        if let Err(why) = crate::cron::zone(&s.timezone) {
-            push(k("timezone"), why);
-        }
-        if s.misfire_grace.is_zero() {
-            push(k("misfire_grace"), "must be more than 0".into());
-        } else if let Some(why) = super::validate::too_long(s.misfire_grace, MAX_GRACE) {
-            push(k("misfire_grace"), why);
-        }
-        if s.catch_up_limit == 0 || s.catch_up_limit > MAX_CATCH_UP {
-            push(
-                k("catch_up_limit"),
-                format!("must be 1 to {MAX_CATCH_UP}, got {}", s.catch_up_limit),
-            );
-        }
     }
+}
+
+/// The problems of one schedule, each with its field: the checks of the config, also made
+/// of a schedule added at run time.
+pub fn problems(s: &ScheduleConfig) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if !super::validate::valid_name(&s.name) {
+        out.push((
+            "name",
+            "must be non-empty and contain only A-Z, a-z, 0-9, `_`, `-` and `.`".into(),
+        ));
+    }
+    if let Err(why) = crate::cron::Cron::parse(&s.cron, "UTC") {
+        out.push(("cron", why));
+    }
+    if let Err(why) = crate::cron::zone(&s.timezone) {
+        out.push(("timezone", why));
+    }
+    if s.misfire_grace.is_zero() {
+        out.push(("misfire_grace", "must be more than 0".into()));
+    } else if let Some(why) = super::validate::too_long(s.misfire_grace, MAX_GRACE) {
+        out.push(("misfire_grace", why));
+    }
+    if s.catch_up_limit == 0 || s.catch_up_limit > MAX_CATCH_UP {
+        out.push((
+            "catch_up_limit",
+            format!("must be 1 to {MAX_CATCH_UP}, got {}", s.catch_up_limit),
+        ));
+    }
+    out
 }

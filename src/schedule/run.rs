@@ -2,10 +2,12 @@
 //! enqueued tick falls due and runs the schedule script, which enqueues the next tick (so each
 //! tick waits in the queue before its time and the ordinary claim delivers it on time).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::defs;
 use super::plan::{plan, Policy};
 use super::tick;
 use crate::config::ScheduleConfig;
@@ -19,39 +21,80 @@ const LONGEST_SLEEP: Duration = Duration::from_secs(30);
 const RETRY: i64 = 1000;
 /// Runs of the script after which a schedule whose mark keeps moving waits for the next round.
 const STALE_TRIES: usize = 3;
+/// How often the counter of run-time schedule changes is read without keyspace notifications.
+const DEFS_POLL: i64 = 5000;
+/// How often the run-time schedules are read whatever the counter and notifications say.
+const DEFS_FULL: i64 = 300_000;
 
 /// One schedule and when it needs a run next (Redis clock, epoch ms).
 struct Entry {
     config: ScheduleConfig,
     cron: Cron,
     wake_ms: i64,
+    /// Added at run time (stored in Redis), not by the config.
+    stored: bool,
 }
 
-/// Fires `schedules` of trigger `trigger` on `store` (the trigger's first shard) until `stop`.
+impl Entry {
+    fn new(config: ScheduleConfig, stored: bool) -> Option<Self> {
+        let cron = Cron::parse(&config.cron, &config.timezone).ok()?;
+        Some(Entry {
+            config,
+            cron,
+            wake_ms: i64::MIN,
+            stored,
+        })
+    }
+}
+
+/// Fires `schedules` of trigger `trigger` on `store` (the trigger's first shard), and those
+/// stored at run time (read again when `changes` hears of a change, else every
+/// [`DEFS_POLL`] without `notifications`), until `stop`.
 pub(crate) async fn run(
     trigger: String,
     store: Store,
     schedules: Vec<ScheduleConfig>,
+    (changes, notifications): (Arc<defs::Changes>, bool),
     metrics: ScheduleMetrics,
     stop: CancellationToken,
 ) {
-    let mut entries: Vec<Entry> = schedules
-        .into_iter()
-        .filter_map(|config| {
-            let cron = Cron::parse(&config.cron, &config.timezone).ok()?;
-            metrics.start(&trigger, &config.name, cron.next_after(local_ms()));
-            Some(Entry {
-                config,
-                cron,
-                wake_ms: i64::MIN,
-            })
-        })
-        .collect();
-    if entries.is_empty() {
-        return;
+    let mut entries: Vec<Entry> = Vec::new();
+    for config in &schedules {
+        if let Some(e) = Entry::new(config.clone(), false) {
+            metrics.start(&trigger, &e.config.name, e.cron.next_after(local_ms()));
+            entries.push(e);
+        }
     }
+    let mut seen = defs::Seen::default();
+    let (mut defs_at, mut full_at) = (i64::MIN, i64::MIN);
     let mut offset = 0i64;
     loop {
+        if local_ms() >= defs_at {
+            let full = local_ms() >= full_at;
+            let read = seen.read(&trigger, &store, &schedules, full).await;
+            if full {
+                full_at = local_ms() + DEFS_FULL;
+            }
+            defs_at = match notifications {
+                true => full_at,
+                false => local_ms() + DEFS_POLL,
+            };
+            match read {
+                Ok(Some(stored)) => {
+                    merge(&trigger, &mut entries, stored, &metrics);
+                    if let Ok(mut running) = changes.running.lock() {
+                        let stored = entries.iter().filter(|e| e.stored);
+                        *running = stored.map(|e| e.config.name.clone()).collect();
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(trigger = %trigger, error = %e, "schedules: reading stored schedules failed");
+                    defs_at = local_ms() + DEFS_POLL;
+                    full_at = defs_at;
+                }
+            }
+        }
         let now = local_ms() + offset;
         let due: Vec<usize> = (0..entries.len())
             .filter(|&i| entries[i].wake_ms <= now)
@@ -69,10 +112,44 @@ pub(crate) async fn run(
         }
         let next = entries.iter().map(|e| e.wake_ms).min().unwrap_or(i64::MAX);
         let sleep = Duration::from_millis(u64::try_from(next - (local_ms() + offset)).unwrap_or(0))
-            .min(LONGEST_SLEEP);
+            .min(LONGEST_SLEEP)
+            .min(Duration::from_millis(
+                u64::try_from(defs_at - local_ms()).unwrap_or(0),
+            ));
         tokio::select! {
+            // Whoever stops the task removes the series (`Changes::running`) before a task
+            // that replaces it starts them again.
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(sleep) => {}
+            _ = changes.notify.notified() => defs_at = i64::MIN,
+        }
+    }
+}
+
+/// Makes the stored entries those of `stored`: a removed or changed one goes (a tick already
+/// enqueued still fires), a new or changed one starts with its next tick.
+fn merge(
+    trigger: &str,
+    entries: &mut Vec<Entry>,
+    stored: Vec<ScheduleConfig>,
+    metrics: &ScheduleMetrics,
+) {
+    entries.retain(|e| {
+        let keep = !e.stored || stored.contains(&e.config);
+        if !keep {
+            metrics.remove(trigger, &e.config.name);
+            tracing::info!(trigger, schedule = %e.config.name, "schedules: stored schedule removed");
+        }
+        keep
+    });
+    for config in stored {
+        if entries.iter().any(|e| e.stored && e.config == config) {
+            continue;
+        }
+        if let Some(e) = Entry::new(config, true) {
+            metrics.start(trigger, &e.config.name, e.cron.next_after(local_ms()));
+            tracing::info!(trigger, schedule = %e.config.name, "schedules: stored schedule added");
+            entries.push(e);
         }
     }
 }

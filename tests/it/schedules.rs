@@ -1,6 +1,6 @@
 //! Recurring schedules against real Redis and RabbitMQ: one fire per tick across bridges and a
 //! SIGKILL, the misfire policies after every bridge stopped, a reload that changes the cron,
-//! and a pause around ticks.
+//! a pause around ticks, and schedules added and removed at run time.
 
 use crate::common;
 
@@ -47,7 +47,13 @@ async fn clean(r: &mut Conn, key: &str) {
         .unwrap()
         .control
         .replace(":control", ":schedules");
-    let _: () = redis::cmd("DEL").arg(&marks).query_async(r).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&marks)
+        .arg(format!("{marks}:defs"))
+        .arg(format!("{marks}:rev"))
+        .query_async(r)
+        .await
+        .unwrap();
     cleanup_keys(r, key).await;
 }
 
@@ -280,6 +286,107 @@ async fn a_pause_holds_ticks_and_skip_drops_the_missed_ones() {
         .filter(|(_, at)| (paused + 200..resumed).contains(at))
         .count();
     assert_eq!(fired_while_paused, 0, "nothing fires while paused");
+    finish(bridge, &mut r, &key).await;
+    clean(&mut r, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_added_at_run_time_fires_until_removed() {
+    let (mut r, capture, key) = amqp_scene("rtsched", "rtsched", "rtsched").await;
+    clean(&mut r, &key).await;
+    let port = free_port();
+    let conf = config(port, &key, &capture, &schedule("yearly", "0 0 0 1 1 *", ""));
+    let bridge = Bridge::start(&conf, port)
+        .ready(Duration::from_secs(20))
+        .await;
+    let add = |extra: &[&str]| {
+        let mut args = vec!["schedule", "add", "-t", "sched"];
+        args.extend_from_slice(extra);
+        cli(&args, &conf, &[])
+    };
+    // The config's checks, every problem at once; a name of the config's is refused.
+    let bad = add(&[
+        "--name",
+        "a b",
+        "--cron",
+        "61 * * * * *",
+        "--timezone",
+        "Nowhere/City",
+        "--catch-up-limit",
+        "0",
+        "--body",
+        "x",
+    ]);
+    assert_eq!(bad.code, 65, "{}", bad.text());
+    for option in ["--name", "--cron", "--timezone", "--catch-up-limit"] {
+        assert!(
+            bad.stderr.contains(&format!("error: {option}: ")),
+            "{option}: {}",
+            bad.stderr
+        );
+    }
+    let taken = add(&["--name", "yearly", "--cron", "* * * * * *", "--body", "x"]);
+    assert_eq!(taken.code, 65, "{}", taken.text());
+    assert!(taken.stderr.contains("in its config"), "{}", taken.stderr);
+    // Added: every running bridge picks it up and its ticks reach the broker.
+    let added = add(&["--name", "rt", "--cron", "* * * * * *", "--body", "rt"]);
+    assert_eq!(added.code, 0, "{}", added.text());
+    let at = now_ms();
+    assert!(
+        wait_until(Duration::from_secs(10), || ticks(&capture, "rt").len() >= 3).await,
+        "no ticks: {:?}\n{}",
+        capture.snapshot().first(),
+        bridge.log()
+    );
+    let first = ticks(&capture, "rt")[0].0;
+    assert!(
+        first > at - 1000 && first <= at + 3000,
+        "first tick {first}, added at {at}"
+    );
+    let again = add(&["--name", "rt", "--cron", "*/5 * * * * *", "--body", "rt"]);
+    assert_eq!(again.code, 65, "{}", again.text());
+    // `list` shows both with their source and fires.
+    let list = cli(&["schedule", "list", "-t", "sched", "--json"], &conf, &[]);
+    let v: serde_json::Value =
+        serde_json::from_str(&list.stdout).unwrap_or_else(|_| panic!("{}", list.text()));
+    assert_eq!(v[0]["name"], "yearly", "{v}");
+    assert_eq!(v[0]["source"], "config", "{v}");
+    assert_eq!(v[1]["name"], "rt", "{v}");
+    assert_eq!(v[1]["source"], "runtime", "{v}");
+    assert!(
+        v[1]["last_fire_ms"].as_i64().is_some_and(|l| l % 1000 == 0),
+        "{v}"
+    );
+    assert!(
+        v[1]["next_fire_ms"].as_i64() > v[1]["last_fire_ms"].as_i64(),
+        "{v}"
+    );
+    // Removed: no tick after the one already enqueued.
+    let removed = cli(
+        &["schedule", "remove", "-t", "sched", "--name", "rt"],
+        &conf,
+        &[],
+    );
+    assert_eq!(removed.code, 0, "{}", removed.text());
+    let gone = now_ms();
+    let missing = cli(
+        &["schedule", "remove", "-t", "sched", "--name", "rt"],
+        &conf,
+        &[],
+    );
+    assert_eq!(missing.code, 65, "{}", missing.text());
+    let late = |t: &(i64, i64)| t.0 > gone + 1000;
+    assert!(
+        !wait_until(Duration::from_secs(4), || ticks(&capture, "rt")
+            .iter()
+            .any(late))
+        .await,
+        "ticks after the removal at {gone}: {:?}",
+        ticks(&capture, "rt")
+    );
+    let list = cli(&["schedule", "list", "-t", "sched"], &conf, &[]);
+    assert!(!list.stdout.contains("\nrt\t"), "{}", list.stdout);
+    bridge.assert_no_panic();
     finish(bridge, &mut r, &key).await;
     clean(&mut r, &key).await;
 }

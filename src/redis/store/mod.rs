@@ -17,6 +17,7 @@ mod held;
 mod ingest;
 mod operate;
 mod schedule;
+mod schedule_defs;
 mod settle;
 use claim::parse_claim;
 pub use claim::{Body, ClaimBatch, Claimed};

@@ -41,6 +41,7 @@ impl Api {
             Some(_) => path.replace("{member}", ""),
             None => path,
         };
+        let path = path.replace("{name}", "");
         let auth = token.map(|t| format!("Bearer {t}"));
         let headers: Vec<(&str, &str)> = auth
             .as_deref()
@@ -78,6 +79,8 @@ const PURGE: &str = "/api/v1/triggers/{trigger}/purge";
 const REQUEUE: &str = "/api/v1/triggers/{trigger}/dead/requeue";
 const INFLIGHT: &str = "/api/v1/triggers/{trigger}/inflight";
 const HISTORY: &str = "/api/v1/triggers/{trigger}/history";
+const SCHEDULES: &str = "/api/v1/triggers/{trigger}/schedules";
+const SCHEDULE: &str = "/api/v1/triggers/{trigger}/schedules/{name}";
 
 fn admin_config(
     metrics_port: u16,

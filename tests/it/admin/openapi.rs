@@ -17,6 +17,7 @@ async fn the_admin_api_reads_and_acts_on_a_queue_as_its_openapi_file_says() {
     changes_act_on_the_queue(&mut api, &bridge, &capture, now).await;
     purges_by_reason(&mut api, &mut r, &key).await;
     audit_lines_metrics_and_reload(&mut api, &bridge).await;
+    schedules_are_added_listed_and_removed(&mut api, &mut r, &key).await;
 
     check_openapi(&api.calls);
     bridge.assert_no_panic();
@@ -331,6 +332,60 @@ async fn audit_lines_metrics_and_reload(api: &mut Api, bridge: &Bridge) {
 
 /// Every call answered with a status the file documents for that route and method, every
 /// documented operation was called, and 200 bodies had been checked above.
+/// Schedules added at run time: the config's checks, a name taken, listed with their source
+/// and next fire, removed once.
+async fn schedules_are_added_listed_and_removed(api: &mut Api, r: &mut Conn, key: &str) {
+    let none = api.get(SCHEDULES, "api", "").await;
+    assert_eq!(none.status, 200, "{}", none.body);
+    assert_eq!(none.json()["schedules"], json!([]));
+    let bad = api
+        .post(
+            SCHEDULES,
+            "api",
+            json!({"name": "n", "cron": "61 * * * * *", "body": "x"}),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(
+        bad.json()["error"].as_str().unwrap().starts_with("cron: "),
+        "{}",
+        bad.body
+    );
+    let yearly = json!({"name": "yearly", "cron": "0 0 0 1 1 *", "body": "x", "misfire": "once"});
+    let added = api.post(SCHEDULES, "api", yearly.clone()).await;
+    assert_eq!(added.status, 200, "{}", added.body);
+    assert!(
+        added.json()["next_fire_ms"].as_i64().is_some(),
+        "{}",
+        added.body
+    );
+    let taken = api.post(SCHEDULES, "api", yearly).await;
+    assert_eq!(taken.status, 409, "{}", taken.body);
+    let listed = api.get(SCHEDULES, "api", "").await;
+    let s = &listed.json()["schedules"][0];
+    assert_eq!(s["name"], "yearly", "{}", listed.body);
+    assert_eq!(s["source"], "runtime", "{}", listed.body);
+    assert_eq!(s["misfire"], "once", "{}", listed.body);
+    assert_eq!(s["misfire_grace"], "1m", "{}", listed.body);
+    assert!(s["next_fire_ms"].as_i64().is_some(), "{}", listed.body);
+    for status in [200, 404] {
+        let removed = api
+            .call("DELETE", SCHEDULE, "api", "yearly", None, Some(TOKEN))
+            .await;
+        assert_eq!(removed.status, status, "{}", removed.body);
+    }
+    let marks = QueueKeys::derive(key)
+        .unwrap()
+        .control
+        .replace(":control", ":schedules");
+    let _: () = redis::cmd("DEL")
+        .arg(&marks)
+        .arg(format!("{marks}:rev"))
+        .query_async(r)
+        .await
+        .unwrap();
+}
+
 fn check_openapi(calls: &[(String, String, u16)]) {
     let spec: Value = serde_json::from_str(
         &std::fs::read_to_string(concat!(

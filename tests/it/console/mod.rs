@@ -361,3 +361,67 @@ async fn the_console_shows_a_held_trigger_and_why() {
     bridge.assert_no_panic();
     cleanup_keys(&mut r, &key).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_lists_a_triggers_schedules_with_their_last_and_next_fire() {
+    let (mut r, capture, key, keys) = console_queue("console-sched").await;
+    let (port, admin_port) = (free_port(), free_port());
+    let config = base_config(port)
+        + &format!("\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n")
+        + &amqp_trigger("sched", &key, &capture, "")
+        + "\n[[triggers.schedules]]\nname = \"every\"\ncron = \"* * * * * *\"\nbody = \"every\"\n";
+    let bridge = Bridge::start_with_env(&config, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)])
+        .ready(Duration::from_secs(20))
+        .await;
+    let added = cli(
+        &["schedule", "add", "-t", "sched", "--name", "yearly"]
+            .into_iter()
+            .chain(["--cron", "0 0 0 1 1 *", "--timezone", "Europe/Berlin"])
+            .chain(["--body", "happy new year"])
+            .collect::<Vec<_>>(),
+        &config,
+        &[("DELAY_BRIDGE_ADMIN_TOKEN", TOKEN)],
+    );
+    assert_eq!(added.code, 0, "{}", added.text());
+    bridge.expect_arrivals(1, WAIT, || capture.count()).await;
+    let browser = open_console(admin_port, Some(TOKEN)).await;
+    browser.wait_field("sched", "state", "active").await;
+    browser
+        .click("#triggers button[data-action=\"select\"]")
+        .await;
+    browser.wait_count("#schedules tbody tr", 2).await;
+    let cell = |name: &str, field: &str| {
+        format!(
+            "return document.querySelector('#schedules tr[data-schedule=\"{name}\"] td[data-field=\"{field}\"]')?.textContent ?? null"
+        )
+    };
+    let fired = |v: &Value| {
+        v.as_str()
+            .is_some_and(|s| s.contains(" ago)") || s.contains("(now)"))
+    };
+    browser.wait_js(&cell("every", "last"), WAIT, fired).await;
+    browser
+        .wait_js(&cell("every", "source"), WAIT, |v| v == "config")
+        .await;
+    browser
+        .wait_js(&cell("yearly", "source"), WAIT, |v| v == "runtime")
+        .await;
+    assert_eq!(browser.js(&cell("yearly", "last")).await, "-");
+    let next = browser.js(&cell("yearly", "next")).await;
+    assert!(
+        next.as_str()
+            .is_some_and(|s| s.contains("(in ") && s.ends_with(" days)")),
+        "{next}"
+    );
+    browser.assert_no_error().await;
+    bridge.assert_no_panic();
+    let marks = keys.control.replace(":control", ":schedules");
+    let _: () = redis::cmd("DEL")
+        .arg(&marks)
+        .arg(format!("{marks}:defs"))
+        .arg(format!("{marks}:rev"))
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    cleanup_keys(&mut r, &key).await;
+}

@@ -1,0 +1,136 @@
+//! The schedules added at run time, as the schedule task sees them: read from Redis when a
+//! keyspace notification says that the change counter moved (and every few minutes whatever
+//! it says), checked as the config's are; a config schedule wins over a stored one of its name.
+
+use tokio::sync::Notify;
+
+use crate::config::{schedule_problems, ScheduleConfig};
+use crate::redis::notify;
+use crate::redis::store::{Store, StoreError};
+
+/// The field of a stored definition that says when it was added (epoch ms), beside the
+/// fields of `[[triggers.schedules]]`.
+pub const ADDED_MS: &str = "added_ms";
+
+/// A stored definition as checked: the schedule and when it was added, or why it is left out.
+pub fn parse(name: &str, json: &[u8]) -> Result<(ScheduleConfig, Option<i64>), String> {
+    let bad = |e: serde_json::Error| format!("not a schedule definition: {e}");
+    let mut v: serde_json::Value = serde_json::from_slice(json).map_err(bad)?;
+    let added_ms = v
+        .as_object_mut()
+        .and_then(|o| o.remove(ADDED_MS))
+        .and_then(|a| a.as_i64());
+    let s: ScheduleConfig = serde_json::from_value(v).map_err(bad)?;
+    if s.name != name {
+        return Err(format!("stored under `{name}` but named `{}`", s.name));
+    }
+    if let Some((field, why)) = schedule_problems(&s).into_iter().next() {
+        return Err(format!("{field}: {why}"));
+    }
+    Ok((s, added_ms))
+}
+
+/// What the task last read of the stored schedules.
+#[derive(Default)]
+pub(super) struct Seen {
+    /// The change counter at the last read.
+    rev: Option<i64>,
+}
+
+impl Seen {
+    /// The stored schedules to run beside `config` (those of the config): `None` when the
+    /// counter has not moved since the last read (unless `full`).
+    pub(super) async fn read(
+        &mut self,
+        trigger: &str,
+        store: &Store,
+        config: &[ScheduleConfig],
+        full: bool,
+    ) -> Result<Option<Vec<ScheduleConfig>>, StoreError> {
+        let rev = store.schedule_rev().await?;
+        let moved = self.rev != Some(rev);
+        if !moved && !full {
+            return Ok(None);
+        }
+        let defs = store.schedule_defs().await?;
+        self.rev = Some(rev);
+        let mut out = Vec::with_capacity(defs.len());
+        for (name, json) in defs {
+            let why = match parse(&name, &json) {
+                Ok(_) if config.iter().any(|c| c.name == name) => {
+                    "the config has a schedule of that name".to_string()
+                }
+                Ok((s, _)) => {
+                    out.push(s);
+                    continue;
+                }
+                Err(why) => why,
+            };
+            if moved {
+                tracing::warn!(trigger, schedule = %name, reason = %why,
+                    "schedules: a stored schedule is left out");
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+/// Hears the keyspace notifications of a trigger's change counter (`K:schedules:rev`) and
+/// wakes its schedule task.
+pub(crate) struct Changes {
+    key: String,
+    pub(super) notify: Notify,
+    /// The stored schedules the task runs now: whoever stops the task removes their series.
+    pub(super) running: std::sync::Mutex<Vec<String>>,
+}
+
+impl Changes {
+    /// The listener of `store`'s change counter.
+    pub(crate) fn new(store: &Store) -> Self {
+        Changes {
+            key: store.schedule_rev_key(),
+            notify: Notify::new(),
+            running: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The stored schedules the task runs now.
+    pub(crate) fn running(&self) -> Vec<String> {
+        self.running.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+impl notify::Listener for Changes {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn written(&self) {
+        self.notify.notify_one();
+    }
+
+    fn added(&self) {
+        self.notify.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn stored_definitions_are_checked_as_the_config_is() {
+        let json = br#"{"name":"n","cron":"* * * * * *","body":"b","added_ms":5}"#;
+        let (s, added) = parse("n", json).unwrap();
+        assert_eq!(
+            (s.timezone.as_str(), s.catch_up_limit, added),
+            ("UTC", 100, Some(5))
+        );
+        assert!(parse("m", json).unwrap_err().contains("stored under `m`"));
+        let bad = br#"{"name":"n","cron":"61 * * * * *","body":"b"}"#;
+        assert!(parse("n", bad).unwrap_err().starts_with("cron: "));
+        let unknown = br#"{"name":"n","cron":"* * * * * *","body":"b","colour":"red"}"#;
+        assert!(parse("n", unknown).is_err());
+        assert!(parse("n", b"not json").is_err());
+    }
+}
