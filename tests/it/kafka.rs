@@ -249,7 +249,13 @@ async fn a_record_over_the_size_limit_is_dead_lettered_and_the_rest_flow() {
     let mut r = redis().await;
     let (topic, capture) = topic("big").await;
     let key = format!("{}:{{big}}", unique("delay"));
-    let trigger = kafka_trigger("big", &key, "kafka", &topic, "batch = 10");
+    let trigger = kafka_trigger(
+        "big",
+        &key,
+        "kafka",
+        &topic,
+        "batch = 10\nmax_attempts = 2\nbackoff_initial = \"100ms\"",
+    );
     // librdkafka refuses records over message.max.bytes before they leave the process.
     let mut bridge = start(&[("message.max.bytes", "2000")], &trigger).await;
     let now = redis_now(&mut r).await;
@@ -260,7 +266,10 @@ async fn a_record_over_the_size_limit_is_dead_lettered_and_the_rest_flow() {
     assert_eq!(dead, (0, 0, 1), "{}", bridge.log());
     let reason = dead_reason(&mut r, &key, &big).await.unwrap();
     assert_eq!(reason["reason"], "kafka_message_size_too_large");
-    assert_eq!(reason["attempts"], 1, "a permanent error is not retried");
+    assert_eq!(
+        reason["attempts"], 2,
+        "the record's own fault: counted, then dead-lettered"
+    );
     bridge
         .expect_arrivals(5, Duration::from_secs(10), || capture.count())
         .await;

@@ -36,7 +36,10 @@ pub(super) fn classify(e: &KafkaError) -> PublishError {
             | RDKafkaErrorCode::UnknownTopic
             | RDKafkaErrorCode::TopicAuthorizationFailed
             | RDKafkaErrorCode::InvalidTopic
-            | RDKafkaErrorCode::TopicDeletionDisabled,
+            | RDKafkaErrorCode::TopicDeletionDisabled
+            // Not produced to its topic's leader in time (a topic the cluster lacks times out
+            // so): the topic's, so a record's own topic pays, the trigger's is held.
+            | RDKafkaErrorCode::MessageTimedOut,
         ) => KafkaBlame::Topic,
         _ => KafkaBlame::Cluster,
     };
@@ -90,6 +93,7 @@ mod tests {
             RDKafkaErrorCode::UnknownTopicOrPartition,
             RDKafkaErrorCode::UnknownTopic,
             RDKafkaErrorCode::TopicAuthorizationFailed,
+            RDKafkaErrorCode::MessageTimedOut,
         ] {
             assert_eq!(
                 produce_error(code).fault(),
@@ -99,7 +103,6 @@ mod tests {
         }
         for code in [
             RDKafkaErrorCode::RequestTimedOut,
-            RDKafkaErrorCode::MessageTimedOut,
             RDKafkaErrorCode::NotEnoughReplicas,
         ] {
             assert_eq!(
