@@ -116,20 +116,12 @@ fn cluster_problems(redis: &RedisConfig, push: &mut impl FnMut(String, String)) 
             "mixes redis:// and rediss://: a cluster is reached with TLS or without".into(),
         );
     }
-    if let Some(tls) = &redis.tls {
-        if tls.server_name.is_some() {
-            push(
-                "redis.tls.server_name".into(),
-                "not supported in cluster mode: each node's certificate must carry the address it announces".into(),
-            );
-        }
-        if tls.insecure {
-            push(
-                "redis.tls.insecure".into(),
-                "not supported in cluster mode".into(),
-            );
-        }
-    }
+    many_servers_tls(
+        redis,
+        "cluster",
+        "each node's certificate must carry the address it announces",
+        push,
+    );
 }
 
 /// Sentinel mode: the sentinels (at least one, `redis://` or `rediss://`, all alike, no
@@ -201,18 +193,35 @@ fn sentinel_problems(redis: &RedisConfig, push: &mut impl FnMut(String, String))
             "mixes redis:// and rediss://: the sentinels are reached with TLS or without".into(),
         );
     }
-    if let Some(tls) = &redis.tls {
-        if tls.server_name.is_some() {
-            push(
-                "redis.tls.server_name".into(),
-                "not supported in sentinel mode: each server's certificate must carry the address the sentinels give".into(),
-            );
-        }
-        if tls.insecure {
-            push(
-                "redis.tls.insecure".into(),
-                "not supported in sentinel mode".into(),
-            );
-        }
+    many_servers_tls(
+        redis,
+        "sentinel",
+        "each server's certificate must carry the address the sentinels give",
+        push,
+    );
+}
+
+/// The TLS settings one name for every server cannot serve in `mode`, where the servers are
+/// many and found at run time (`why`).
+fn many_servers_tls(
+    redis: &RedisConfig,
+    mode: &str,
+    why: &str,
+    push: &mut impl FnMut(String, String),
+) {
+    let Some(tls) = &redis.tls else {
+        return;
+    };
+    if tls.server_name.is_some() {
+        push(
+            "redis.tls.server_name".into(),
+            format!("not supported in {mode} mode: {why}"),
+        );
+    }
+    if tls.insecure {
+        push(
+            "redis.tls.insecure".into(),
+            format!("not supported in {mode} mode"),
+        );
     }
 }
