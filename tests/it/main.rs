@@ -42,6 +42,7 @@ mod operate;
 mod operate_bytes;
 mod operate_live;
 mod packaging;
+mod pointers;
 mod producers;
 mod quick_start;
 mod rabbit_cluster;
