@@ -38,6 +38,7 @@ pub mod redis;
 pub(crate) mod repeat;
 pub mod schedule;
 pub mod secret;
+pub(crate) mod shorten;
 pub mod sink;
 pub(crate) mod tls;
 pub mod wire;

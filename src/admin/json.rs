@@ -64,10 +64,7 @@ pub(super) fn members_of(text: Vec<String>, b64: Vec<String>) -> Result<Vec<Vec<
 
 /// The start of `text`, for an error message.
 fn short(text: &str) -> String {
-    match text.char_indices().nth(40) {
-        Some((end, _)) => format!("{}...", &text[..end]),
-        None => text.to_string(),
-    }
+    crate::shorten::shorten(text, 40)
 }
 
 #[cfg(test)]

@@ -44,24 +44,17 @@ pub(super) async fn health(args: HealthArgs) -> i32 {
             }
         },
     };
-    let alive = match tokio::time::timeout(args.timeout, get(&url)).await {
-        Ok(Ok((200, _))) => {
+    let alive = match ask(&url, args.timeout).await {
+        Ok((200, _)) => {
             say!("healthy: {url} answered 200");
             true
         }
-        Ok(Ok((status, _))) => {
+        Ok((status, _)) => {
             say!("unhealthy: {url} answered {status}");
             false
         }
-        Ok(Err(e)) => {
-            say!("unhealthy: {url}: {}", one_line(&e));
-            false
-        }
-        Err(_) => {
-            say!(
-                "unhealthy: {url}: no answer within {}",
-                humantime::format_duration(args.timeout)
-            );
+        Err(why) => {
+            say!("unhealthy: {url}: {why}");
             false
         }
     };
@@ -72,6 +65,18 @@ pub(super) async fn health(args: HealthArgs) -> i32 {
     i32::from(args.ready && !ready)
 }
 
+/// `get` within `timeout`; a failure or no answer in time as one line to print.
+async fn ask(url: &str, timeout: Duration) -> Result<(u16, String), String> {
+    match tokio::time::timeout(timeout, get(url)).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(one_line(&e)),
+        Err(_) => Err(format!(
+            "no answer within {}",
+            humantime::format_duration(timeout)
+        )),
+    }
+}
+
 /// Asks `/readyz` next to `healthz` and prints its answer: `ready` and its notes, or each
 /// reason the bridge is not ready. Returns whether it answered 200.
 async fn readiness(healthz: &str, timeout: Duration) -> bool {
@@ -80,8 +85,8 @@ async fn readiness(healthz: &str, timeout: Duration) -> bool {
     };
     url.set_path("/readyz");
     url.set_query(None);
-    match tokio::time::timeout(timeout, get(url.as_str())).await {
-        Ok(Ok((status, body))) => {
+    match ask(url.as_str(), timeout).await {
+        Ok((status, body)) => {
             let ready = status == 200;
             say!(
                 "{}: {url} answered {status}",
@@ -95,12 +100,8 @@ async fn readiness(healthz: &str, timeout: Duration) -> bool {
             }
             ready
         }
-        Ok(Err(e)) => {
-            say!("readiness unknown: {url}: {}", one_line(&e));
-            false
-        }
-        Err(_) => {
-            say!("readiness unknown: {url}: no answer in time");
+        Err(why) => {
+            say!("readiness unknown: {url}: {why}");
             false
         }
     }

@@ -77,10 +77,7 @@ fn millis(name: &str, raw: Raw<'_>) -> Result<i64, String> {
 
 /// At most 64 characters of a bad value, for the dead letter's detail.
 fn shorten(t: &str) -> String {
-    match t.char_indices().nth(64) {
-        Some((i, _)) => format!("{}...", &t[..i]),
-        None => t.to_string(),
-    }
+    crate::shorten::shorten(t, 64)
 }
 
 #[cfg(test)]

@@ -109,10 +109,7 @@ impl DeadLetterLog {
 
 /// `text` cut to [`MOST_CHARS`] characters, marked when cut.
 fn bounded(text: &str) -> String {
-    match text.char_indices().nth(MOST_CHARS) {
-        Some((at, _)) => format!("{}...", &text[..at]),
-        None => text.to_string(),
-    }
+    crate::shorten::shorten(text, MOST_CHARS)
 }
 
 #[cfg(test)]
