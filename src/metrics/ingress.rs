@@ -1,8 +1,8 @@
 //! The ingress metrics: messages taken from a broker and stored, refused, seen again, the store's latency and the backlog at the broker.
 
-use prometheus::{
-    exponential_buckets, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-};
+use prometheus::{exponential_buckets, HistogramVec, IntCounterVec, IntGaugeVec};
+
+use super::Make;
 
 /// Reasons an ingress refuses a message (dead-lettered at once), for the counters' labels.
 pub const REFUSALS: [&str; 2] = ["bad_delay", "too_large"];
@@ -25,34 +25,16 @@ pub struct IngressMetrics {
 }
 
 impl IngressMetrics {
-    /// Creates and registers them in `registry`.
-    pub fn new(registry: &Registry) -> Self {
-        let counter = |name: &str, help: &str, labels: &[&str]| {
-            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-            registry
-                .register(Box::new(c.clone()))
-                .expect("unique metric");
-            c
-        };
-        let gauge = |name: &str, help: &str| {
-            let g = IntGaugeVec::new(Opts::new(name, help), &["trigger"]).expect("valid metric");
-            registry
-                .register(Box::new(g.clone()))
-                .expect("unique metric");
-            g
-        };
-        let store_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "ingress_store_duration_seconds",
-                "Time to store one ingested message in Redis",
-            )
-            .buckets(exponential_buckets(0.0001, 2.0, 16).expect("valid buckets")),
+    /// Creates and registers them.
+    pub(super) fn new(make: &Make<'_>) -> Self {
+        let counter = |name: &str, help: &str, labels: &[&str]| make.counter(name, help, labels);
+        let gauge = |name: &str, help: &str| make.int_gauge(name, help, &["trigger"]);
+        let store_duration = make.histogram(
+            "ingress_store_duration_seconds",
+            "Time to store one ingested message in Redis",
             &["trigger"],
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(store_duration.clone()))
-            .expect("unique metric");
+            exponential_buckets(0.0001, 2.0, 16).expect("valid buckets"),
+        );
         Self {
             stored: counter(
                 "ingress_messages_total",

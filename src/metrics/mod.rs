@@ -2,6 +2,7 @@
 
 mod dead_log;
 mod ingress;
+mod make;
 mod schedule;
 mod series;
 mod trigger;
@@ -11,9 +12,11 @@ pub use schedule::ScheduleMetrics;
 pub use series::{Cells, TriggerSeries};
 pub use trigger::TriggerMetrics;
 
+use make::Make;
+
 use prometheus::{
-    exponential_buckets, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    exponential_buckets, Encoder, Gauge, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Registry, TextEncoder,
 };
 
 /// Handles to the bridge's metrics. Labels are bounded: trigger, sink, reason, state.
@@ -69,37 +72,7 @@ impl Metrics {
     /// Creates and registers every metric in a new registry.
     pub fn new() -> Self {
         let registry = Registry::new_custom(Some(PREFIX.into()), None).expect("valid prefix");
-        let counter = |name: &str, help: &str, labels: &[&str]| {
-            registered(
-                &registry,
-                IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
-            )
-        };
-        let plain_counter = |name: &str, help: &str| {
-            registered(
-                &registry,
-                IntCounter::new(name, help).expect("valid metric"),
-            )
-        };
-        let histogram = |name: &str, help: &str, labels: &[&str], buckets: Vec<f64>| {
-            let opts = HistogramOpts::new(name, help).buckets(buckets);
-            registered(
-                &registry,
-                HistogramVec::new(opts, labels).expect("valid metric"),
-            )
-        };
-        let int_gauge = |name: &str, help: &str, labels: &[&str]| {
-            registered(
-                &registry,
-                IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
-            )
-        };
-        let float_gauge = |name: &str, help: &str, labels: &[&str]| {
-            registered(
-                &registry,
-                GaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
-            )
-        };
+        let make = Make(&registry);
         let latency_buckets = exponential_buckets(0.0001, 2.0, 18).expect("valid buckets");
         let size_buckets = exponential_buckets(1.0, 2.0, 14).expect("valid buckets");
 
@@ -107,74 +80,63 @@ impl Metrics {
         registry
             .register(Box::new(series::Exporter(triggers.clone())))
             .expect("unique metrics");
-        let (redis_up, notifications_enabled) = redis_gauges(&registry);
+        let (redis_up, notifications_enabled) = redis_gauges(&make);
 
         let m = Self {
             triggers,
-            lateness: histogram(
+            lateness: make.histogram(
                 "lateness_seconds",
                 "Broker confirmation time minus due time",
                 &["trigger"],
                 LATENESS_BUCKETS.to_vec(),
             ),
-            publish_duration: histogram(
+            publish_duration: make.histogram(
                 "publish_duration_seconds",
                 "Time from publishing a batch to its last confirmation",
                 &["trigger", "sink"],
                 latency_buckets.clone(),
             ),
-            claim_duration: histogram(
+            claim_duration: make.histogram(
                 "claim_duration_seconds",
                 "Duration of one claim script call",
                 &["trigger"],
                 latency_buckets,
             ),
-            claim_batch_size: histogram(
+            claim_batch_size: make.histogram(
                 "claim_batch_size",
                 "Members taken by one non-empty claim",
                 &["trigger"],
                 size_buckets,
             ),
-            redis_topology_changes: plain_counter(
+            redis_topology_changes: make.plain_counter(
                 "redis_topology_changes_total",
                 "Redis Cluster topology changes followed: a key's master changed or a master's connection ended",
             ),
-            config_reloads: plain_counter("config_reloads_total", "Configuration reloads applied (SIGHUP or the admin API)"),
-            config_reload_failures: plain_counter(
+            config_reloads: make.plain_counter("config_reloads_total", "Configuration reloads applied (SIGHUP or the admin API)"),
+            config_reload_failures: make.plain_counter(
                 "config_reload_failures_total",
                 "Configuration reloads refused: the file did not validate or changed more than triggers",
             ),
-            admin_requests: counter(
+            admin_requests: make.counter(
                 "admin_requests_total",
                 "Admin API requests by action (read, pause, purge, ...) and HTTP status",
                 &["action", "code"],
             ),
-            sink_up: int_gauge("sink_up", "1 while the sink's broker is connected, else 0", &["sink"]),
-            http_responses: counter(
+            sink_up: make.int_gauge("sink_up", "1 while the sink's broker is connected, else 0", &["sink"]),
+            http_responses: make.counter(
                 "http_responses_total",
                 "HTTP sinks' requests by the class of the answer: 1xx to 5xx, timeout (no answer in time), error (no answer)",
                 &["sink", "class"],
             ),
             redis_up,
-            build_info: int_gauge(
+            build_info: make.int_gauge(
                 "build_info",
                 "Always 1; the version and revision labels name the build",
                 &["version", "revision"],
             ),
             notifications_enabled,
-            ingress: IngressMetrics::new(&registry),
-            schedules: ScheduleMetrics {
-                missed: counter(
-                    "schedule_missed_ticks_total",
-                    "Ticks of a schedule skipped or dropped under its misfire policy",
-                    &["trigger", "schedule"],
-                ),
-                next_fire: float_gauge(
-                    "schedule_next_fire_timestamp_seconds",
-                    "When a schedule's next tick fires, epoch seconds",
-                    &["trigger", "schedule"],
-                ),
-            },
+            ingress: IngressMetrics::new(&make),
+            schedules: ScheduleMetrics::new(&make),
             registry,
             process: process_registry(),
         };
@@ -216,19 +178,13 @@ impl Default for Metrics {
 }
 
 /// `redis_up` and `keyspace_notifications_enabled`, registered.
-fn redis_gauges(registry: &Registry) -> (IntGauge, Gauge) {
-    let redis_up = registered(
-        registry,
+fn redis_gauges(make: &Make<'_>) -> (IntGauge, Gauge) {
+    let redis_up = make.registered(
         IntGauge::new("redis_up", "1 while Redis answers, else 0").expect("valid metric"),
     );
-    let notifications_enabled = registered(
-        registry,
-        Gauge::new(
-        "keyspace_notifications_enabled",
-        "1 while workers are woken by Redis keyspace notifications, 0 when they rely on the guard interval",
-        )
-        .expect("valid metric"),
-    );
+    let help = "1 while workers are woken by Redis keyspace notifications, 0 when they rely on the guard interval";
+    let notifications_enabled =
+        make.registered(Gauge::new("keyspace_notifications_enabled", help).expect("valid metric"));
     (redis_up, notifications_enabled)
 }
 
@@ -238,11 +194,3 @@ const LATENESS_BUCKETS: [f64; 21] = [
     0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
-
-/// Registers `c` with `registry` (which keeps a clone) and returns it.
-fn registered<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
-    registry
-        .register(Box::new(c.clone()))
-        .expect("unique metric");
-    c
-}

@@ -2,8 +2,10 @@
 
 use prometheus::{GaugeVec, IntCounterVec};
 
+use super::Make;
+
 /// Handles to the schedule metrics, labelled by trigger and schedule (names from the config,
-/// bounded like triggers); registered with the others in `metrics/mod.rs`.
+/// bounded like triggers).
 #[derive(Clone)]
 pub struct ScheduleMetrics {
     /// Ticks skipped or dropped under the misfire policy.
@@ -13,6 +15,22 @@ pub struct ScheduleMetrics {
 }
 
 impl ScheduleMetrics {
+    /// Creates and registers them.
+    pub(super) fn new(make: &Make<'_>) -> Self {
+        Self {
+            missed: make.counter(
+                "schedule_missed_ticks_total",
+                "Ticks of a schedule skipped or dropped under its misfire policy",
+                &["trigger", "schedule"],
+            ),
+            next_fire: make.float_gauge(
+                "schedule_next_fire_timestamp_seconds",
+                "When a schedule's next tick fires, epoch seconds",
+                &["trigger", "schedule"],
+            ),
+        }
+    }
+
     /// Makes the series of `schedule` of `trigger` exist (the counter at 0) and sets its next
     /// fire.
     pub fn start(&self, trigger: &str, schedule: &str, next_fire_ms: Option<i64>) {
