@@ -40,6 +40,7 @@ pub mod schedule;
 pub mod secret;
 pub mod sink;
 pub(crate) mod tls;
+pub(crate) mod trigger;
 pub mod wire;
 pub(crate) mod worker;
 

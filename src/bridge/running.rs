@@ -16,7 +16,8 @@ use crate::redis::conn::Conn;
 use crate::redis::notify;
 use crate::redis::queue::Queue;
 use crate::sink::Sink;
-use crate::worker::{self, Shard};
+use crate::trigger::Shard;
+use crate::worker;
 
 /// What every trigger of the bridge shares.
 pub(super) struct Services {

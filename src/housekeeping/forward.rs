@@ -14,12 +14,12 @@ use crate::redis::store::{Body, DeadClaim, DeadItem, DeadOutcome};
 use crate::repeat::Repeated;
 use crate::sink::blame::{self, Chosen, Verdict};
 use crate::sink::{Batch, MessageId, OutMessage, PublishError, Publisher};
+use crate::trigger::{Route, Shard};
 use crate::wire::{
     HEADER_DEAD_ATTEMPTS, HEADER_DEAD_AT_MS, HEADER_DEAD_DETAIL, HEADER_DEAD_ID,
     HEADER_DEAD_ID_B64, HEADER_DEAD_KEY, HEADER_DEAD_REASON,
 };
-use crate::worker::Route;
-use crate::worker::{Publishing, Shard, ERROR_BACKOFF};
+use crate::worker::{Publishing, ERROR_BACKOFF};
 
 /// Most dead letters one forward takes.
 const FORWARD_BATCH: usize = 100;

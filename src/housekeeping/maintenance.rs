@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::jitter_down;
 use crate::redis::store::QueueStats;
-use crate::worker::Shard;
+use crate::trigger::Shard;
 
 /// Readings (and recoveries) the housekeeping has in flight at once.
 const READINGS_AT_ONCE: usize = 64;

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::jitter_down;
 use crate::redis::queue::Queue;
-use crate::worker::Shard;
+use crate::trigger::Shard;
 
 /// Passes between two readings of a trigger's shard-count registry: which keys are unserved
 /// changes only when a bridge starts or reloads with another count, so an unsharded trigger

@@ -9,11 +9,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::prepare::prepare;
 use super::settlement::{plan, Plan, Policy};
-use super::{Shard, ERROR_BACKOFF};
+use super::ERROR_BACKOFF;
 use crate::backoff::Backoff;
 use crate::redis::store::{ClaimBatch, FailOutcome, Settled, Settlement, StoreError};
 use crate::sink::blame::Chosen;
 use crate::sink::{Batch, Confirmed, MessageId, OutMessage, Outcome, PublishError, Publisher};
+use crate::trigger::{Refused, Shard};
 
 /// How a delivered batch went, for the worker that claimed it.
 pub(super) enum Verdict {
@@ -66,7 +67,13 @@ pub(super) async fn deliver(
         .confirmed(&plan.confirmed_due_ms, redis_now_ms(&batch, claimed_at));
     settle(&t, &abort, &batch, &plan).await;
     let went_through = !plan.confirmed_due_ms.is_empty() || early.acked.contains(&true);
-    t.note_refusals(&plan, went_through, &ids).await;
+    let refused = plan.refused.as_ref().map(|r| Refused {
+        count: r.count,
+        first: ids.get(r.first),
+        reply: &r.reply,
+    });
+    t.note_refusals(plan.hold.as_deref(), refused, went_through)
+        .await;
     if plan.hold.is_none() && !plan.sink_broken {
         return Verdict::Settled;
     }

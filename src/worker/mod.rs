@@ -12,25 +12,19 @@ use crate::backoff::{jitter_down, Backoff};
 use crate::redis::store::ClaimBatch;
 use crate::repeat::Repeated;
 use crate::sink::{blame, Publisher};
+use crate::trigger::{head_or_guard, Route, Shard, Woken};
 
 mod batch;
 mod claim;
 mod deliver;
-mod hold;
 mod prepare;
 mod publishing;
 mod route;
 mod settlement;
-mod shard;
-mod timer;
-mod wake;
 
 use batch::AdaptiveBatch;
 use deliver::Verdict;
-pub(crate) use hold::Route;
 pub(crate) use publishing::Publishing;
-pub(crate) use shard::Shard;
-use wake::Woken;
 
 /// Runs one worker over `shards` (one, or several that no other worker serves) until
 /// `stop`; `abort` cuts short the wait for confirmations at the shutdown deadline.
@@ -325,7 +319,7 @@ impl Worker {
         let woken =
             futures_util::future::select_all(self.shards.iter().map(|t| Box::pin(t.wakes.woken())));
         tokio::select! {
-            _ = timer::head_or_guard(head, guard) => {}
+            _ = head_or_guard(head, guard) => {}
             (_, i, _) = woken => {
                 let t = &self.shards[i];
                 if let Some(why) = t.wakes.should_claim() {

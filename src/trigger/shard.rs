@@ -8,7 +8,6 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::hold::{Hold, Route};
-use super::settlement;
 use super::wake::{due_by, Wakes, Woken};
 use crate::config::Trigger;
 use crate::health::Health;
@@ -31,10 +30,10 @@ pub(crate) struct Shard {
     pub(crate) metrics: TriggerMetrics,
     pub(crate) health: Health,
     /// Wake-ups of the idle workers and the head they expect next.
-    pub(super) wakes: Wakes,
+    pub(crate) wakes: Wakes,
     /// A claim left due members behind because earlier copies of them were in flight: the
     /// next settled batch may have freed them, so it wakes a worker.
-    pub(super) held_back: std::sync::atomic::AtomicBool,
+    pub(crate) held_back: std::sync::atomic::AtomicBool,
     /// Woken when this bridge dead-lettered a message, or the backlog gauges saw dead
     /// letters to forward: the dead-letter forwarder looks.
     pub(crate) dead_lettered: Notify,
@@ -44,14 +43,23 @@ pub(crate) struct Shard {
     /// reads again the sizes of a queue it last saw empty.
     pub(crate) written: std::sync::atomic::AtomicBool,
     /// The shard was paused when last seen.
-    pub(super) paused: std::sync::atomic::AtomicBool,
+    pub(crate) paused: std::sync::atomic::AtomicBool,
     /// Starts this shard's other workers: they start when a claim first leaves more due than
     /// one worker takes, so an idle trigger holds one worker task per shard, not `workers`.
-    pub(super) extra_workers: std::sync::Mutex<Option<StartWorkers>>,
+    pub(crate) extra_workers: std::sync::Mutex<Option<StartWorkers>>,
     /// Batches with members blamed for their own failure, logged at growing gaps.
-    pub(super) refusals: std::sync::Mutex<Repeated>,
+    pub(crate) refusals: std::sync::Mutex<Repeated>,
     /// The trigger's held state, shared by its shards.
     pub(crate) hold: Arc<Hold>,
+}
+
+/// Members of one batch blamed for their own failure, for the log.
+pub(crate) struct Refused<'a> {
+    pub(crate) count: usize,
+    /// The first one's id.
+    pub(crate) first: Option<&'a MessageId>,
+    /// What the broker or endpoint said of the first.
+    pub(crate) reply: &'a str,
 }
 
 /// Starts a shard's deferred workers (given the shard).
@@ -134,7 +142,7 @@ impl Shard {
     }
 
     /// Starts the deferred workers, once.
-    pub(super) fn start_extra_workers(self: &Arc<Self>) {
+    pub(crate) fn start_extra_workers(self: &Arc<Self>) {
         let start = self
             .extra_workers
             .lock()
@@ -175,7 +183,7 @@ impl Shard {
 
     /// Remembers the head reported by a claim, unless the claimer claims again at once
     /// (`again`): the idle worker watching the head looks again if it moved earlier.
-    pub(super) fn note_head(&self, batch: &ClaimBatch, claimed_at: Instant, again: bool) {
+    pub(crate) fn note_head(&self, batch: &ClaimBatch, claimed_at: Instant, again: bool) {
         self.wakes.set_clock(claimed_at, batch.now_us);
         let due = batch
             .next_head_ms
@@ -189,7 +197,7 @@ impl Shard {
     /// clock of the last claim, it becomes the head the gate's holder waits for, and no
     /// claim is made. In doubt it claims: no claim in the last seconds to date the head by,
     /// or a failed read (the claim reports the error and backs off).
-    pub(super) async fn head_due(&self) -> bool {
+    pub(crate) async fn head_due(&self) -> bool {
         let Some((at, now_us)) = self.wakes.fresh_clock() else {
             return true;
         };
@@ -210,7 +218,7 @@ impl Shard {
     }
 
     /// Counts an idle wait ended by a wake-up that asked for a claim (a notification, mostly).
-    pub(super) fn count_wake(&self, woken: Woken) {
+    pub(crate) fn count_wake(&self, woken: Woken) {
         if woken == Woken::Asked {
             self.metrics.woken();
         }
@@ -226,7 +234,7 @@ impl Shard {
         }
     }
 
-    pub(super) fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.wakes.next_due()
     }
 
@@ -252,31 +260,31 @@ impl Shard {
     }
 
     /// Whether this shard was paused when last seen.
-    pub(super) fn is_paused(&self) -> bool {
+    pub(crate) fn is_paused(&self) -> bool {
         self.paused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Takes note of a settled batch: a failure of the trigger's own destination holds it,
-    /// a message that went through releases it; members blamed for their own failure are
-    /// logged at growing gaps, with the broker's or endpoint's words and the first id.
-    pub(super) async fn note_refusals(
+    /// Takes note of a settled batch: a failure of the trigger's own destination (`hold`, what
+    /// it said) holds it, a message that went through releases it; members blamed for their
+    /// own failure are logged at growing gaps, with the broker's or endpoint's words and the
+    /// first id.
+    pub(crate) async fn note_refusals(
         &self,
-        plan: &settlement::Plan<'_>,
+        hold: Option<&str>,
+        refused: Option<Refused<'_>>,
         went_through: bool,
-        ids: &[MessageId],
     ) {
-        if let Some(why) = &plan.hold {
+        if let Some(why) = hold {
             self.hold.hold(Route::Messages, why).await;
         } else if went_through {
             self.hold.release(Route::Messages).await;
         }
         let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
-        match &plan.refused {
+        match refused {
             Some(r) => {
                 if let Some(unlogged) = refusals.failed() {
-                    let first = ids.get(r.first);
                     tracing::warn!(sink = %self.sink.name(), refused = r.count, reply = %r.reply,
-                        first_id = first.map(MessageId::as_str), unlogged,
+                        first_id = r.first.map(MessageId::as_str), unlogged,
                         "messages failed for a reason of their own; each is retried with backoff, then dead-lettered");
                 }
             }

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 /// A shard's wake-up state, shared by its workers.
 #[derive(Default)]
-pub(super) struct Wakes {
+pub(crate) struct Wakes {
     /// One idle worker per `notify_one`.
     idle: Notify,
     /// The gate's holder reads the head and the pause again: the head moved earlier, or a
@@ -45,14 +45,14 @@ const CLOCK_FRESH: Duration = Duration::from_secs(10);
 
 /// When a member scored `score` (epoch ms) becomes due, given that the Redis clock read
 /// `now_us` (epoch µs) at `at` or a little before.
-pub(super) fn due_by(at: Instant, now_us: i64, score: f64) -> Instant {
+pub(crate) fn due_by(at: Instant, now_us: i64, score: f64) -> Instant {
     let wait_us = (score * 1000.0 - now_us as f64).max(0.0);
     at + Duration::from_micros(wait_us.min(1e15) as u64)
 }
 
 /// Why an idle worker stopped waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Woken {
+pub(crate) enum Woken {
     /// A request no claim has answered yet (a notification, a settle, a resume).
     Asked,
     /// A peer's claim came back full.
@@ -65,33 +65,33 @@ pub(super) enum Woken {
 
 impl Wakes {
     /// Asks for a claim after this instant and wakes one idle worker for it.
-    pub(super) fn ask(&self) {
+    pub(crate) fn ask(&self) {
         self.asked.fetch_add(1, SeqCst);
         self.idle.notify_one();
     }
 
     /// A claim came back full: one more idle worker claims.
-    pub(super) fn help(&self) {
+    pub(crate) fn help(&self) {
         self.help.store(true, SeqCst);
         self.idle.notify_one();
     }
 
     /// A claim came back short: the backlog is drained and a help request still pending
     /// would only find nothing.
-    pub(super) fn drained(&self) {
+    pub(crate) fn drained(&self) {
         self.help.store(false, SeqCst);
     }
 
     /// A claim is about to be sent: it answers every request made so far. True when some
     /// request was not answered yet.
-    pub(super) fn claiming(&self) -> bool {
+    pub(crate) fn claiming(&self) -> bool {
         let asked = self.asked.load(SeqCst);
         self.answered.fetch_max(asked, SeqCst) < asked
     }
 
     /// Whether an idle worker should claim now, and why: a help request (taken), or a
     /// request that no claim answers (then this claim will).
-    pub(super) fn should_claim(&self) -> Option<Woken> {
+    pub(crate) fn should_claim(&self) -> Option<Woken> {
         if self.help.swap(false, SeqCst) {
             Some(Woken::Help)
         } else if self.claiming() {
@@ -102,19 +102,19 @@ impl Wakes {
     }
 
     /// A resume: the gate's holder stops its paused wait and a worker claims.
-    pub(super) fn resumed(&self) {
+    pub(crate) fn resumed(&self) {
         self.ask();
         self.rearm.notify_waiters();
     }
 
     /// When the earliest known member becomes due.
-    pub(super) fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         *self.next_due.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records the head a claim reported (`None`: none, or the claimer takes it itself);
     /// the gate's holder looks again when it moved earlier.
-    pub(super) fn note_head(&self, due: Option<Instant>) {
+    pub(crate) fn note_head(&self, due: Option<Instant>) {
         let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
         let earlier = match (*next, due) {
             (Some(old), Some(new)) => new < old,
@@ -129,20 +129,20 @@ impl Wakes {
     }
 
     /// A claim's reply, arrived at `at`, read the Redis clock at `now_us`.
-    pub(super) fn set_clock(&self, at: Instant, now_us: i64) {
+    pub(crate) fn set_clock(&self, at: Instant, now_us: i64) {
         *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, now_us));
     }
 
     /// The last claim's clock (the instant its reply arrived, the Redis clock in µs), unless
     /// older than [`CLOCK_FRESH`].
-    pub(super) fn fresh_clock(&self) -> Option<(Instant, i64)> {
+    pub(crate) fn fresh_clock(&self) -> Option<(Instant, i64)> {
         let clock = *self.clock.lock().unwrap_or_else(|e| e.into_inner());
         clock.filter(|(at, _)| at.elapsed() <= CLOCK_FRESH)
     }
 
     /// Records a head read without a claim: it can only move the expected head earlier, so
     /// that a read overtaken by a claim's reply never hides an earlier head.
-    pub(super) fn note_earlier(&self, due: Instant) {
+    pub(crate) fn note_earlier(&self, due: Instant) {
         let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
         if next.is_some_and(|old| old <= due) {
             return;
@@ -164,7 +164,7 @@ impl Wakes {
     }
 
     /// Waits for the gate or a reason to claim without it.
-    pub(super) async fn gate_or_wake(
+    pub(crate) async fn gate_or_wake(
         &self,
         stop: &tokio_util::sync::CancellationToken,
     ) -> Result<MutexGuard<'_, ()>, Woken> {
@@ -188,7 +188,7 @@ impl Wakes {
     /// The gate's holder: waits until the head is due, `guard_at`, a wake-up, or stop.
     /// While `paused()` says so, only until `guard_at`, a resume or stop: producers keep
     /// writing to a paused queue, and their wake-ups would only make claims that take nothing.
-    pub(super) async fn watch(
+    pub(crate) async fn watch(
         &self,
         guard_at: Instant,
         paused: impl Fn() -> bool,
@@ -226,13 +226,13 @@ impl Wakes {
 
     /// For a worker serving several shards alone: whether this shard asked for a claim
     /// (a stored wake-up is taken).
-    pub(super) fn asked_alone(&self) -> bool {
+    pub(crate) fn asked_alone(&self) -> bool {
         let _ = futures_util::FutureExt::now_or_never(self.idle.notified());
         self.should_claim().is_some()
     }
 
     /// For a worker serving several shards alone: resolves at this shard's next wake-up.
-    pub(super) fn woken(&self) -> tokio::sync::futures::Notified<'_> {
+    pub(crate) fn woken(&self) -> tokio::sync::futures::Notified<'_> {
         self.idle.notified()
     }
 }
