@@ -126,9 +126,9 @@ impl Running {
         for (shard, ids) in deferred {
             let (stop, abort) = (stop.clone(), abort.clone());
             let (all, own) = (s.workers.clone(), workers.clone());
-            shards[shard].defer_workers(Box::new(move |t: &Arc<Shard>| {
+            shards[shard].defer_workers(Box::new(move |shard: &Arc<Shard>| {
                 for id in ids {
-                    let run = worker::run_deferred(t.clone(), id, stop.clone(), abort.clone());
+                    let run = worker::run_deferred(shard.clone(), id, stop.clone(), abort.clone());
                     all.spawn(own.track_future(run));
                 }
             }));
@@ -153,10 +153,10 @@ impl Running {
         }
         // In the first shard's slot: the marks and the ticks live beside its queue. Every
         // trigger runs the task: schedules can be added at run time.
-        let schedule_changes = Arc::new(crate::schedule::defs::Changes::new(&shards[0].store));
+        let schedule_changes = Arc::new(crate::schedule::defs::Changes::new(shards[0].store()));
         let run = crate::schedule::run(
             tc.name.clone(),
-            shards[0].store.clone(),
+            shards[0].store().clone(),
             tc.schedules.clone(),
             (schedule_changes.clone(), s.notifications),
             s.metrics.schedules.clone(),

@@ -1,11 +1,15 @@
-//! The running trigger: its shards' shared state, the wake-ups of their idle workers, its held state.
+//! The running trigger: its shards' shared state behind methods, the wake-ups of their idle
+//! workers, its held, paused or active state.
 
+mod claims;
 mod hold;
 mod shard;
+mod state;
 mod timer;
 mod wake;
 
+pub(crate) use claims::Refused;
 pub(crate) use hold::Route;
-pub(crate) use shard::{Refused, Shard, StartWorkers};
-pub(crate) use timer::head_or_guard;
+pub(crate) use shard::Shard;
+pub(crate) use state::State;
 pub(crate) use wake::Woken;

@@ -29,7 +29,7 @@ pub(super) async fn sleep_until(deadline: Instant) {
 
 /// Sleeps until the head is due (to the microsecond) or until `guard` (tokio's timer: a
 /// guard needs no precision, and an idle trigger no kernel timer), whichever comes first.
-pub(crate) async fn head_or_guard(head: Option<Instant>, guard: Instant) {
+pub(super) async fn head_or_guard(head: Option<Instant>, guard: Instant) {
     match head.filter(|due| *due < guard) {
         Some(due) => sleep_until(due).await,
         None => tokio::time::sleep_until(guard).await,

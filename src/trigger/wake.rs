@@ -7,7 +7,9 @@
 //! goes back to sleep. A claim that came back full asks for one more worker, whatever else
 //! claims. The head's due time wakes only the worker holding the gate, which takes that due
 //! time for itself: another worker reaching the gate before the claim's reply waits for the
-//! new head instead of claiming the same members again.
+//! new head instead of claiming the same members again. The guard is the shard's: a guard
+//! interval after the last claim's reply, whichever worker made it, the holder claims however
+//! quiet the shard seems, and takes the guard for itself as it takes the head.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
@@ -17,7 +19,7 @@ use tokio::time::Instant;
 
 /// A shard's wake-up state, shared by its workers.
 #[derive(Default)]
-pub(crate) struct Wakes {
+pub(super) struct Wakes {
     /// One idle worker per `notify_one`.
     idle: Notify,
     /// The gate's holder reads the head and the pause again: the head moved earlier, or a
@@ -34,6 +36,9 @@ pub(crate) struct Wakes {
     /// When the earliest known member becomes due, in local monotonic time; `None` while
     /// unknown or while a claim that took it is on its way.
     next_due: std::sync::Mutex<Option<Instant>>,
+    /// When the gate's holder claims however quiet the shard seems: set by each claim's reply,
+    /// `None` once taken (the claim it leads to sets the next) or before any claim.
+    guard_at: std::sync::Mutex<Option<Instant>>,
     /// The Redis clock (epoch µs) as the last claim's reply gave it, and the instant the
     /// reply arrived: a due time dated by it is a little late, never early.
     clock: std::sync::Mutex<Option<(Instant, i64)>>,
@@ -45,7 +50,7 @@ const CLOCK_FRESH: Duration = Duration::from_secs(10);
 
 /// When a member scored `score` (epoch ms) becomes due, given that the Redis clock read
 /// `now_us` (epoch µs) at `at` or a little before.
-pub(crate) fn due_by(at: Instant, now_us: i64, score: f64) -> Instant {
+pub(super) fn due_by(at: Instant, now_us: i64, score: f64) -> Instant {
     let wait_us = (score * 1000.0 - now_us as f64).max(0.0);
     at + Duration::from_micros(wait_us.min(1e15) as u64)
 }
@@ -65,33 +70,33 @@ pub(crate) enum Woken {
 
 impl Wakes {
     /// Asks for a claim after this instant and wakes one idle worker for it.
-    pub(crate) fn ask(&self) {
+    pub(super) fn ask(&self) {
         self.asked.fetch_add(1, SeqCst);
         self.idle.notify_one();
     }
 
     /// A claim came back full: one more idle worker claims.
-    pub(crate) fn help(&self) {
+    pub(super) fn help(&self) {
         self.help.store(true, SeqCst);
         self.idle.notify_one();
     }
 
     /// A claim came back short: the backlog is drained and a help request still pending
     /// would only find nothing.
-    pub(crate) fn drained(&self) {
+    pub(super) fn drained(&self) {
         self.help.store(false, SeqCst);
     }
 
     /// A claim is about to be sent: it answers every request made so far. True when some
     /// request was not answered yet.
-    pub(crate) fn claiming(&self) -> bool {
+    pub(super) fn claiming(&self) -> bool {
         let asked = self.asked.load(SeqCst);
         self.answered.fetch_max(asked, SeqCst) < asked
     }
 
     /// Whether an idle worker should claim now, and why: a help request (taken), or a
     /// request that no claim answers (then this claim will).
-    pub(crate) fn should_claim(&self) -> Option<Woken> {
+    pub(super) fn should_claim(&self) -> Option<Woken> {
         if self.help.swap(false, SeqCst) {
             Some(Woken::Help)
         } else if self.claiming() {
@@ -102,19 +107,19 @@ impl Wakes {
     }
 
     /// A resume: the gate's holder stops its paused wait and a worker claims.
-    pub(crate) fn resumed(&self) {
+    pub(super) fn resumed(&self) {
         self.ask();
         self.rearm.notify_waiters();
     }
 
     /// When the earliest known member becomes due.
-    pub(crate) fn next_due(&self) -> Option<Instant> {
+    pub(super) fn next_due(&self) -> Option<Instant> {
         *self.next_due.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records the head a claim reported (`None`: none, or the claimer takes it itself);
     /// the gate's holder looks again when it moved earlier.
-    pub(crate) fn note_head(&self, due: Option<Instant>) {
+    pub(super) fn note_head(&self, due: Option<Instant>) {
         let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
         let earlier = match (*next, due) {
             (Some(old), Some(new)) => new < old,
@@ -129,20 +134,20 @@ impl Wakes {
     }
 
     /// A claim's reply, arrived at `at`, read the Redis clock at `now_us`.
-    pub(crate) fn set_clock(&self, at: Instant, now_us: i64) {
+    pub(super) fn set_clock(&self, at: Instant, now_us: i64) {
         *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, now_us));
     }
 
     /// The last claim's clock (the instant its reply arrived, the Redis clock in µs), unless
     /// older than [`CLOCK_FRESH`].
-    pub(crate) fn fresh_clock(&self) -> Option<(Instant, i64)> {
+    pub(super) fn fresh_clock(&self) -> Option<(Instant, i64)> {
         let clock = *self.clock.lock().unwrap_or_else(|e| e.into_inner());
         clock.filter(|(at, _)| at.elapsed() <= CLOCK_FRESH)
     }
 
     /// Records a head read without a claim: it can only move the expected head earlier, so
     /// that a read overtaken by a claim's reply never hides an earlier head.
-    pub(crate) fn note_earlier(&self, due: Instant) {
+    pub(super) fn note_earlier(&self, due: Instant) {
         let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
         if next.is_some_and(|old| old <= due) {
             return;
@@ -163,8 +168,44 @@ impl Wakes {
         false
     }
 
+    /// A claim's reply: the shard is claimed from again by `at` however quiet it seems.
+    pub(super) fn guard_until(&self, at: Instant) {
+        *self.guard_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+    }
+
+    /// When the guard passes: `fallback()` when no claim set it (then it is set to that).
+    fn guard_at(&self, fallback: impl FnOnce() -> Instant) -> Instant {
+        *self
+            .guard_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(fallback)
+    }
+
+    /// Takes the guard when it has passed: the caller claims, and no other worker claims for
+    /// it until that claim's reply sets the next.
+    fn take_guard(&self, now: Instant) -> bool {
+        let mut guard = self.guard_at.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_some_and(|at| at <= now) {
+            *guard = None;
+            return true;
+        }
+        false
+    }
+
+    /// Without waiting, what an idle wait would find at once: a request or a help (a stored
+    /// wake-up is taken), the head due (unless `paused`), or the guard passed.
+    pub(super) fn poll(&self, now: Instant, paused: bool) -> Option<Woken> {
+        let _ = futures_util::FutureExt::now_or_never(self.idle.notified());
+        if let Some(why) = self.should_claim() {
+            return Some(why);
+        }
+        let timer = (!paused && self.take_due(now)) || self.take_guard(now);
+        timer.then_some(Woken::Timer)
+    }
+
     /// Waits for the gate or a reason to claim without it.
-    pub(crate) async fn gate_or_wake(
+    pub(super) async fn gate_or_wake(
         &self,
         stop: &tokio_util::sync::CancellationToken,
     ) -> Result<MutexGuard<'_, ()>, Woken> {
@@ -185,12 +226,13 @@ impl Wakes {
         }
     }
 
-    /// The gate's holder: waits until the head is due, `guard_at`, a wake-up, or stop.
-    /// While `paused()` says so, only until `guard_at`, a resume or stop: producers keep
+    /// The gate's holder: waits until the head is due, the guard passes, a wake-up, or stop.
+    /// While `paused()` says so, only until the guard, a resume or stop: producers keep
     /// writing to a paused queue, and their wake-ups would only make claims that take nothing.
-    pub(crate) async fn watch(
+    /// `guard()` is the guard's time when no claim set one.
+    pub(super) async fn watch(
         &self,
-        guard_at: Instant,
+        guard: impl Fn() -> Instant,
         paused: impl Fn() -> bool,
         stop: &tokio_util::sync::CancellationToken,
     ) -> Woken {
@@ -198,9 +240,13 @@ impl Wakes {
             let rearm = self.rearm.notified();
             tokio::pin!(rearm);
             rearm.as_mut().enable();
+            let guard_at = self.guard_at(&guard);
             if paused() {
+                if self.take_guard(Instant::now()) {
+                    return Woken::Timer;
+                }
                 tokio::select! {
-                    _ = tokio::time::sleep_until(guard_at) => return Woken::Timer,
+                    _ = tokio::time::sleep_until(guard_at) => continue,
                     _ = &mut rearm => continue,
                     _ = stop.cancelled() => return Woken::Stop,
                 }
@@ -212,7 +258,7 @@ impl Wakes {
                 return why;
             }
             let now = Instant::now();
-            if now >= guard_at || self.take_due(now) {
+            if self.take_guard(now) || self.take_due(now) {
                 return Woken::Timer;
             }
             tokio::select! {
@@ -222,18 +268,6 @@ impl Wakes {
                 _ = stop.cancelled() => return Woken::Stop,
             }
         }
-    }
-
-    /// For a worker serving several shards alone: whether this shard asked for a claim
-    /// (a stored wake-up is taken).
-    pub(crate) fn asked_alone(&self) -> bool {
-        let _ = futures_util::FutureExt::now_or_never(self.idle.notified());
-        self.should_claim().is_some()
-    }
-
-    /// For a worker serving several shards alone: resolves at this shard's next wake-up.
-    pub(crate) fn woken(&self) -> tokio::sync::futures::Notified<'_> {
-        self.idle.notified()
     }
 }
 
@@ -283,11 +317,29 @@ mod tests {
         assert_eq!(w.next_due(), None);
     }
 
+    #[test]
+    fn the_guard_is_set_by_each_claim_and_taken_by_one_worker() {
+        let w = Wakes::default();
+        let now = Instant::now();
+        w.guard_until(now + Duration::from_secs(1));
+        assert_eq!(w.poll(now, false), None);
+        w.guard_until(now);
+        assert_eq!(w.poll(now, false), Some(Woken::Timer));
+        assert_eq!(
+            w.poll(now, false),
+            None,
+            "taken already: the next guard comes with the claim's reply"
+        );
+        w.note_head(Some(now));
+        assert_eq!(w.poll(now, true), None, "paused: the head waits");
+        assert_eq!(w.poll(now, false), Some(Woken::Timer));
+    }
+
     /// Waits as the gate's holder, with a minute's guard; fails after ten seconds.
     async fn watch(w: &Wakes, paused: impl Fn() -> bool) -> Woken {
         let guard = Instant::now() + Duration::from_secs(60);
         let stop = CancellationToken::new();
-        tokio::time::timeout(Duration::from_secs(10), w.watch(guard, paused, &stop))
+        tokio::time::timeout(Duration::from_secs(10), w.watch(|| guard, paused, &stop))
             .await
             .expect("woken within ten seconds")
     }

@@ -8,11 +8,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backoff::{jitter_down, Backoff};
+use crate::backoff::Backoff;
 use crate::redis::store::ClaimBatch;
 use crate::repeat::Repeated;
 use crate::sink::{blame, Publisher};
-use crate::trigger::{head_or_guard, Route, Shard, Woken};
+use crate::trigger::{Route, Shard, Woken};
 
 mod batch;
 mod claim;
@@ -100,8 +100,6 @@ struct Worker {
     shards: Vec<Arc<Shard>>,
     /// With several shards: which may have something due (woken, due or never looked at).
     ready: Vec<bool>,
-    /// With several shards: when each is looked at again however quiet it seems.
-    guard_at: Vec<Instant>,
     /// Position of `t` in `shards`.
     current: usize,
     /// A turn among the first claims at start (see [`STARTING`]), while held.
@@ -165,15 +163,13 @@ impl Worker {
         abort: CancellationToken,
     ) -> Self {
         let t = shards[0].clone();
-        let batch = AdaptiveBatch::new(t.config.batch);
-        let now = Instant::now();
+        let batch = AdaptiveBatch::new(t.trigger().batch);
         // Only a worker of several shards keeps track of each.
         let each = if shards.len() > 1 { shards.len() } else { 0 };
         Worker {
             id,
             t,
             ready: vec![true; each],
-            guard_at: vec![now; each],
             shards,
             current: 0,
             turn: None,
@@ -248,7 +244,7 @@ impl Worker {
             let Some(publisher) = self.begin_lap(starting).await else {
                 continue;
             };
-            if !self.pick() {
+            if !self.pick().await {
                 // Every shard was looked at once: the start is over for this worker.
                 starting = false;
                 Box::pin(self.idle_shards()).await;
@@ -279,14 +275,13 @@ impl Worker {
 
     /// Makes the next shard after the current one that may have something due current; `false`
     /// when none may. A shard may when woken, when its head or its guard time has come.
-    fn pick(&mut self) -> bool {
-        let now = Instant::now();
-        for (i, t) in self.shards.iter().enumerate() {
-            if t.wakes.asked_alone()
-                || self.guard_at[i] <= now
-                || t.next_due().is_some_and(|due| due <= now)
-            {
-                self.ready[i] = true;
+    async fn pick(&mut self) -> bool {
+        for (i, shard) in self.shards.iter().enumerate() {
+            if self.ready[i] {
+                continue;
+            }
+            if let Some(why) = shard.poll() {
+                self.ready[i] = why != Woken::Asked || shard.head_due().await;
             }
         }
         let n = self.shards.len();
@@ -298,37 +293,19 @@ impl Worker {
         };
         self.current = i;
         self.t = self.shards[i].clone();
-        let guard = if self.t.is_paused() {
-            self.t.config.guard_interval
-        } else {
-            self.t.guard()
-        };
-        self.guard_at[i] = now + jitter_down(guard);
         true
     }
 
     /// Waits until a shard's head or guard time comes, or a notification wakes one of them.
     async fn idle_shards(&mut self) {
-        let head = self.shards.iter().filter_map(|t| t.next_due()).min();
-        let guard = self
-            .guard_at
+        let stop = &self.stop;
+        let waits = self
+            .shards
             .iter()
-            .copied()
-            .min()
-            .unwrap_or_else(Instant::now);
-        let woken =
-            futures_util::future::select_all(self.shards.iter().map(|t| Box::pin(t.wakes.woken())));
-        tokio::select! {
-            _ = head_or_guard(head, guard) => {}
-            (_, i, _) = woken => {
-                let t = &self.shards[i];
-                if let Some(why) = t.wakes.should_claim() {
-                    t.count_wake(why);
-                    self.ready[i] = why != Woken::Asked || t.head_due().await;
-                }
-            }
-            _ = self.stop.cancelled() => {}
-        }
+            .map(|shard| Box::pin(shard.wait_idle(stop)));
+        let (woken, i, _) = futures_util::future::select_all(waits).await;
+        let shard = &self.shards[i];
+        self.ready[i] = woken != Woken::Asked || shard.head_due().await;
     }
 
     /// The start of a lap: takes note of finished batches, waits for a turn while starting,
@@ -354,31 +331,31 @@ impl Worker {
         let failed_before = self.publishing.failures.count() > 0;
         let e = match self
             .publishing
-            .get(&self.t.sink, &self.t.config.destination, &self.stop)
+            .get(self.t.sink(), &self.t.trigger().destination, &self.stop)
             .await
         {
             Ok(p) => {
                 if failed_before && p.is_some() {
                     // The destination that gave no publisher gives one again (the exchange
                     // exists, the broker is back): its hold ends.
-                    self.t.hold.release(Route::Messages).await;
+                    self.t.release(Route::Messages).await;
                 }
                 return p;
             }
             Err(e) => e,
         };
         if blame::holds_own(&e, blame::Chosen::default()) {
-            self.t.hold.hold(Route::Messages, &e.to_string()).await;
+            self.t.hold(Route::Messages, &e.to_string()).await;
         }
         // One worker per trigger speaks for all of them. While the broker is down the sink
         // logs the outage itself: here only its start, once per trigger.
         let failures = &mut self.publishing.failures;
-        let sink_down = !self.t.sink.is_up();
+        let sink_down = !self.t.sink().is_up();
         if let Some(unlogged) = failures
             .failed()
             .filter(|_| self.id == 0 && !(sink_down && failures.count() > 1))
         {
-            tracing::warn!(sink = %self.t.sink.name(), error = %e,
+            tracing::warn!(sink = %self.t.sink().name(), error = %e,
                 failures = failures.count(), unlogged, "sink unavailable, not claiming");
         }
         let wait = ERROR_BACKOFF.delay(failures.count());
@@ -430,7 +407,7 @@ impl Worker {
                     // other triggers publish on: only a connection that keeps failing is
                     // made anew.
                     if self.broken_batches > 1 && !refused {
-                        self.t.sink.reset(&broken).await;
+                        self.t.sink().reset(&broken).await;
                     }
                 }
                 // Capped: a held destination is tried again every few seconds at most, and
@@ -456,32 +433,11 @@ impl Worker {
     /// head is not due yet is waited out without a claim ([`Shard::head_due`]).
     async fn idle(&self) {
         loop {
-            let woken = self.wait_idle().await;
+            let woken = self.t.wait_idle(&self.stop).await;
             if woken != Woken::Asked || self.t.head_due().await {
                 return;
             }
         }
-    }
-
-    /// One idle wait: for a wake-up, or, holding the shard's gate, the head or the guard.
-    async fn wait_idle(&self) -> Woken {
-        let t = &self.t;
-        let _gate = match t.wakes.gate_or_wake(&self.stop).await {
-            Ok(gate) => gate,
-            Err(woken) => {
-                t.count_wake(woken);
-                return woken;
-            }
-        };
-        let guard = if t.is_paused() {
-            t.config.guard_interval
-        } else {
-            t.guard()
-        };
-        let guard_at = Instant::now() + jitter_down(guard);
-        let woken = t.wakes.watch(guard_at, || t.is_paused(), &self.stop).await;
-        t.count_wake(woken);
-        woken
     }
 }
 
