@@ -3,14 +3,15 @@
 
 use tokio::time::Instant;
 
-use super::{Claim, Worker, ERROR_BACKOFF, RATE_TICK};
+use super::worker::{Claim, Worker};
+use super::{ERROR_BACKOFF, RATE_TICK};
 
 impl Worker {
     /// Claims the next batch, or says how long to wait: until the next head when there was
     /// nothing due or the trigger is paused, for a backoff when the claim failed. A batch
     /// says whether more is due.
     pub(super) async fn claim(&mut self) -> Claim {
-        let shard = self.t.clone();
+        let shard = self.shard().clone();
         let asked = self.batch.size;
         // Every wake-up asked for so far is answered by this claim.
         shard.claiming();
