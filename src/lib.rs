@@ -41,6 +41,7 @@ pub mod secret;
 pub(crate) mod shorten;
 pub mod sink;
 pub(crate) mod tls;
+pub(crate) mod trigger;
 pub mod wire;
 pub(crate) mod worker;
 

@@ -171,13 +171,7 @@ async fn triggers(State(admin): State<Admin>) -> Reply {
     for t in admin.triggers.now()?.values() {
         let stats = t.queue.stats().await?;
         let held = t.queue.held().await?;
-        let state = if stats.paused {
-            "paused"
-        } else if held.is_some() {
-            "held"
-        } else {
-            "active"
-        };
+        let state = crate::trigger::State::of(stats.paused, held.is_some()).as_str();
         let rate = t
             .config
             .rate()

@@ -16,7 +16,8 @@ use crate::redis::conn::Conn;
 use crate::redis::notify;
 use crate::redis::queue::Queue;
 use crate::sink::Sink;
-use crate::worker::{self, Shard};
+use crate::trigger::{Shard, Startup};
+use crate::worker::{self, First};
 
 /// What every trigger of the bridge shares.
 pub(super) struct Services {
@@ -39,7 +40,7 @@ pub(super) struct Services {
 }
 
 struct Entry {
-    config: Arc<Trigger>,
+    trigger: Arc<Trigger>,
     /// The trigger's queue over its shards.
     queue: Queue,
     /// One per shard.
@@ -58,90 +59,81 @@ pub(super) struct Running {
     entries: BTreeMap<String, Entry>,
     notify_stop: CancellationToken,
     housekeeping_stop: CancellationToken,
-    /// Cancelled once the next notification listener has subscribed (or failed to, or there
-    /// is none): the lead workers of the triggers started meanwhile wait for it, so that
-    /// their first claims come after the listener's wake-up of every trigger, which those
-    /// claims answer, instead of a second round of claims.
-    listening: CancellationToken,
+    /// The gate the triggers started until the next [`Self::publish`] wait for, and the
+    /// turns of every worker's first claim.
+    startup: Startup,
 }
 
 impl Running {
     pub(super) fn new(shared: Services) -> Self {
-        let mut running = Self {
+        Self {
+            startup: Startup::new(shared.notifications),
             shared,
             entries: BTreeMap::new(),
             notify_stop: CancellationToken::new(),
             housekeeping_stop: CancellationToken::new(),
-            listening: CancellationToken::new(),
-        };
-        running.renew_gate();
-        running
-    }
-
-    /// A new gate for the triggers started until the next [`Self::publish`] (open at once
-    /// without notifications). The last one opens: its triggers must not wait for a listener
-    /// that may not come.
-    fn renew_gate(&mut self) {
-        self.listening.cancel();
-        self.listening = CancellationToken::new();
-        if !self.shared.notifications {
-            self.listening.cancel();
         }
     }
 
     /// [`Self::start`]; when it fails, the gate opens for the triggers started so far.
-    fn start_or_open(&mut self, tc: &Trigger) -> Result<(), String> {
-        self.start(Arc::new(tc.clone()))
-            .inspect_err(|_| self.listening.cancel())
+    fn start_or_open(&mut self, trigger: &Trigger) -> Result<(), String> {
+        self.start(Arc::new(trigger.clone()))
+            .inspect_err(|_| self.startup.open())
     }
 
-    /// Starts `tc`'s workers; [`Self::publish`] adds it to the housekeeping. Its settings are
+    /// Starts `trigger`'s workers; [`Self::publish`] adds it to the housekeeping. Its settings are
     /// held once, shared by its shards, workers and the admin API.
-    pub(super) fn start(&mut self, tc: Arc<Trigger>) -> Result<(), String> {
+    pub(super) fn start(&mut self, trigger: Arc<Trigger>) -> Result<(), String> {
         let s = &self.shared;
-        let sink = s.sinks.get(&tc.sink).ok_or_else(|| {
+        let sink = s.sinks.get(&trigger.sink).ok_or_else(|| {
             format!(
                 "trigger {}: sink {} is not connected (no trigger used it at start): restart to add it",
-                tc.name, tc.sink
+                trigger.name, trigger.sink
             )
         })?;
-        let queue = Queue::new(&tc, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
-        let tc = &tc;
-        let shards = Shard::shards(tc, &queue, sink.clone(), &s.metrics, s.health.clone())?;
+        let queue = Queue::new(&trigger, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
+        let trigger = &trigger;
+        let shards = Shard::shards(trigger, &queue, sink.clone(), &s.metrics, s.health.clone())?;
         let (stop, abort) = (s.stop.child_token(), s.abort.child_token());
         let workers = TaskTracker::new();
         // One worker per shard starts now; a shard's others when it first has a backlog.
-        let leads = shards.len().min(tc.workers);
+        let leads = shards.len().min(trigger.workers);
         let mut deferred: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for (w, served) in worker::assign(&shards, tc.workers).into_iter().enumerate() {
+        let pass = self.startup.pass();
+        for (w, served) in worker::assign(&shards, trigger.workers)
+            .into_iter()
+            .enumerate()
+        {
             if w < leads {
-                let gate = self.listening.clone();
-                let run = worker::run_after(gate, served, w, stop.clone(), abort.clone());
+                let (first, pass) = (First::Claim, pass.clone());
+                let run = worker::run(served, w, first, pass, stop.clone(), abort.clone());
                 s.workers.spawn(workers.track_future(run));
             } else {
                 deferred.entry(w % shards.len()).or_default().push(w);
             }
         }
         for (shard, ids) in deferred {
-            let (stop, abort) = (stop.clone(), abort.clone());
+            let (stop, abort, pass) = (stop.clone(), abort.clone(), pass.clone());
             let (all, own) = (s.workers.clone(), workers.clone());
-            shards[shard].defer_workers(Box::new(move |t: &Arc<Shard>| {
+            shards[shard].defer_workers(Box::new(move |shard: &Arc<Shard>| {
                 for id in ids {
-                    let run = worker::run_deferred(t.clone(), id, stop.clone(), abort.clone());
+                    let (served, first) = (vec![shard.clone()], First::Wait);
+                    let run =
+                        worker::run(served, id, first, pass.clone(), stop.clone(), abort.clone());
                     all.spawn(own.track_future(run));
                 }
             }));
         }
-        if tc.dead_letter.is_some() {
+        if trigger.dead_letter.is_some() {
             for shard in &shards {
                 let forward =
                     housekeeping::forward_dead_letters(shard.clone(), stop.clone(), abort.clone());
                 s.workers.spawn(workers.track_future(forward));
             }
         }
-        if tc.ingress.is_some() {
+        if trigger.ingress.is_some() {
             let ingress = crate::ingress::Ingress::new(
-                tc.clone(),
+                trigger.clone(),
                 queue.clone(),
                 shards.clone(),
                 s.metrics.clone(),
@@ -152,11 +144,11 @@ impl Running {
         }
         // In the first shard's slot: the marks and the ticks live beside its queue. Every
         // trigger runs the task: schedules can be added at run time.
-        let schedule_changes = Arc::new(crate::schedule::defs::Changes::new(&shards[0].store));
+        let schedule_changes = Arc::new(crate::schedule::defs::Changes::new(shards[0].store()));
         let run = crate::schedule::run(
-            tc.name.clone(),
-            shards[0].store.clone(),
-            tc.schedules.clone(),
+            trigger.name.clone(),
+            shards[0].store().clone(),
+            trigger.schedules.clone(),
             (schedule_changes.clone(), s.notifications),
             s.metrics.schedules.clone(),
             stop.clone(),
@@ -164,9 +156,9 @@ impl Running {
         s.workers.spawn(workers.track_future(run));
         workers.close();
         self.entries.insert(
-            tc.name.clone(),
+            trigger.name.clone(),
             Entry {
-                config: tc.clone(),
+                trigger: trigger.clone(),
                 queue,
                 shards,
                 stop,
@@ -186,7 +178,7 @@ impl Running {
         };
         e.stop.cancel();
         self.shared.health.set_paused(name, false);
-        for schedule in &e.config.schedules {
+        for schedule in &e.trigger.schedules {
             self.shared.metrics.schedules.remove(name, &schedule.name);
         }
         for schedule in e.schedule_changes.running() {
@@ -200,7 +192,7 @@ impl Running {
                 e.abort.cancel();
                 e.workers.wait().await;
             }
-            tracing::info!(trigger = %e.config.name, "stopped: its batches in flight are settled");
+            tracing::info!(trigger = %e.trigger.name, "stopped: its batches in flight are settled");
         });
     }
 
@@ -231,10 +223,10 @@ impl Running {
             .values()
             .map(|e| {
                 let t = AdminTrigger {
-                    config: e.config.clone(),
+                    config: e.trigger.clone(),
                     queue: e.queue.clone(),
                 };
-                (e.config.name.clone(), t)
+                (e.trigger.name.clone(), t)
             })
             .collect();
         self.shared.admin.replace(admin);
@@ -259,7 +251,7 @@ impl Running {
             s.enable_keyspace_events,
             listeners,
             Arc::new(s.health.clone()),
-            self.listening.clone(),
+            self.startup.listening(),
             self.notify_stop.clone(),
         ));
     }
@@ -288,15 +280,15 @@ impl Running {
                 changed.join("], [")
             ));
         }
-        for tc in &new.triggers {
-            if !self.shared.sinks.contains_key(&tc.sink) {
+        for trigger in &new.triggers {
+            if !self.shared.sinks.contains_key(&trigger.sink) {
                 return Err(format!(
                     "triggers.{}: sink {} is not connected (no trigger used it at start): restart to add it",
-                    tc.name, tc.sink
+                    trigger.name, trigger.sink
                 ));
             }
         }
-        self.renew_gate();
+        self.startup.renew();
         let wanted: BTreeMap<&str, &Trigger> =
             new.triggers.iter().map(|t| (t.name.as_str(), t)).collect();
         let (mut added, mut removed, mut replaced) = (Vec::new(), Vec::new(), Vec::new());
@@ -307,20 +299,21 @@ impl Running {
                     self.stop(&name, new.shutdown.timeout);
                     removed.push(name);
                 }
-                Some(tc)
-                    if section(tc.settings()) != section(self.entries[&name].config.settings()) =>
+                Some(trigger)
+                    if section(trigger.settings())
+                        != section(self.entries[&name].trigger.settings()) =>
                 {
                     self.stop(&name, new.shutdown.timeout);
-                    self.start_or_open(tc)?;
+                    self.start_or_open(trigger)?;
                     replaced.push(name);
                 }
                 Some(_) => {}
             }
         }
-        for tc in &new.triggers {
-            if !self.entries.contains_key(&tc.name) {
-                self.start_or_open(tc)?;
-                added.push(tc.name.clone());
+        for trigger in &new.triggers {
+            if !self.entries.contains_key(&trigger.name) {
+                self.start_or_open(trigger)?;
+                added.push(trigger.name.clone());
             }
         }
         let destinations: Vec<&crate::config::Destination> = new
@@ -341,10 +334,10 @@ impl Running {
     pub(super) fn changed<'a>(&self, new: &'a Config) -> Vec<&'a Trigger> {
         new.triggers
             .iter()
-            .filter(|tc| {
+            .filter(|trigger| {
                 self.entries
-                    .get(&tc.name)
-                    .is_none_or(|e| section(tc.settings()) != section(e.config.settings()))
+                    .get(&trigger.name)
+                    .is_none_or(|e| section(trigger.settings()) != section(e.trigger.settings()))
             })
             .collect()
     }
@@ -364,7 +357,7 @@ impl Running {
 
     /// Workers running now, over every trigger.
     pub(super) fn worker_count(&self) -> usize {
-        self.entries.values().map(|e| e.config.workers).sum()
+        self.entries.values().map(|e| e.trigger.workers).sum()
     }
 }
 

@@ -147,13 +147,7 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
 /// A trigger's state: `paused` by an operator, `held` while its destination fails, else
 /// `active`.
 fn state(s: &QueueStats, held: Option<&crate::redis::store::HeldNote>) -> &'static str {
-    if s.paused {
-        "paused"
-    } else if held.is_some() {
-        "held"
-    } else {
-        "active"
-    }
+    crate::trigger::State::of(s.paused, held.is_some()).as_str()
 }
 
 /// `enqueue --delay` reaches at most this far, so the due time cannot overflow.

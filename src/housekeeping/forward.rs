@@ -14,33 +14,34 @@ use crate::redis::store::{Body, DeadClaim, DeadItem, DeadOutcome};
 use crate::repeat::Repeated;
 use crate::sink::blame::{self, Chosen, Verdict};
 use crate::sink::{Batch, MessageId, OutMessage, PublishError, Publisher};
+use crate::trigger::{Route, Shard};
 use crate::wire::{
     HEADER_DEAD_ATTEMPTS, HEADER_DEAD_AT_MS, HEADER_DEAD_DETAIL, HEADER_DEAD_ID,
     HEADER_DEAD_ID_B64, HEADER_DEAD_KEY, HEADER_DEAD_REASON,
 };
-use crate::worker::Route;
-use crate::worker::{Publishing, Shard, ERROR_BACKOFF};
+use crate::worker::{Publishing, ERROR_BACKOFF};
 
 /// Most dead letters one forward takes.
 const FORWARD_BATCH: usize = 100;
 
-/// Forwards the dead letters of `t` until `stop`, if the trigger has a dead-letter
+/// Forwards the dead letters of `shard` until `stop`, if the trigger has a dead-letter
 /// destination; `abort` cuts short the wait for confirmations at the shutdown deadline.
 /// Every bridge on the trigger may run this: a lease in the `dead_inflight` set keeps two
 /// from forwarding the same letter, except after a lease expiry.
 pub(crate) async fn forward_dead_letters(
-    t: Arc<Shard>,
+    shard: Arc<Shard>,
     stop: CancellationToken,
     abort: CancellationToken,
 ) {
-    let Some(destination) = t.config.dead_letter.clone() else {
+    let Some(destination) = shard.trigger().dead_letter.clone() else {
         return;
     };
-    t.metrics
+    shard
+        .metrics()
         .forwarding_dead_letters(PublishError::reasons_of(&destination));
-    let span = tracing::info_span!("dead_letters", trigger = %t.name());
+    let span = tracing::info_span!("dead_letters", trigger = %shard.name());
     Forwarder {
-        t,
+        shard,
         destination,
         publishing: Publishing::default(),
         redis_failures: Repeated::default(),
@@ -56,7 +57,7 @@ pub(crate) async fn forward_dead_letters(
 }
 
 struct Forwarder {
-    t: Arc<Shard>,
+    shard: Arc<Shard>,
     destination: Destination,
     /// The publisher, and failures to get one or forwards that broke it.
     publishing: Publishing,
@@ -107,9 +108,9 @@ impl Forwarder {
                 continue;
             };
             let claim = match self
-                .t
-                .store
-                .claim_dead(FORWARD_BATCH, self.t.config.lease)
+                .shard
+                .store()
+                .claim_dead(FORWARD_BATCH, self.shard.trigger().lease)
                 .await
             {
                 Ok(claim) => {
@@ -130,9 +131,9 @@ impl Forwarder {
             let sorted = self.forward(publisher, &claim).await;
             self.settle(&claim, &sorted).await;
             match &sorted.held {
-                Some(why) => self.t.hold.hold(Route::DeadLetters, why).await,
+                Some(why) => self.shard.hold(Route::DeadLetters, why).await,
                 None if !sorted.outcome.confirmed.is_empty() => {
-                    self.t.hold.release(Route::DeadLetters).await
+                    self.shard.release(Route::DeadLetters).await
                 }
                 None => {}
             }
@@ -142,7 +143,7 @@ impl Forwarder {
                 self.broken_forwards += 1;
                 if let Some(broken) = self.publishing.current.take() {
                     if self.broken_forwards > 1 {
-                        self.t.sink.reset(&broken).await;
+                        self.shard.sink().reset(&broken).await;
                     }
                 }
                 self.pause(ERROR_BACKOFF.delay(self.broken_forwards)).await;
@@ -163,24 +164,24 @@ impl Forwarder {
         let failed_before = self.publishing.failures.count() > 0;
         let e = match self
             .publishing
-            .get(&self.t.sink, &self.destination, &self.stop)
+            .get(self.shard.sink(), &self.destination, &self.stop)
             .await
         {
             Ok(p) => {
                 if failed_before && p.is_some() {
-                    self.t.hold.release(Route::DeadLetters).await;
+                    self.shard.release(Route::DeadLetters).await;
                 }
                 return p;
             }
             Err(e) => e,
         };
         if blame::holds_own(&e, Chosen::default()) {
-            self.t.hold.hold(Route::DeadLetters, &e.to_string()).await;
+            self.shard.hold(Route::DeadLetters, &e.to_string()).await;
         }
         // While the whole sink is down its own log speaks for the outage.
         let failures = &mut self.publishing.failures;
         if let Some(unlogged) = failures.failed() {
-            if self.t.sink.is_up() || failures.count() == 1 {
+            if self.shard.sink().is_up() || failures.count() == 1 {
                 tracing::warn!(destination = %self.destination, error = %e,
                     failures = failures.count(), unlogged,
                     "cannot forward dead letters; they stay in Redis meanwhile");
@@ -193,7 +194,7 @@ impl Forwarder {
 
     /// Publishes the claimed letters and sorts them by what the broker said.
     async fn forward<'a>(&mut self, mut publisher: Publisher, claim: &'a DeadClaim) -> Sorted<'a> {
-        let cfg = &self.t.config;
+        let cfg = self.shard.trigger();
         let mut sorted = Sorted::default();
         let mut sendable = Vec::with_capacity(claim.items.len());
         for item in &claim.items {
@@ -207,7 +208,7 @@ impl Forwarder {
                 Some(payload) => sendable.push((
                     item,
                     payload,
-                    headers(item, &self.t.store.keys().source),
+                    headers(item, &self.shard.store().keys().source),
                     MessageId::new(&cfg.key, &item.member),
                 )),
                 None => sorted.refuse(
@@ -236,7 +237,7 @@ impl Forwarder {
         } else {
             publisher
                 .publish_batch(Batch {
-                    trigger: self.t.name(),
+                    trigger: self.shard.name(),
                     messages: &messages,
                     timeout: cfg.publish_timeout,
                     abort: &self.abort,
@@ -283,18 +284,18 @@ impl Forwarder {
     /// Settles one forward in Redis, retrying errors until the lease would expire anyway
     /// (then the letters are forwarded again: a duplicate, never a loss).
     async fn settle(&mut self, claim: &DeadClaim, sorted: &Sorted<'_>) {
-        let t = &self.t;
+        let shard = &self.shard;
         for (_, label, _) in &sorted.refused {
-            t.metrics.dead_letter_not_forwarded(label);
+            shard.metrics().dead_letter_not_forwarded(label);
         }
         for reason in &sorted.unconfirmed {
-            t.metrics.dead_letter_not_forwarded(reason);
+            shard.metrics().dead_letter_not_forwarded(reason);
         }
-        let give_up = Instant::now() + t.config.lease;
+        let give_up = Instant::now() + shard.trigger().lease;
         let mut failures = 0u32;
         let settled = loop {
-            match t
-                .store
+            match shard
+                .store()
                 .settle_dead(claim.deadline_ms, &sorted.outcome)
                 .await
             {
@@ -310,14 +311,15 @@ impl Forwarder {
                 }
             }
         };
-        t.metrics
+        shard
+            .metrics()
             .dead_letters_forwarded(settled.confirmed + settled.kept);
         if settled.refused == 0 {
             self.refusals.recovered();
         } else if let Some(unlogged) = self.refusals.failed() {
             // Named by message id, never by its bytes (the member is the payload inline).
             let (member, _, why) = &sorted.refused[0];
-            let first = MessageId::new(&t.config.key, member);
+            let first = MessageId::new(&shard.trigger().key, member);
             tracing::warn!(refused = settled.refused, first_id = first.as_str(),
                 reason = %why, forwards = self.refusals.count(), unlogged,
                 "the broker refuses these dead letters; they stay in Redis (list, requeue or purge them)");
@@ -333,7 +335,7 @@ impl Forwarder {
 
     /// Counts a failed Redis call and logs it unless the outage is logged already.
     fn redis_failed(&mut self, e: &crate::redis::store::StoreError, what: &str) {
-        let own = self.t.redis_error(e);
+        let own = self.shard.redis_error(e);
         if let Some(unlogged) = self.redis_failures.failed().filter(|_| own) {
             tracing::warn!(error = %e, failures = self.redis_failures.count(), unlogged, "{what}");
         }
@@ -343,8 +345,8 @@ impl Forwarder {
     /// forward (a peer's, or ones whose lease expired), or the guard interval passes.
     async fn idle(&self) {
         tokio::select! {
-            _ = tokio::time::sleep(jitter_down(self.t.guard())) => {}
-            _ = self.t.dead_lettered.notified() => {}
+            _ = tokio::time::sleep(jitter_down(self.shard.guard())) => {}
+            _ = self.shard.dead_letters() => {}
             _ = self.stop.cancelled() => {}
         }
     }

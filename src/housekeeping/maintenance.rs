@@ -1,7 +1,6 @@
 //! Housekeeping of every trigger of a bridge: the backlog gauges, and recovering expired leases
 //! when there are some.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::jitter_down;
 use crate::redis::store::QueueStats;
-use crate::worker::Shard;
+use crate::trigger::Shard;
 
 /// Readings (and recoveries) the housekeeping has in flight at once.
 const READINGS_AT_ONCE: usize = 64;
@@ -25,7 +24,7 @@ const QUIET_READS: u32 = 6;
 
 /// One trigger's place in the housekeeping.
 struct Kept {
-    t: Arc<Shard>,
+    shard: Arc<Shard>,
     /// When its sizes are read next.
     next: Instant,
     /// Its lease recovery's interval while members are in flight.
@@ -52,11 +51,11 @@ pub(crate) async fn maintain(
     let now = Instant::now();
     let mut kept: Vec<Kept> = triggers
         .into_iter()
-        .map(|t| Kept {
-            busy: (t.config.lease / 4)
+        .map(|shard| Kept {
+            busy: (shard.trigger().lease / 4)
                 .clamp(Duration::from_millis(100), Duration::from_secs(5))
                 .min(interval),
-            t,
+            shard,
             next: now,
             cursor: String::from("0"),
             empty_since: None,
@@ -66,7 +65,7 @@ pub(crate) async fn maintain(
     loop {
         let now = Instant::now();
         for k in &mut kept {
-            if k.t.claimed.swap(false, Ordering::Relaxed) {
+            if k.shard.take_claimed() {
                 // A claim by this bridge makes leases: look again within `busy` of it.
                 k.next = k.next.min(now + k.busy);
             }
@@ -93,8 +92,8 @@ pub(crate) async fn maintain(
 /// Reads `k`'s sizes, unless its queue was empty, unwritten and notifications would have said
 /// otherwise; plans its next reading.
 async fn look(k: &mut Kept, now: Instant, interval: Duration) {
-    let written = k.t.written.swap(false, Ordering::Relaxed);
-    let quiet = k.t.health.notifications_live()
+    let written = k.shard.take_touched();
+    let quiet = k.shard.notifications_live()
         && !written
         && k.empty_since
             .is_some_and(|since| now < since + interval * QUIET_READS);
@@ -102,7 +101,7 @@ async fn look(k: &mut Kept, now: Instant, interval: Duration) {
         k.next = now + jitter_down(interval);
         return;
     }
-    let (leased, empty) = read(&k.t, &mut k.cursor).await;
+    let (leased, empty) = read(&k.shard, &mut k.cursor).await;
     k.empty_since = empty.then_some(now);
     let wait = if leased { k.busy } else { interval };
     k.next = Instant::now() + jitter_down(wait);
@@ -110,23 +109,18 @@ async fn look(k: &mut Kept, now: Instant, interval: Duration) {
 
 /// Reads one trigger's sizes and acts on them. Says whether it has members in flight (or the
 /// reading failed), and whether the queue is empty.
-async fn read(t: &Shard, cursor: &mut String) -> (bool, bool) {
-    match t.store.stats().await {
+async fn read(shard: &Shard, cursor: &mut String) -> (bool, bool) {
+    match shard.store().stats().await {
         Ok(s) => {
-            t.health.redis_answered();
-            t.metrics.backlog(t.shard, &s);
-            t.note_paused(s.paused);
-            if s.dead_forwardable > 0 && t.config.dead_letter.is_some() {
-                t.dead_lettered.notify_one();
-            }
-            recover(t, &s, cursor).await;
+            shard.sizes_read(&s);
+            recover(shard, &s, cursor).await;
             let empty =
                 s.due + s.scheduled + s.inflight + s.dead + s.attempt_entries == 0 && !s.paused;
             (s.inflight > 0, empty)
         }
         Err(e) => {
-            if t.redis_error(&e) {
-                tracing::debug!(trigger = %t.name(), error = %e, "reading the backlog sizes failed");
+            if shard.redis_error(&e) {
+                tracing::debug!(trigger = %shard.name(), error = %e, "reading the backlog sizes failed");
             }
             (true, false)
         }
@@ -135,7 +129,7 @@ async fn read(t: &Shard, cursor: &mut String) -> (bool, bool) {
 
 /// Moves expired leases back to the queue while `stats` shows some, and sweeps one page of
 /// stale failed-attempt entries while there are entries.
-async fn recover(t: &Shard, stats: &QueueStats, cursor: &mut String) {
+async fn recover(shard: &Shard, stats: &QueueStats, cursor: &mut String) {
     let expired = stats
         .earliest_lease_ms
         .is_some_and(|lease| lease < stats.now_ms);
@@ -145,15 +139,15 @@ async fn recover(t: &Shard, stats: &QueueStats, cursor: &mut String) {
     let mut sweep = (stats.attempt_entries > 0).then_some(cursor.clone());
     let mut limit = if expired { RECOVER_LIMIT } else { 0 };
     loop {
-        match t.store.recover(limit, sweep.as_deref()).await {
+        match shard.store().recover(limit, sweep.as_deref()).await {
             Ok(r) => {
                 if sweep.take().is_some() {
                     *cursor = r.cursor;
                 }
                 if r.recovered > 0 {
-                    tracing::info!(trigger = %t.name(), recovered = r.recovered, "expired leases recovered");
-                    t.metrics.redelivered(r.recovered);
-                    t.wake();
+                    tracing::info!(trigger = %shard.name(), recovered = r.recovered, "expired leases recovered");
+                    shard.metrics().redelivered(r.recovered);
+                    shard.wake();
                 }
                 if r.recovered < RECOVER_LIMIT as u64 {
                     return;
@@ -161,8 +155,8 @@ async fn recover(t: &Shard, stats: &QueueStats, cursor: &mut String) {
                 limit = RECOVER_LIMIT;
             }
             Err(e) => {
-                if t.redis_error(&e) {
-                    tracing::debug!(trigger = %t.name(), error = %e, "recovering expired leases failed");
+                if shard.redis_error(&e) {
+                    tracing::debug!(trigger = %shard.name(), error = %e, "recovering expired leases failed");
                 }
                 return;
             }

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::jitter_down;
 use crate::redis::queue::Queue;
-use crate::worker::Shard;
+use crate::trigger::Shard;
 
 /// Passes between two readings of a trigger's shard-count registry: which keys are unserved
 /// changes only when a bridge starts or reloads with another count, so an unsharded trigger
@@ -27,7 +27,7 @@ pub(crate) async fn watch_unserved(
     let mut known: Vec<Option<Vec<(u32, String)>>> = vec![None; triggers.len()];
     let mut pass: u32 = 0;
     loop {
-        for (((queue, t), last), keys) in triggers.iter().zip(&mut seen).zip(&mut known) {
+        for (((queue, shard), last), keys) in triggers.iter().zip(&mut seen).zip(&mut known) {
             if pass.is_multiple_of(REGISTRY_EVERY) || keys.is_none() {
                 // The backlog readings count and log Redis's failures.
                 *keys = queue.unserved_keys().await.ok();
@@ -41,14 +41,14 @@ pub(crate) async fn watch_unserved(
                 None => continue,
             };
             let members: u64 = stranded.iter().map(|k| k.members()).sum();
-            t.metrics.unserved(members);
+            shard.metrics().unserved(members);
             if members > 0 && *last == 0 {
                 let keys: Vec<String> = stranded.iter().map(ToString::to_string).collect();
-                tracing::warn!(trigger = %t.name(), members, keys = %keys.join("; "),
+                tracing::warn!(trigger = %shard.name(), members, keys = %keys.join("; "),
                     "members on keys this configuration does not serve: nothing delivers them \
                      (serve them with drain_shards, or move them)");
             } else if members == 0 && *last > 0 {
-                tracing::info!(trigger = %t.name(), "no members left on unserved keys");
+                tracing::info!(trigger = %shard.name(), "no members left on unserved keys");
             }
             *last = members;
         }

@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::redis::queue::Queue;
 use crate::redis::store::{Ingest, StoreError};
 use crate::sink::Sink;
-use crate::worker::Shard;
+use crate::trigger::Shard;
 use delay::Due;
 use message::Incoming;
 

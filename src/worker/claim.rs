@@ -3,21 +3,23 @@
 
 use tokio::time::Instant;
 
-use super::{Claim, Worker, ERROR_BACKOFF, RATE_TICK};
+use super::worker::{Claim, Worker};
+use super::{ERROR_BACKOFF, RATE_TICK};
 
 impl Worker {
     /// Claims the next batch, or says how long to wait: until the next head when there was
     /// nothing due or the trigger is paused, for a backoff when the claim failed. A batch
     /// says whether more is due.
     pub(super) async fn claim(&mut self) -> Claim {
+        let shard = self.shard().clone();
         let asked = self.batch.size;
         // Every wake-up asked for so far is answered by this claim.
-        self.t.wakes.claiming();
+        shard.claiming();
         let started = Instant::now();
-        let batch = match self.t.store.claim(asked, self.t.config.lease).await {
+        let batch = match shard.store().claim(asked, shard.trigger().lease).await {
             Ok(batch) => batch,
             Err(e) => {
-                let own = self.t.redis_error(&e);
+                let own = shard.redis_error(&e);
                 if let Some(unlogged) = self.redis_failures.failed().filter(|_| own) {
                     let failures = self.redis_failures.count();
                     if e.kind() == "wrong_type" {
@@ -35,32 +37,15 @@ impl Worker {
         if let Some(failures) = self.redis_failures.recovered() {
             tracing::debug!(failures, "claiming again");
         }
-        self.t.health.redis_answered();
+        shard.redis_answered();
         let claimed_at = Instant::now();
         let took = claimed_at - started;
         if batch.repaired > 0 {
             // Once per stray write: the script rewrote the fields, the next claim finds them valid.
-            self.t.metrics.control_repaired(batch.repaired);
-            tracing::warn!(trigger = %self.t.name(), key = %self.t.store.keys().control,
+            shard.metrics().control_repaired(batch.repaired);
+            tracing::warn!(trigger = %shard.name(), key = %shard.store().keys().control,
                 fields = batch.repaired, "repaired control fields out of range (a stray write to the control hash)");
         }
-        self.t.note_paused(batch.paused);
-        if batch.paused || batch.rate_wait.is_some() {
-            // Held by an operator or the rate limit: nothing was looked at.
-            self.t.metrics.held(took, batch.rate_wait.is_some());
-            return match batch.rate_wait {
-                // Whatever the reply says, the worker claims again within its guard interval.
-                Some(wait) => Claim::Wait(wait.max(RATE_TICK).min(self.t.config.guard_interval)),
-                None => Claim::Nothing,
-            };
-        }
-        self.t.metrics.claimed(batch.items.len(), took);
-        if !batch.items.is_empty() {
-            self.t
-                .claimed
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.batch.adapt(batch.items.len(), took);
         // More is due when the reply's next head (the earliest member a claim could take) is
         // due already: the claim was full, or a byte budget stopped it. This worker claims
         // again at once and wakes one more. Otherwise the claim took every member due, however
@@ -68,22 +53,20 @@ impl Worker {
         let more = batch
             .next_head_ms
             .is_some_and(|head| head <= batch.now_ms as f64);
-        self.t
-            .note_head(&batch, claimed_at, more && !batch.items.is_empty());
-        if batch.skipped > 0 {
-            self.t
-                .held_back
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+        shard.claimed(&batch, claimed_at, more);
+        if batch.paused || batch.rate_wait.is_some() {
+            // Held by an operator or the rate limit: nothing was looked at.
+            shard.metrics().held(took, batch.rate_wait.is_some());
+            return match batch.rate_wait {
+                // Whatever the reply says, the worker claims again within its guard interval.
+                Some(wait) => Claim::Wait(wait.max(RATE_TICK).min(shard.trigger().guard_interval)),
+                None => Claim::Nothing,
+            };
         }
+        shard.metrics().claimed(batch.items.len(), took);
+        self.batch.adapt(batch.items.len(), took);
         if batch.items.is_empty() {
-            self.t.wakes.drained();
             return Claim::Nothing;
-        }
-        if more {
-            self.t.start_extra_workers();
-            self.t.wakes.help();
-        } else {
-            self.t.wakes.drained();
         }
         Claim::Batch(batch, claimed_at, more)
     }

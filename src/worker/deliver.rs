@@ -9,11 +9,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::prepare::prepare;
 use super::settlement::{plan, Plan, Policy};
-use super::{Shard, ERROR_BACKOFF};
+use super::ERROR_BACKOFF;
 use crate::backoff::Backoff;
 use crate::redis::store::{ClaimBatch, FailOutcome, Settled, Settlement, StoreError};
 use crate::sink::blame::Chosen;
 use crate::sink::{Batch, Confirmed, MessageId, OutMessage, Outcome, PublishError, Publisher};
+use crate::trigger::{Refused, Shard};
 
 /// How a delivered batch went, for the worker that claimed it.
 pub(super) enum Verdict {
@@ -37,7 +38,7 @@ pub(super) enum Verdict {
 /// answered for every member, so a crash re-sends little more than what the broker had not
 /// confirmed.
 pub(super) async fn deliver(
-    t: Arc<Shard>,
+    shard: Arc<Shard>,
     mut publisher: Publisher,
     batch: ClaimBatch,
     claimed_at: Instant,
@@ -46,27 +47,36 @@ pub(super) async fn deliver(
     let ids: Vec<MessageId> = batch
         .items
         .iter()
-        .map(|c| MessageId::new(&t.config.key, &c.member))
+        .map(|c| MessageId::new(&shard.trigger().key, &c.member))
         .collect();
-    let mut early = Early::new(&t, &batch, claimed_at);
-    let (outcomes, chosen) = publish(&t, &mut publisher, &batch, &ids, &abort, &mut early).await;
+    let mut early = Early::new(&shard, &batch, claimed_at);
+    let (outcomes, chosen) =
+        publish(&shard, &mut publisher, &batch, &ids, &abort, &mut early).await;
     early.flush().await;
     let backoff = Backoff {
-        initial: t.config.backoff_initial,
-        max: t.config.backoff_max,
+        initial: shard.trigger().backoff_initial,
+        max: shard.trigger().backoff_max,
     };
     let policy = Policy {
         backoff: &backoff,
-        on_expired: t.config.on_expired,
+        on_expired: shard.trigger().on_expired,
     };
     let plan = plan(&batch.items, &outcomes, &chosen, &early.acked, &policy);
     // Counted at confirmation: a member whose lease was lost meanwhile is redelivered and
     // counted again (a duplicate the broker really received twice).
-    t.metrics
+    shard
+        .metrics()
         .confirmed(&plan.confirmed_due_ms, redis_now_ms(&batch, claimed_at));
-    settle(&t, &abort, &batch, &plan).await;
+    settle(&shard, &abort, &batch, &plan).await;
     let went_through = !plan.confirmed_due_ms.is_empty() || early.acked.contains(&true);
-    t.note_refusals(&plan, went_through, &ids).await;
+    let refused = plan.refused.as_ref().map(|r| Refused {
+        count: r.count,
+        first: ids.get(r.first),
+        reply: &r.reply,
+    });
+    shard
+        .note_batch(plan.hold.as_deref(), refused, went_through)
+        .await;
     if plan.hold.is_none() && !plan.sink_broken {
         return Verdict::Settled;
     }
@@ -74,7 +84,7 @@ pub(super) async fn deliver(
         .iter()
         .any(|o| matches!(o, Some(Err(PublishError::DestinationRefused { .. }))));
     if plan.sink_broken && plan.hold.is_none() {
-        tracing::warn!(sink = %t.sink.name(), confirmed = plan.settlement.ack.len(),
+        tracing::warn!(sink = %shard.sink().name(), confirmed = plan.settlement.ack.len(),
             "broker connection failed mid-batch; unconfirmed messages went back");
     }
     Verdict::Held {
@@ -95,7 +105,7 @@ const EARLY_CALLS: usize = 2;
 
 /// The acks of a batch settled while the rest of it is in flight.
 struct Early<'a> {
-    t: &'a Shard,
+    shard: &'a Shard,
     batch: &'a ClaimBatch,
     claimed_at: Instant,
     /// Members acked early, by position in the batch: the final settle leaves them out.
@@ -111,9 +121,9 @@ type EarlySettle<'a> = std::pin::Pin<
 >;
 
 impl<'a> Early<'a> {
-    fn new(t: &'a Shard, batch: &'a ClaimBatch, claimed_at: Instant) -> Self {
+    fn new(shard: &'a Shard, batch: &'a ClaimBatch, claimed_at: Instant) -> Self {
         Self {
-            t,
+            shard,
             batch,
             claimed_at,
             acked: vec![false; batch.items.len()],
@@ -146,7 +156,7 @@ impl<'a> Early<'a> {
             .into_iter()
             .map(|(i, _proof)| i)
             .collect();
-        let (t, batch) = (self.t, self.batch);
+        let (shard, batch) = (self.shard, self.batch);
         self.running.push(Box::pin(async move {
             let settlement = Settlement {
                 ack: members
@@ -155,9 +165,9 @@ impl<'a> Early<'a> {
                     .collect(),
                 ..Settlement::default()
             };
-            let done = t
-                .store
-                .settle(batch.deadline_ms, t.config.max_attempts, &settlement)
+            let done = shard
+                .store()
+                .settle(batch.deadline_ms, shard.trigger().max_attempts, &settlement)
                 .await;
             (members, done)
         }));
@@ -180,15 +190,15 @@ impl<'a> Early<'a> {
                     .iter()
                     .map(|&i| self.batch.items[i].due_ms)
                     .collect();
-                self.t
-                    .metrics
+                self.shard
+                    .metrics()
                     .confirmed(&due, redis_now_ms(self.batch, self.claimed_at));
                 for i in members {
                     self.acked[i] = true;
                 }
             }
             Err(e) => {
-                self.t.redis_error(&e);
+                self.shard.redis_error(&e);
             }
         }
     }
@@ -208,20 +218,20 @@ impl<'a> Early<'a> {
 /// Confirmations are handed to `early` as they arrive, which acks them meanwhile. Beside
 /// them, what each member chose of its destination (by position).
 async fn publish(
-    t: &Shard,
+    shard: &Shard,
     publisher: &mut Publisher,
     batch: &ClaimBatch,
     ids: &[MessageId],
     abort: &CancellationToken,
     early: &mut Early<'_>,
 ) -> (Vec<Option<Outcome>>, Vec<Chosen>) {
-    let cfg = &t.config;
+    let trigger = shard.trigger();
     let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.items.len()];
     let mut chosen = vec![Chosen::default(); batch.items.len()];
     let mut prepared = Vec::with_capacity(batch.items.len());
     let mut slots = Vec::with_capacity(batch.items.len());
     for (i, c) in batch.items.iter().enumerate() {
-        match prepare(cfg, &t.config.destination, c, batch.now_ms) {
+        match prepare(trigger, &trigger.destination, c, batch.now_ms) {
             Ok(p) => {
                 slots.push(i);
                 prepared.push((c, p));
@@ -259,9 +269,9 @@ async fn publish(
     // batch.
     let (confirms, mut confirmed) = tokio::sync::mpsc::unbounded_channel();
     let publishing = publisher.publish_batch(Batch {
-        trigger: t.name(),
+        trigger: shard.name(),
         messages: &out,
-        timeout: cfg.publish_timeout,
+        timeout: trigger.publish_timeout,
         abort,
         confirms: Some(&confirms),
     });
@@ -287,7 +297,7 @@ async fn publish(
     while let Ok((k, proof)) = confirmed.try_recv() {
         early.confirmed(slots[k], proof);
     }
-    t.metrics.published(started.elapsed());
+    shard.metrics().published(started.elapsed());
     for (slot, outcome) in slots.into_iter().zip(published) {
         outcomes[slot] = Some(outcome);
     }
@@ -296,24 +306,24 @@ async fn publish(
 
 /// Runs the settle script, retrying Redis errors until the lease would expire anyway
 /// (after that, recovery redelivers the batch: a duplicate, never a loss).
-async fn settle(t: &Shard, abort: &CancellationToken, batch: &ClaimBatch, plan: &Plan<'_>) {
+async fn settle(shard: &Shard, abort: &CancellationToken, batch: &ClaimBatch, plan: &Plan<'_>) {
     let s = &plan.settlement;
-    let give_up = Instant::now() + t.config.lease;
+    let give_up = Instant::now() + shard.trigger().lease;
     let mut failures = 0u32;
     let settled = loop {
         if s.is_empty() {
             // Every member was acked early.
             break Settled::default();
         }
-        match t
-            .store
-            .settle(batch.deadline_ms, t.config.max_attempts, s)
+        match shard
+            .store()
+            .settle(batch.deadline_ms, shard.trigger().max_attempts, s)
             .await
         {
             Ok(settled) => break settled,
             Err(e) => {
                 failures += 1;
-                let own = t.redis_error(&e);
+                let own = shard.redis_error(&e);
                 let wait = ERROR_BACKOFF.delay(failures);
                 if Instant::now() + wait >= give_up || abort.is_cancelled() {
                     // During an outage every batch in flight ends here: one line each would
@@ -334,15 +344,10 @@ async fn settle(t: &Shard, abort: &CancellationToken, batch: &ClaimBatch, plan: 
             }
         }
     };
-    t.metrics.settled(s, &settled);
+    shard.metrics().settled(s, &settled);
     if settled.fail_outcomes.contains(&FailOutcome::DeadLettered) {
-        t.dead_lettered.notify_one();
+        shard.dead_lettered();
     }
-    let held_back = t
-        .held_back
-        .swap(false, std::sync::atomic::Ordering::Relaxed);
-    if settled.released > 0 || held_back {
-        // A copy the producer added while this one was in flight may be claimable now.
-        t.wake();
-    }
+    // A copy the producer added while this one was in flight may be claimable now.
+    shard.settled(settled.released > 0);
 }

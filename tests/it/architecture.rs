@@ -11,7 +11,7 @@ fn repo(path: &str) -> PathBuf {
 /// Folders whose modules have rows of their own (`redis::store`), not one for the folder.
 const SIDES: &[&str] = &["redis"];
 
-/// The module a path names: its first segment (`worker::Shard::wake` is `worker`), or its
+/// The module a path names: its first segment (`trigger::Shard::wake` is `trigger`), or its
 /// first two in a side's folder (`redis::store::Store` is `redis::store`).
 fn module_of(path: &str) -> String {
     let mut segments = path.split("::");
@@ -218,6 +218,93 @@ fn every_row_allows_only_rows_below_it() {
     );
 }
 
+/// Modules that ask the running trigger only through its face: the items `src/trigger/mod.rs`
+/// re-exports, never one of its files.
+const ASKERS: &[&str] = &["housekeeping", "ingress", "admin"];
+
+/// What `file` re-exports (`pub(crate) use a::{B, C};`, `pub use d::E as F;`): its face.
+fn reexports(file: &str) -> BTreeSet<String> {
+    let source = std::fs::read_to_string(repo(file)).expect("source");
+    let mut out = BTreeSet::new();
+    for line in source.lines() {
+        let line = line.trim();
+        let Some(path) = ["pub(crate) use ", "pub use "]
+            .iter()
+            .find_map(|p| line.strip_prefix(p))
+        else {
+            continue;
+        };
+        let path = path.trim_end_matches(';');
+        let items = match path.find('{') {
+            Some(i) => path[i + 1..].trim_end_matches('}').split(',').collect(),
+            None => vec![path.rsplit("::").next().unwrap_or(path)],
+        };
+        for item in items {
+            let name = item.rsplit(" as ").next().unwrap_or(item).trim();
+            if !name.is_empty() {
+                out.insert(name.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// The first segment of each path into `module` in `source` (`crate::trigger::Shard` and
+/// `trigger::Shard` give `Shard`, `crate::trigger::{wake::Woken, Shard}` gives `wake` and
+/// `Shard`); a path into a same-named module of another (`metrics::trigger::`) is not one.
+fn items_of(module: &str, source: &str) -> BTreeSet<String> {
+    let prefix = format!("{module}::");
+    let mut out = BTreeSet::new();
+    for (i, _) in source.match_indices(&prefix) {
+        let before = &source[..i];
+        let bare = !before.ends_with(|c: char| c == ':' || c == '_' || c.is_ascii_alphanumeric());
+        if !bare && !before.ends_with("crate::") {
+            continue;
+        }
+        let rest = &source[i + prefix.len()..];
+        let segment = |s: &str| -> String {
+            s.trim()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect()
+        };
+        match rest.strip_prefix('{') {
+            Some(group) => {
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                out.extend(group.split(',').map(segment).filter(|s| !s.is_empty()));
+            }
+            None => {
+                out.insert(segment(rest));
+            }
+        }
+    }
+    out.remove("self");
+    out
+}
+
+#[test]
+fn housekeeping_ingress_and_admin_ask_the_running_trigger_through_its_face() {
+    let face = reexports("src/trigger/mod.rs");
+    assert!(face.contains("Shard") && face.contains("State"), "{face:?}");
+    let mut wrong = Vec::new();
+    for module in ASKERS {
+        for file in files(module) {
+            let source = std::fs::read_to_string(&file).expect("source");
+            for item in items_of("trigger", &source) {
+                if !face.contains(&item) {
+                    let at = file.strip_prefix(repo("")).unwrap_or(&file).display();
+                    wrong.push(format!("{at} uses `trigger::{item}`"));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "only what src/trigger/mod.rs re-exports ({face:?}) is theirs to use:\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn the_table_is_read_as_written() {
     let table = table();
@@ -237,6 +324,15 @@ fn the_table_is_read_as_written() {
         "a side's modules by two segments"
     );
     assert!(!table["sink"].contains("amqp"), "parentheses are notes");
+    assert!(table["ingress"].contains("trigger"));
+    let inner = "use crate::trigger::{Shard, wake::Woken};\nlet s = trigger::shard::Shard::new();\nuse crate::metrics::trigger::X;";
+    assert_eq!(
+        items_of("trigger", inner),
+        ["Shard", "shard", "wake"]
+            .map(String::from)
+            .into_iter()
+            .collect()
+    );
     assert_eq!(
         used("use crate::a::B;\nuse crate::{b, c::d};\nlet x = crate::e::f();\nuse crate::redis::store::S;"),
         ["a", "b", "c", "e", "redis::store"].map(String::from).into_iter().collect()

@@ -221,3 +221,65 @@ async fn a_trickle_on_four_workers_claims_only_what_is_due() {
     );
     cleanup_keys(&mut r, &key).await;
 }
+
+/// More shards than workers: one worker serves all four. Each shard a producer writes to is
+/// claimed at once, not at the 60 s guard, and a shard written to while another drains a
+/// backlog is served in turn, not after the backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_over_four_shards_serves_each_woken_shard_in_turn() {
+    const SHARDS: u32 = 4;
+    let name = "shards-one-worker";
+    let options = format!(
+        "shards = {SHARDS}\nworkers = 1\nbatch = 5\nguard_interval = \"60s\"\nnotified_guard_interval = \"60s\""
+    );
+    let (mut r, capture, key, bridge) = started(name, &options).await;
+    let labels = [("trigger", name)];
+    // Subscribed, and every shard claimed from once: the worker sleeps on all four.
+    let (settled, _) = bridge
+        .wait_scrape(Duration::from_secs(5), |b| {
+            metric_value(b, SUBSCRIBED, &[]) == 1.0
+                && metric_value(b, EMPTY_CLAIMS, &labels) >= f64::from(SHARDS)
+        })
+        .await;
+    assert!(settled, "{}", bridge.log());
+    let shards: Vec<String> = (0..SHARDS)
+        .map(|i| delay_bridge::keys::shard_key(&key, i, SHARDS).unwrap())
+        .collect();
+    for (i, shard) in shards.iter().enumerate() {
+        schedule_now(&mut r, shard, [format!("lone-{i}")]).await;
+        assert!(
+            wait_until(Duration::from_secs(10), || capture.count() == i + 1).await,
+            "shard {i} not claimed before the 60 s guard: {}",
+            bridge.log()
+        );
+    }
+    let backlog = 2000;
+    schedule_now(
+        &mut r,
+        &shards[0],
+        (0..backlog).map(|i| format!("backlog-{i}")),
+    )
+    .await;
+    schedule_now(&mut r, &shards[2], ["woken-meanwhile"]).await;
+    let all = shards.len() + backlog + 1;
+    assert!(
+        wait_until(Duration::from_secs(60), || capture.count() >= all).await,
+        "{} of {all}: {}",
+        capture.count(),
+        bridge.log()
+    );
+    let order: Vec<Vec<u8>> = capture.snapshot().into_iter().map(|m| m.body).collect();
+    let at = order
+        .iter()
+        .position(|b| b == b"woken-meanwhile")
+        .expect("delivered");
+    assert!(
+        at < shards.len() + backlog / 2,
+        "served after {} of the other shard's backlog of {backlog}",
+        at - shards.len()
+    );
+    for shard in &shards {
+        cleanup_keys(&mut r, shard).await;
+    }
+    cleanup_keys(&mut r, &key).await;
+}

@@ -7,7 +7,9 @@
 //! goes back to sleep. A claim that came back full asks for one more worker, whatever else
 //! claims. The head's due time wakes only the worker holding the gate, which takes that due
 //! time for itself: another worker reaching the gate before the claim's reply waits for the
-//! new head instead of claiming the same members again.
+//! new head instead of claiming the same members again. The guard is the shard's: a guard
+//! interval after the last claim's reply, whichever worker made it, the holder claims however
+//! quiet the shard seems, and takes the guard for itself as it takes the head.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
@@ -34,6 +36,9 @@ pub(super) struct Wakes {
     /// When the earliest known member becomes due, in local monotonic time; `None` while
     /// unknown or while a claim that took it is on its way.
     next_due: std::sync::Mutex<Option<Instant>>,
+    /// When the gate's holder claims however quiet the shard seems: set by each claim's reply,
+    /// `None` once taken (the claim it leads to sets the next) or before any claim.
+    guard_at: std::sync::Mutex<Option<Instant>>,
     /// The Redis clock (epoch µs) as the last claim's reply gave it, and the instant the
     /// reply arrived: a due time dated by it is a little late, never early.
     clock: std::sync::Mutex<Option<(Instant, i64)>>,
@@ -52,7 +57,7 @@ pub(super) fn due_by(at: Instant, now_us: i64, score: f64) -> Instant {
 
 /// Why an idle worker stopped waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Woken {
+pub(crate) enum Woken {
     /// A request no claim has answered yet (a notification, a settle, a resume).
     Asked,
     /// A peer's claim came back full.
@@ -163,6 +168,42 @@ impl Wakes {
         false
     }
 
+    /// A claim's reply: the shard is claimed from again by `at` however quiet it seems.
+    pub(super) fn guard_until(&self, at: Instant) {
+        *self.guard_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+    }
+
+    /// When the guard passes: `fallback()` when no claim set it (then it is set to that).
+    fn guard_at(&self, fallback: impl FnOnce() -> Instant) -> Instant {
+        *self
+            .guard_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(fallback)
+    }
+
+    /// Takes the guard when it has passed: the caller claims, and no other worker claims for
+    /// it until that claim's reply sets the next.
+    fn take_guard(&self, now: Instant) -> bool {
+        let mut guard = self.guard_at.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_some_and(|at| at <= now) {
+            *guard = None;
+            return true;
+        }
+        false
+    }
+
+    /// Without waiting, what an idle wait would find at once: a request or a help (a stored
+    /// wake-up is taken), the head due (unless `paused`), or the guard passed.
+    pub(super) fn poll(&self, now: Instant, paused: bool) -> Option<Woken> {
+        let _ = futures_util::FutureExt::now_or_never(self.idle.notified());
+        if let Some(why) = self.should_claim() {
+            return Some(why);
+        }
+        let timer = (!paused && self.take_due(now)) || self.take_guard(now);
+        timer.then_some(Woken::Timer)
+    }
+
     /// Waits for the gate or a reason to claim without it.
     pub(super) async fn gate_or_wake(
         &self,
@@ -185,12 +226,13 @@ impl Wakes {
         }
     }
 
-    /// The gate's holder: waits until the head is due, `guard_at`, a wake-up, or stop.
-    /// While `paused()` says so, only until `guard_at`, a resume or stop: producers keep
+    /// The gate's holder: waits until the head is due, the guard passes, a wake-up, or stop.
+    /// While `paused()` says so, only until the guard, a resume or stop: producers keep
     /// writing to a paused queue, and their wake-ups would only make claims that take nothing.
+    /// `guard()` is the guard's time when no claim set one.
     pub(super) async fn watch(
         &self,
-        guard_at: Instant,
+        guard: impl Fn() -> Instant,
         paused: impl Fn() -> bool,
         stop: &tokio_util::sync::CancellationToken,
     ) -> Woken {
@@ -198,9 +240,13 @@ impl Wakes {
             let rearm = self.rearm.notified();
             tokio::pin!(rearm);
             rearm.as_mut().enable();
+            let guard_at = self.guard_at(&guard);
             if paused() {
+                if self.take_guard(Instant::now()) {
+                    return Woken::Timer;
+                }
                 tokio::select! {
-                    _ = tokio::time::sleep_until(guard_at) => return Woken::Timer,
+                    _ = tokio::time::sleep_until(guard_at) => continue,
                     _ = &mut rearm => continue,
                     _ = stop.cancelled() => return Woken::Stop,
                 }
@@ -212,7 +258,7 @@ impl Wakes {
                 return why;
             }
             let now = Instant::now();
-            if now >= guard_at || self.take_due(now) {
+            if self.take_guard(now) || self.take_due(now) {
                 return Woken::Timer;
             }
             tokio::select! {
@@ -222,18 +268,6 @@ impl Wakes {
                 _ = stop.cancelled() => return Woken::Stop,
             }
         }
-    }
-
-    /// For a worker serving several shards alone: whether this shard asked for a claim
-    /// (a stored wake-up is taken).
-    pub(super) fn asked_alone(&self) -> bool {
-        let _ = futures_util::FutureExt::now_or_never(self.idle.notified());
-        self.should_claim().is_some()
-    }
-
-    /// For a worker serving several shards alone: resolves at this shard's next wake-up.
-    pub(super) fn woken(&self) -> tokio::sync::futures::Notified<'_> {
-        self.idle.notified()
     }
 }
 
@@ -283,11 +317,29 @@ mod tests {
         assert_eq!(w.next_due(), None);
     }
 
+    #[test]
+    fn the_guard_is_set_by_each_claim_and_taken_by_one_worker() {
+        let w = Wakes::default();
+        let now = Instant::now();
+        w.guard_until(now + Duration::from_secs(1));
+        assert_eq!(w.poll(now, false), None);
+        w.guard_until(now);
+        assert_eq!(w.poll(now, false), Some(Woken::Timer));
+        assert_eq!(
+            w.poll(now, false),
+            None,
+            "taken already: the next guard comes with the claim's reply"
+        );
+        w.note_head(Some(now));
+        assert_eq!(w.poll(now, true), None, "paused: the head waits");
+        assert_eq!(w.poll(now, false), Some(Woken::Timer));
+    }
+
     /// Waits as the gate's holder, with a minute's guard; fails after ten seconds.
     async fn watch(w: &Wakes, paused: impl Fn() -> bool) -> Woken {
         let guard = Instant::now() + Duration::from_secs(60);
         let stop = CancellationToken::new();
-        tokio::time::timeout(Duration::from_secs(10), w.watch(guard, paused, &stop))
+        tokio::time::timeout(Duration::from_secs(10), w.watch(|| guard, paused, &stop))
             .await
             .expect("woken within ten seconds")
     }
