@@ -1,9 +1,19 @@
 //! Readiness: whether Redis answers and every sink is connected, and which triggers are
-//! paused. `/readyz` reads it; the `redis_up` and `sink_up` gauges mirror it.
+//! paused or held; the `redis_up` and `sink_up` gauges mirror it. The HTTP endpoint shows it:
+//! `/metrics`, `/healthz` (alive), `/readyz` (ready, or why not) and at `/` a page that links
+//! them.
 
 use std::fmt::Display;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse};
+use axum::routing::get;
+use axum::Router;
+use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::redis::notify;
@@ -131,10 +141,23 @@ impl Health {
         self.inner.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The readiness of a new ingress of `trigger` (not consuming yet: "starting"). A reload
+    /// starts another for the same trigger: each clears only what it said itself.
+    pub(crate) fn ingress(&self, trigger: &str) -> IngressReadiness {
+        static INSTANCES: AtomicU64 = AtomicU64::new(0);
+        let ingress = IngressReadiness {
+            health: self.clone(),
+            trigger: trigger.to_string(),
+            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+        };
+        ingress.stopped("starting");
+        ingress
+    }
+
     /// `trigger`'s ingress `instance` does not consume (`why`: starting, the broker, Redis
     /// refused or failed its write); `None`: it consumes, or it ended. An instance clears
     /// only what it said itself: the one that replaced it on a reload keeps its word.
-    pub(crate) fn set_ingress_stopped(&self, trigger: &str, instance: u64, why: Option<&str>) {
+    fn set_ingress_stopped(&self, trigger: &str, instance: u64, why: Option<&str>) {
         let mut stopped = self
             .inner
             .ingress_stopped
@@ -241,4 +264,113 @@ impl notify::Subscription for Health {
     fn topology_changed(&self) {
         self.inner.metrics.redis_topology_changes.inc();
     }
+}
+
+/// One ingress's word on readiness: not ready while it does not consume.
+pub(crate) struct IngressReadiness {
+    health: Health,
+    trigger: String,
+    /// This ingress among those of its trigger (a reload starts another).
+    instance: u64,
+}
+
+impl IngressReadiness {
+    /// It does not consume, for `why` (the broker, Redis refused or failed a write).
+    pub(crate) fn stopped(&self, why: &str) {
+        self.health
+            .set_ingress_stopped(&self.trigger, self.instance, Some(why));
+    }
+
+    /// It consumes again, or it ended.
+    pub(crate) fn consuming(&self) {
+        self.health
+            .set_ingress_stopped(&self.trigger, self.instance, None);
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Metrics,
+    health: Health,
+    /// The page at `/`, made once.
+    landing: Arc<str>,
+}
+
+/// Binds `addr` (fails at start if it is taken) and serves until `stop`. `admin` is the
+/// admin API's address, if it is enabled: the page at `/` says where it is.
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    admin: Option<SocketAddr>,
+    metrics: Metrics,
+    health: Health,
+    stop: CancellationToken,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(listen = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
+    let landing = landing_page(admin).into();
+    let app = Router::new()
+        .route("/", get(landing_handler))
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready_handler))
+        .with_state(AppState {
+            metrics,
+            health,
+            landing,
+        });
+    Ok(tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+    }))
+}
+
+async fn metrics_handler(State(state): State<AppState>) -> impl IntoResponse {
+    // Readiness is read live; make the gauges agree with it at scrape time.
+    state.health.mirror_sinks();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+}
+
+async fn landing_handler(State(state): State<AppState>) -> impl IntoResponse {
+    Html(state.landing.to_string())
+}
+
+async fn ready_handler(State(state): State<AppState>) -> impl IntoResponse {
+    match state.health.readiness() {
+        Ok(()) => {
+            let mut lines = vec!["ready".to_string()];
+            lines.extend(state.health.notes());
+            (StatusCode::OK, lines.join("\n") + "\n")
+        }
+        Err(mut reasons) => {
+            reasons.extend(state.health.notes());
+            (StatusCode::SERVICE_UNAVAILABLE, reasons.join("\n") + "\n")
+        }
+    }
+}
+
+/// A small HTML page: the version and revision, the endpoints, and the admin API's address.
+fn landing_page(admin: Option<SocketAddr>) -> String {
+    let admin = match admin {
+        Some(addr) => format!(
+            "<p>Admin API and console: listening on <code>{addr}</code> (the console at <code>/console</code> of that address).</p>"
+        ),
+        None => "<p>Admin API: not enabled (<code>[admin] listen</code> unset).</p>".to_string(),
+    };
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>delay-bridge</title></head>\n\
+         <body>\n<h1>delay-bridge {version}</h1>\n<p>Revision <code>{revision}</code>.</p>\n<ul>\n\
+         <li><a href=\"metrics\">/metrics</a>: Prometheus metrics</li>\n\
+         <li><a href=\"healthz\">/healthz</a>: alive</li>\n\
+         <li><a href=\"readyz\">/readyz</a>: ready (Redis and every sink connected)</li>\n\
+         </ul>\n{admin}\n</body></html>\n",
+        version = env!("CARGO_PKG_VERSION"),
+        revision = crate::metrics::REVISION,
+    )
 }

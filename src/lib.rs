@@ -12,7 +12,8 @@
 //! dead-letter forwarding), `ingress` (delayed messages taken in from brokers), `schedule`
 //! (recurring schedules whose ticks are enqueued once across bridges; `cron`, their
 //! expressions and time zones), `bridge` (the
-//! daemon), `http`, `health`, `metrics` and `repeat` (observability), `cli` (commands). See
+//! daemon), `health` (readiness and the endpoint that shows it), `metrics` and `repeat`
+//! (observability), `cli` (commands). See
 //! ARCHITECTURE.md.
 //!
 //! Delivery guarantee: at-least-once. A member leaves Redis only after its broker
@@ -30,7 +31,6 @@ pub mod cron;
 pub(crate) mod envelope;
 pub(crate) mod health;
 pub(crate) mod housekeeping;
-pub(crate) mod http;
 pub(crate) mod ingress;
 pub mod keys;
 pub mod metrics;

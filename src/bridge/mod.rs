@@ -199,7 +199,7 @@ async fn listen(
     reload: &Option<Reload>,
     http_stop: &CancellationToken,
 ) -> anyhow::Result<(JoinHandle<()>, Option<JoinHandle<()>>)> {
-    let http = crate::http::serve(
+    let http = crate::health::serve(
         config.metrics.listen,
         config.admin.listen,
         metrics.clone(),

@@ -6,14 +6,14 @@ mod kafka;
 pub(crate) mod message;
 pub(crate) mod record;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Destination, Trigger};
-use crate::health::Health;
+use crate::health::{Health, IngressReadiness};
 use crate::metrics::Metrics;
 use crate::redis::queue::Queue;
 use crate::redis::store::{Ingest, StoreError};
@@ -32,8 +32,8 @@ pub(crate) struct Ingress {
     health: Health,
     /// Set while consuming is stopped for want of Redis (`/readyz` says so).
     stopped: AtomicBool,
-    /// This ingress among those of its trigger (a reload starts another).
-    instance: u64,
+    /// What `/readyz` says of it.
+    readiness: IngressReadiness,
     /// Times in a row Redis refused a write: the wait before consuming again grows with it
     /// (Redis over `maxmemory` answers reads, so answering is not enough to go on).
     refusals: AtomicU32,
@@ -63,10 +63,8 @@ impl Ingress {
         metrics: Metrics,
         health: Health,
     ) -> Self {
-        static INSTANCES: AtomicU64 = AtomicU64::new(0);
-        let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
         metrics.ingress.start(&config.name);
-        health.set_ingress_stopped(&config.name, instance, Some("starting"));
+        let readiness = health.ingress(&config.name);
         Self {
             config,
             queue,
@@ -74,7 +72,7 @@ impl Ingress {
             metrics,
             health,
             stopped: AtomicBool::new(false),
-            instance,
+            readiness,
             refusals: AtomicU32::new(0),
         }
     }
@@ -91,8 +89,7 @@ impl Ingress {
             Sink::Http(_) => return,
         }
         self.consuming(false);
-        self.health
-            .set_ingress_stopped(&self.config.name, self.instance, None);
+        self.readiness.consuming();
     }
 
     /// What the store is asked to do with `m`: schedule it, or dead-letter it with a reason.
@@ -161,7 +158,7 @@ impl Ingress {
         self.refusals.store(0, Ordering::Relaxed);
         if self.stopped.swap(false, Ordering::Relaxed) {
             tracing::info!(trigger = name, "ingress: Redis takes writes again");
-            self.health.set_ingress_stopped(name, self.instance, None);
+            self.readiness.consuming();
         }
         let m_ = &self.metrics.ingress;
         match how {
@@ -188,8 +185,7 @@ impl Ingress {
             tracing::warn!(trigger = name, error = %e,
                 "ingress: Redis did not take a write; consuming stops (messages stay at the broker) until it does");
         }
-        self.health
-            .set_ingress_stopped(name, self.instance, Some(&format!("Redis: {}", e.kind())));
+        self.readiness.stopped(&format!("Redis: {}", e.kind()));
     }
 
     /// Waits until Redis takes a write again (or `stop`), probing with a write that changes
@@ -209,11 +205,7 @@ impl Ingress {
             }
             match self.queue.probe_write().await {
                 Ok(()) => return true,
-                Err(e) => self.health.set_ingress_stopped(
-                    &self.config.name,
-                    self.instance,
-                    Some(&format!("Redis: {}", e.kind())),
-                ),
+                Err(e) => self.readiness.stopped(&format!("Redis: {}", e.kind())),
             }
             wait = (wait * 2).min(Duration::from_secs(5));
         }
@@ -228,8 +220,7 @@ impl Ingress {
             .with_label_values(&[&self.config.name])
             .set(i64::from(on));
         if on && !self.stopped.load(Ordering::Relaxed) {
-            self.health
-                .set_ingress_stopped(&self.config.name, self.instance, None);
+            self.readiness.consuming();
         }
     }
 
@@ -257,11 +248,7 @@ impl Ingress {
 
     /// Consuming failed on the broker's side: not ready until it consumes again.
     fn broker_failed(&self) {
-        self.health.set_ingress_stopped(
-            &self.config.name,
-            self.instance,
-            Some("cannot consume from the broker"),
-        );
+        self.readiness.stopped("cannot consume from the broker");
     }
 }
 
