@@ -6,6 +6,7 @@ mod load;
 mod location;
 mod problem;
 mod route;
+mod rules;
 mod schedule;
 mod search;
 mod service;

@@ -9,6 +9,7 @@ mod triggers;
 use std::time::Duration;
 
 use super::route::Destination;
+pub(super) use super::rules::{too_long, valid_name};
 use super::Config;
 
 /// Largest claim batch: bounds how long one claim script may block Redis.
@@ -103,18 +104,6 @@ fn pos(index: &[usize], i: usize) -> usize {
     index.iter().position(|&j| j == i).unwrap_or(0)
 }
 
-/// `Some(reason)` when `value` exceeds `max` (durations are bounded so that deadline
-/// arithmetic cannot overflow).
-pub(super) fn too_long(value: Duration, max: Duration) -> Option<String> {
-    (value > max).then(|| {
-        format!(
-            "must be at most {}, got {}",
-            humantime::format_duration(max),
-            humantime::format_duration(value)
-        )
-    })
-}
-
 /// `Some(reason)` when an AMQP name does not fit the protocol's 255-byte short string.
 fn too_long_name(value: &str) -> Option<String> {
     (value.len() > AMQP_SHORT_STRING).then(|| {
@@ -139,11 +128,4 @@ fn check_pointer(p: &str) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-pub(super) fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
