@@ -99,10 +99,10 @@ impl Running {
     /// held once, shared by its shards, workers and the admin API.
     pub(super) fn start(&mut self, tc: Arc<Trigger>) -> Result<(), String> {
         let s = &self.shared;
-        let sink = s.sinks.get(&tc.sink).ok_or_else(|| {
+        let sink = s.sinks.get(tc.sink()).ok_or_else(|| {
             format!(
                 "trigger {}: sink {} is not connected (no trigger used it at start): restart to add it",
-                tc.name, tc.sink
+                tc.name(), tc.sink()
             )
         })?;
         let queue = Queue::new(&tc, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
@@ -111,9 +111,12 @@ impl Running {
         let (stop, abort) = (s.stop.child_token(), s.abort.child_token());
         let workers = TaskTracker::new();
         // One worker per shard starts now; a shard's others when it first has a backlog.
-        let leads = shards.len().min(tc.workers);
+        let leads = shards.len().min(tc.workers());
         let mut deferred: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for (w, served) in worker::assign(&shards, tc.workers).into_iter().enumerate() {
+        for (w, served) in worker::assign(&shards, tc.workers())
+            .into_iter()
+            .enumerate()
+        {
             if w < leads {
                 let gate = self.listening.clone();
                 let run = worker::run_after(gate, served, w, stop.clone(), abort.clone());
@@ -132,14 +135,14 @@ impl Running {
                 }
             }));
         }
-        if tc.dead_letter.is_some() {
+        if tc.dead_letter().is_some() {
             for shard in &shards {
                 let forward =
                     housekeeping::forward_dead_letters(shard.clone(), stop.clone(), abort.clone());
                 s.workers.spawn(workers.track_future(forward));
             }
         }
-        if tc.ingress.is_some() {
+        if tc.ingress().is_some() {
             let ingress = crate::ingress::Ingress::new(
                 tc.clone(),
                 queue.clone(),
@@ -154,9 +157,9 @@ impl Running {
         // trigger runs the task: schedules can be added at run time.
         let schedule_changes = Arc::new(crate::schedule::defs::Changes::new(&shards[0].store));
         let run = crate::schedule::run(
-            tc.name.clone(),
+            tc.name().to_string(),
             shards[0].store.clone(),
-            tc.schedules.clone(),
+            tc.schedules().to_vec(),
             (schedule_changes.clone(), s.notifications),
             s.metrics.schedules.clone(),
             stop.clone(),
@@ -164,7 +167,7 @@ impl Running {
         s.workers.spawn(workers.track_future(run));
         workers.close();
         self.entries.insert(
-            tc.name.clone(),
+            tc.name().to_string(),
             Entry {
                 config: tc.clone(),
                 queue,
@@ -186,7 +189,7 @@ impl Running {
         };
         e.stop.cancel();
         self.shared.health.set_paused(name, false);
-        for schedule in &e.config.schedules {
+        for schedule in e.config.schedules() {
             self.shared.metrics.schedules.remove(name, &schedule.name);
         }
         for schedule in e.schedule_changes.running() {
@@ -200,7 +203,7 @@ impl Running {
                 e.abort.cancel();
                 e.workers.wait().await;
             }
-            tracing::info!(trigger = %e.config.name, "stopped: its batches in flight are settled");
+            tracing::info!(trigger = %e.config.name(), "stopped: its batches in flight are settled");
         });
     }
 
@@ -234,7 +237,7 @@ impl Running {
                     config: e.config.clone(),
                     queue: e.queue.clone(),
                 };
-                (e.config.name.clone(), t)
+                (e.config.name().to_string(), t)
             })
             .collect();
         self.shared.admin.replace(admin);
@@ -289,16 +292,15 @@ impl Running {
             ));
         }
         for tc in &new.triggers {
-            if !self.shared.sinks.contains_key(&tc.sink) {
+            if !self.shared.sinks.contains_key(tc.sink()) {
                 return Err(format!(
                     "triggers.{}: sink {} is not connected (no trigger used it at start): restart to add it",
-                    tc.name, tc.sink
+                    tc.name(), tc.sink()
                 ));
             }
         }
         self.renew_gate();
-        let wanted: BTreeMap<&str, &Trigger> =
-            new.triggers.iter().map(|t| (t.name.as_str(), t)).collect();
+        let wanted: BTreeMap<&str, &Trigger> = new.triggers.iter().map(|t| (t.name(), t)).collect();
         let (mut added, mut removed, mut replaced) = (Vec::new(), Vec::new(), Vec::new());
         let names: Vec<String> = self.entries.keys().cloned().collect();
         for name in names {
@@ -307,9 +309,7 @@ impl Running {
                     self.stop(&name, new.shutdown.timeout);
                     removed.push(name);
                 }
-                Some(tc)
-                    if section(tc.settings()) != section(self.entries[&name].config.settings()) =>
-                {
+                Some(tc) if **tc != *self.entries[&name].config => {
                     self.stop(&name, new.shutdown.timeout);
                     self.start_or_open(tc)?;
                     replaced.push(name);
@@ -318,15 +318,15 @@ impl Running {
             }
         }
         for tc in &new.triggers {
-            if !self.entries.contains_key(&tc.name) {
+            if !self.entries.contains_key(tc.name()) {
                 self.start_or_open(tc)?;
-                added.push(tc.name.clone());
+                added.push(tc.name().to_string());
             }
         }
         let destinations: Vec<&crate::config::Destination> = new
             .triggers
             .iter()
-            .flat_map(|t| std::iter::once(&t.destination).chain(t.dead_letter.as_ref()))
+            .flat_map(|t| std::iter::once(t.destination()).chain(t.dead_letter()))
             .collect();
         for sink in self.shared.sinks.values() {
             sink.keep_endpoints(&destinations);
@@ -343,8 +343,8 @@ impl Running {
             .iter()
             .filter(|tc| {
                 self.entries
-                    .get(&tc.name)
-                    .is_none_or(|e| section(tc.settings()) != section(e.config.settings()))
+                    .get(tc.name())
+                    .is_none_or(|e| **tc != *e.config)
             })
             .collect()
     }
@@ -364,7 +364,7 @@ impl Running {
 
     /// Workers running now, over every trigger.
     pub(super) fn worker_count(&self) -> usize {
-        self.entries.values().map(|e| e.config.workers).sum()
+        self.entries.values().map(|e| e.config.workers()).sum()
     }
 }
 

@@ -33,7 +33,7 @@ pub(crate) async fn forward_dead_letters(
     stop: CancellationToken,
     abort: CancellationToken,
 ) {
-    let Some(destination) = t.config.dead_letter.clone() else {
+    let Some(destination) = t.config.dead_letter().cloned() else {
         return;
     };
     t.metrics
@@ -109,7 +109,7 @@ impl Forwarder {
             let claim = match self
                 .t
                 .store
-                .claim_dead(FORWARD_BATCH, self.t.config.lease)
+                .claim_dead(FORWARD_BATCH, self.t.config.lease())
                 .await
             {
                 Ok(claim) => {
@@ -203,17 +203,20 @@ impl Forwarder {
                 Body::Missing => Some(&[][..]),
                 _ => item.payload(),
             };
-            match payload.filter(|p| p.len() <= cfg.max_message_bytes) {
+            match payload.filter(|p| p.len() <= cfg.max_message_bytes()) {
                 Some(payload) => sendable.push((
                     item,
                     payload,
                     headers(item, &self.t.store.keys().source),
-                    MessageId::new(&cfg.key, &item.member),
+                    MessageId::new(cfg.key(), &item.member),
                 )),
                 None => sorted.refuse(
                     item.member.as_slice(),
                     "too_large".into(),
-                    format!("larger than max_message_bytes ({})", cfg.max_message_bytes),
+                    format!(
+                        "larger than max_message_bytes ({})",
+                        cfg.max_message_bytes()
+                    ),
                 ),
             }
         }
@@ -238,7 +241,7 @@ impl Forwarder {
                 .publish_batch(Batch {
                     trigger: self.t.name(),
                     messages: &messages,
-                    timeout: cfg.publish_timeout,
+                    timeout: cfg.publish_timeout(),
                     abort: &self.abort,
                     confirms: None,
                 })
@@ -290,7 +293,7 @@ impl Forwarder {
         for reason in &sorted.unconfirmed {
             t.metrics.dead_letter_not_forwarded(reason);
         }
-        let give_up = Instant::now() + t.config.lease;
+        let give_up = Instant::now() + t.config.lease();
         let mut failures = 0u32;
         let settled = loop {
             match t
@@ -317,7 +320,7 @@ impl Forwarder {
         } else if let Some(unlogged) = self.refusals.failed() {
             // Named by message id, never by its bytes (the member is the payload inline).
             let (member, _, why) = &sorted.refused[0];
-            let first = MessageId::new(&t.config.key, member);
+            let first = MessageId::new(t.config.key(), member);
             tracing::warn!(refused = settled.refused, first_id = first.as_str(),
                 reason = %why, forwards = self.refusals.count(), unlogged,
                 "the broker refuses these dead letters; they stay in Redis (list, requeue or purge them)");

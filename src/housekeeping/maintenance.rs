@@ -53,7 +53,7 @@ pub(crate) async fn maintain(
     let mut kept: Vec<Kept> = triggers
         .into_iter()
         .map(|t| Kept {
-            busy: (t.config.lease / 4)
+            busy: (t.config.lease() / 4)
                 .clamp(Duration::from_millis(100), Duration::from_secs(5))
                 .min(interval),
             t,
@@ -116,7 +116,7 @@ async fn read(t: &Shard, cursor: &mut String) -> (bool, bool) {
             t.health.redis_answered();
             t.metrics.backlog(t.shard, &s);
             t.note_paused(s.paused);
-            if s.dead_forwardable > 0 && t.config.dead_letter.is_some() {
+            if s.dead_forwardable > 0 && t.config.dead_letter().is_some() {
                 t.dead_lettered.notify_one();
             }
             recover(t, &s, cursor).await;

@@ -65,8 +65,8 @@ impl Ingress {
     ) -> Self {
         static INSTANCES: AtomicU64 = AtomicU64::new(0);
         let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
-        metrics.ingress.start(&config.name);
-        health.set_ingress_stopped(&config.name, instance, Some("starting"));
+        metrics.ingress.start(config.name());
+        health.set_ingress_stopped(config.name(), instance, Some("starting"));
         Self {
             config,
             queue,
@@ -81,7 +81,7 @@ impl Ingress {
 
     /// Consumes until `stop`; a store in progress then finishes and is acknowledged.
     pub(crate) async fn run(self, sink: Arc<Sink>, stop: CancellationToken) {
-        let Some(ingress) = self.config.ingress.clone() else {
+        let Some(ingress) = self.config.ingress().cloned() else {
             return;
         };
         match &*sink {
@@ -92,12 +92,12 @@ impl Ingress {
         }
         self.consuming(false);
         self.health
-            .set_ingress_stopped(&self.config.name, self.instance, None);
+            .set_ingress_stopped(self.config.name(), self.instance, None);
     }
 
     /// What the store is asked to do with `m`: schedule it, or dead-letter it with a reason.
     fn disposition<'a>(&self, m: &'a Incoming) -> Ingest<'a> {
-        if m.envelope.len() > self.config.max_message_bytes {
+        if m.envelope.len() > self.config.max_message_bytes() {
             return Ingest::Dead {
                 reason: "too_large",
                 detail: "the message (body and properties) is over max_message_bytes",
@@ -112,7 +112,7 @@ impl Ingress {
         // Checked now too (the worker checks again when it is due): the producer learns of it
         // while its record is fresh, not when it was due.
         if let Some(topic) = &m.topic {
-            let allowed = match &self.config.destination {
+            let allowed = match self.config.destination() {
                 Destination::Kafka(route) => route.allows(topic),
                 _ => false,
             };
@@ -136,7 +136,7 @@ impl Ingress {
     /// Stores one message, once: `Ok` when Redis has it (now or from an earlier delivery).
     async fn store(&self, m: &Incoming) -> Result<(), StoreError> {
         let how = self.disposition(m);
-        let name = self.config.name.as_str();
+        let name = self.config.name();
         let started = Instant::now();
         let result = self
             .queue
@@ -182,7 +182,7 @@ impl Ingress {
 
     /// Consuming stopped because Redis did not take a write: logged, shown by `/readyz`.
     fn redis_stopped(&self, e: &StoreError) {
-        let name = self.config.name.as_str();
+        let name = self.config.name();
         self.refusals.fetch_add(1, Ordering::Relaxed);
         if !self.stopped.swap(true, Ordering::Relaxed) {
             tracing::warn!(trigger = name, error = %e,
@@ -210,7 +210,7 @@ impl Ingress {
             match self.queue.probe_write().await {
                 Ok(()) => return true,
                 Err(e) => self.health.set_ingress_stopped(
-                    &self.config.name,
+                    self.config.name(),
                     self.instance,
                     Some(&format!("Redis: {}", e.kind())),
                 ),
@@ -225,11 +225,11 @@ impl Ingress {
         self.metrics
             .ingress
             .consuming
-            .with_label_values(&[&self.config.name])
+            .with_label_values(&[self.config.name()])
             .set(i64::from(on));
         if on && !self.stopped.load(Ordering::Relaxed) {
             self.health
-                .set_ingress_stopped(&self.config.name, self.instance, None);
+                .set_ingress_stopped(self.config.name(), self.instance, None);
         }
     }
 
@@ -258,7 +258,7 @@ impl Ingress {
     /// Consuming failed on the broker's side: not ready until it consumes again.
     fn broker_failed(&self) {
         self.health.set_ingress_stopped(
-            &self.config.name,
+            self.config.name(),
             self.instance,
             Some("cannot consume from the broker"),
         );

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Destination, SinkConfig};
+use crate::config::{self, Destination, SinkConfig};
 use crate::envelope::Properties;
 pub use crate::wire::MessageId;
 pub use error::PublishError;
@@ -105,12 +105,16 @@ pub enum Sink {
 }
 
 impl Sink {
-    /// Builds the sink; connecting happens lazily and in [`Sink::supervise`].
-    pub fn new(name: &str, config: &SinkConfig) -> anyhow::Result<Arc<Sink>> {
-        Ok(Arc::new(match config {
-            SinkConfig::Amqp(c) => Sink::Amqp(Box::new(amqp::AmqpSink::new(name, c)?)),
+    /// Builds the sink from its validated section; connecting happens lazily and in
+    /// [`Sink::supervise`].
+    pub fn new(config: &config::Sink) -> anyhow::Result<Arc<Sink>> {
+        let name = config.name();
+        Ok(Arc::new(match config.settings() {
+            SinkConfig::Amqp(c) => {
+                Sink::Amqp(Box::new(amqp::AmqpSink::new(name, c, config.tls())?))
+            }
             SinkConfig::Kafka(c) => Sink::Kafka(kafka::KafkaSink::new(name, c)?),
-            SinkConfig::Http(c) => Sink::Http(http::HttpSink::new(name, c)?),
+            SinkConfig::Http(c) => Sink::Http(http::HttpSink::new(name, c, &config.tls())?),
         }))
     }
 

@@ -14,7 +14,7 @@ impl Worker {
         // Every wake-up asked for so far is answered by this claim.
         self.t.wakes.claiming();
         let started = Instant::now();
-        let batch = match self.t.store.claim(asked, self.t.config.lease).await {
+        let batch = match self.t.store.claim(asked, self.t.config.lease()).await {
             Ok(batch) => batch,
             Err(e) => {
                 let own = self.t.redis_error(&e);
@@ -50,7 +50,7 @@ impl Worker {
             self.t.metrics.held(took, batch.rate_wait.is_some());
             return match batch.rate_wait {
                 // Whatever the reply says, the worker claims again within its guard interval.
-                Some(wait) => Claim::Wait(wait.max(RATE_TICK).min(self.t.config.guard_interval)),
+                Some(wait) => Claim::Wait(wait.max(RATE_TICK).min(self.t.config.guard_interval())),
                 None => Claim::Nothing,
             };
         }

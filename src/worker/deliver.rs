@@ -46,18 +46,18 @@ pub(super) async fn deliver(
     let ids: Vec<MessageId> = batch
         .items
         .iter()
-        .map(|c| MessageId::new(&t.config.key, &c.member))
+        .map(|c| MessageId::new(t.config.key(), &c.member))
         .collect();
     let mut early = Early::new(&t, &batch, claimed_at);
     let (outcomes, chosen) = publish(&t, &mut publisher, &batch, &ids, &abort, &mut early).await;
     early.flush().await;
     let backoff = Backoff {
-        initial: t.config.backoff_initial,
-        max: t.config.backoff_max,
+        initial: t.config.backoff_initial(),
+        max: t.config.backoff_max(),
     };
     let policy = Policy {
         backoff: &backoff,
-        on_expired: t.config.on_expired,
+        on_expired: t.config.on_expired(),
     };
     let plan = plan(&batch.items, &outcomes, &chosen, &early.acked, &policy);
     // Counted at confirmation: a member whose lease was lost meanwhile is redelivered and
@@ -157,7 +157,7 @@ impl<'a> Early<'a> {
             };
             let done = t
                 .store
-                .settle(batch.deadline_ms, t.config.max_attempts, &settlement)
+                .settle(batch.deadline_ms, t.config.max_attempts(), &settlement)
                 .await;
             (members, done)
         }));
@@ -221,7 +221,7 @@ async fn publish(
     let mut prepared = Vec::with_capacity(batch.items.len());
     let mut slots = Vec::with_capacity(batch.items.len());
     for (i, c) in batch.items.iter().enumerate() {
-        match prepare(cfg, &t.config.destination, c, batch.now_ms) {
+        match prepare(cfg, t.config.destination(), c, batch.now_ms) {
             Ok(p) => {
                 slots.push(i);
                 prepared.push((c, p));
@@ -261,7 +261,7 @@ async fn publish(
     let publishing = publisher.publish_batch(Batch {
         trigger: t.name(),
         messages: &out,
-        timeout: cfg.publish_timeout,
+        timeout: cfg.publish_timeout(),
         abort,
         confirms: Some(&confirms),
     });
@@ -298,7 +298,7 @@ async fn publish(
 /// (after that, recovery redelivers the batch: a duplicate, never a loss).
 async fn settle(t: &Shard, abort: &CancellationToken, batch: &ClaimBatch, plan: &Plan<'_>) {
     let s = &plan.settlement;
-    let give_up = Instant::now() + t.config.lease;
+    let give_up = Instant::now() + t.config.lease();
     let mut failures = 0u32;
     let settled = loop {
         if s.is_empty() {
@@ -307,7 +307,7 @@ async fn settle(t: &Shard, abort: &CancellationToken, batch: &ClaimBatch, plan: 
         }
         match t
             .store
-            .settle(batch.deadline_ms, t.config.max_attempts, s)
+            .settle(batch.deadline_ms, t.config.max_attempts(), s)
             .await
         {
             Ok(settled) => break settled,

@@ -171,7 +171,7 @@ impl Worker {
         abort: CancellationToken,
     ) -> Self {
         let t = shards[0].clone();
-        let batch = AdaptiveBatch::new(t.config.batch);
+        let batch = AdaptiveBatch::new(t.config.batch());
         let now = Instant::now();
         // Only a worker of several shards keeps track of each.
         let each = if shards.len() > 1 { shards.len() } else { 0 };
@@ -305,7 +305,7 @@ impl Worker {
         self.current = i;
         self.t = self.shards[i].clone();
         let guard = if self.t.is_paused() {
-            self.t.config.guard_interval
+            self.t.config.guard_interval()
         } else {
             self.t.guard()
         };
@@ -360,7 +360,7 @@ impl Worker {
         let failed_before = self.publishing.failures.count() > 0;
         let e = match self
             .publishing
-            .get(&self.t.sink, &self.t.config.destination, &self.stop)
+            .get(&self.t.sink, self.t.config.destination(), &self.stop)
             .await
         {
             Ok(p) => {
@@ -480,7 +480,7 @@ impl Worker {
             }
         };
         let guard = if t.is_paused() {
-            t.config.guard_interval
+            t.config.guard_interval()
         } else {
             t.guard()
         };

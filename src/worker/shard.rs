@@ -68,25 +68,25 @@ impl Shard {
         metrics: &Metrics,
         health: Health,
     ) -> Result<Vec<Arc<Self>>, String> {
-        let destination = &config.destination;
-        for d in std::iter::once(destination).chain(&config.dead_letter) {
+        let destination = config.destination();
+        for d in std::iter::once(destination).chain(config.dead_letter()) {
             if !sink.serves(d) {
                 return Err(format!(
                     "trigger {}: sink {} cannot publish to {d}",
-                    config.name,
+                    config.name(),
                     sink.name()
                 ));
             }
         }
         let metrics = TriggerMetrics::new(
             metrics,
-            &config.name,
+            config.name(),
             sink.name(),
             PublishError::reasons_of(destination),
             queue.shards().len(),
         );
         let hold = Arc::new(Hold::new(
-            &config.name,
+            config.name(),
             sink.name(),
             metrics.clone(),
             health.clone(),
@@ -120,7 +120,7 @@ impl Shard {
 
     /// The trigger's name.
     pub(crate) fn name(&self) -> &str {
-        &self.config.name
+        self.config.name()
     }
 
     /// The sorted set producers write to.
@@ -222,7 +222,7 @@ impl Shard {
         if self.health.notifications_live() {
             self.config.notified_guard()
         } else {
-            self.config.guard_interval
+            self.config.guard_interval()
         }
     }
 
