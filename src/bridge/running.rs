@@ -107,7 +107,7 @@ impl Running {
         })?;
         let queue = Queue::new(&tc, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
         let tc = &tc;
-        let shards = Shard::shards(tc, &queue, sink.clone(), &s.metrics, s.health.clone())?;
+        let shards = Shard::shards(tc, &queue, sink.clone(), &s.metrics, s.health.clone());
         let (stop, abort) = (s.stop.child_token(), s.abort.child_token());
         let workers = TaskTracker::new();
         // One worker per shard starts now; a shard's others when it first has a backlog.

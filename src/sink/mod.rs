@@ -164,19 +164,10 @@ impl Sink {
         }
     }
 
-    /// Whether this sink can publish to `destination` (an AMQP route needs an AMQP sink).
-    pub fn serves(&self, destination: &Destination) -> bool {
-        matches!(
-            (self, destination),
-            (Sink::Amqp(_), Destination::Amqp(_))
-                | (Sink::Kafka(_), Destination::Kafka(_))
-                | (Sink::Http(_), Destination::Http(_))
-        )
-    }
-
     /// A publisher for one worker, bound to `destination`; fails while the broker is
-    /// unreachable or the route's exchange is missing. The bridge checks [`Sink::serves`]
-    /// at start-up, so a worker never asks a sink for a route of the other kind.
+    /// unreachable or the route's exchange is missing. A trigger's destinations were resolved
+    /// against the kind of the sink it names when the configuration was loaded, so a worker
+    /// never asks a sink for a route of the other kind.
     pub async fn publisher(&self, destination: &Destination) -> Result<Publisher, PublishError> {
         match (self, destination) {
             (Sink::Amqp(s), Destination::Amqp(route)) => {

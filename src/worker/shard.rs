@@ -59,25 +59,16 @@ pub(crate) type StartWorkers = Box<dyn FnOnce(&Arc<Shard>) + Send>;
 
 impl Shard {
     /// One `Shard` per shard of `queue` (one for an unsharded trigger), sharing the trigger's
-    /// metrics. Fails when the configuration was not loaded (no resolved destination) or its
-    /// destination is not of the sink's kind.
+    /// metrics. `sink` is the one made from the trigger's `[sinks.NAME]`, against whose kind
+    /// loading resolved the trigger's destinations.
     pub(crate) fn shards(
         config: &Arc<Trigger>,
         queue: &Queue,
         sink: Arc<Sink>,
         metrics: &Metrics,
         health: Health,
-    ) -> Result<Vec<Arc<Self>>, String> {
+    ) -> Vec<Arc<Self>> {
         let destination = config.destination();
-        for d in std::iter::once(destination).chain(config.dead_letter()) {
-            if !sink.serves(d) {
-                return Err(format!(
-                    "trigger {}: sink {} cannot publish to {d}",
-                    config.name(),
-                    sink.name()
-                ));
-            }
-        }
         let metrics = TriggerMetrics::new(
             metrics,
             config.name(),
@@ -92,7 +83,7 @@ impl Shard {
             health.clone(),
             queue.shards()[0].clone(),
         ));
-        Ok(queue
+        queue
             .shards()
             .iter()
             .enumerate()
@@ -115,7 +106,7 @@ impl Shard {
                     hold: hold.clone(),
                 })
             })
-            .collect())
+            .collect()
     }
 
     /// The trigger's name.
