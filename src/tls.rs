@@ -13,7 +13,7 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use serde::{Deserialize, Serialize};
 
 /// `[redis.tls]`, `[sinks.NAME.tls]`: TLS client settings. The files are read when the
-/// configuration is loaded, never logged.
+/// configuration is validated (into the [`Tls`] client its section keeps), never logged.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
@@ -33,20 +33,6 @@ pub struct TlsConfig {
     /// `check`. Excludes `ca_file`; `server_name` is then only sent as SNI.
     #[serde(default)]
     pub insecure: bool,
-    /// The client built from the files above when the configuration was loaded, so that
-    /// they are read once (`None` in a configuration that was not loaded).
-    #[serde(skip)]
-    pub client: Option<Tls>,
-}
-
-impl TlsConfig {
-    /// The client loaded with the configuration, or one built from the files now.
-    pub fn client(&self) -> Result<Tls, Vec<TlsProblem>> {
-        match &self.client {
-            Some(client) => Ok(client.clone()),
-            None => Tls::new(self),
-        }
-    }
 }
 
 /// A TLS client ready to connect: the rustls configuration and the name to verify.
@@ -180,21 +166,6 @@ impl Tls {
     /// Verification against the system's trust store and the URL's host name.
     pub fn system() -> Self {
         Self::new(&TlsConfig::default()).expect("no files to read")
-    }
-
-    /// The client of the optional TLS table at `key` in the configuration (`redis.tls`,
-    /// say), or [`Tls::system`] without one; an error lists every problem by its key.
-    pub fn of_table(table: Option<&TlsConfig>, key: &str) -> anyhow::Result<Self> {
-        let Some(table) = table else {
-            return Ok(Self::system());
-        };
-        table.client().map_err(|problems| {
-            let list: Vec<String> = problems
-                .iter()
-                .map(|p| format!("{key}.{}: {}", p.field, p.message))
-                .collect();
-            anyhow::anyhow!(list.join("; "))
-        })
     }
 
     /// Whether the bridge presents a client certificate.

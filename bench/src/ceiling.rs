@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use delay_bridge::config::{Destination, SinkConfig};
+use delay_bridge::config::{self, Destination};
 use delay_bridge::metrics::Metrics;
 use delay_bridge::sink::{Batch, OutMessage, Publisher, Sink};
 use delay_bridge::wire::MessageId;
@@ -59,12 +59,14 @@ impl Ceiling {
     /// bridge does, and waits until it hands out a publisher to `destination` for each of
     /// `workers`. `timeout` is the trigger's `publish_timeout`.
     pub async fn connect(
-        config: &SinkConfig,
+        config: &config::Sink,
         destination: &Destination,
         workers: usize,
         timeout: Duration,
     ) -> anyhow::Result<Self> {
-        let sink = Sink::new(SINK_NAME, config)?;
+        // The bridge's settings under a name of its own, so the broker tells the two apart.
+        let config = config::Sink::validate(SINK_NAME, config.settings().clone())?;
+        let sink = Sink::new(&config)?;
         let stop = CancellationToken::new();
         let supervisor = tokio::spawn({
             let (sink, stop) = (sink.clone(), stop.clone());

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use delay_bridge::config::{RedisConfig, RedisMode};
+use delay_bridge::config::{Redis, RedisConfig, RedisMode};
 use delay_bridge::keys::{shard_key, QueueKeys};
 use delay_bridge::redis::conn::{slot, Conn, Endpoint};
 use futures_util::future::try_join_all;
@@ -28,7 +28,7 @@ impl Bench {
             nodes: self.args.redis_cluster.clone(),
             ..RedisConfig::default()
         };
-        let endpoint = Arc::new(Endpoint::new(&config)?);
+        let endpoint = Arc::new(Endpoint::new(&Redis::validate(config)?)?);
         let conn = endpoint
             .connect()
             .await
@@ -99,10 +99,10 @@ impl Bench {
             )
             .await?;
         }
-        let per_key = (self.trigger.workers / keys.len()).max(1);
+        let per_key = (self.trigger.workers() / keys.len()).max(1);
         let start = Instant::now();
         let claimed: u64 = try_join_all(keys.iter().map(|key| {
-            redis_ops::claim_ceiling(conn.clone(), key, &shape, per_key, self.trigger.batch)
+            redis_ops::claim_ceiling(conn.clone(), key, &shape, per_key, self.trigger.batch())
         }))
         .await?
         .into_iter()

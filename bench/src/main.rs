@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use delay_bridge::config::{Config, Destination, SinkConfig, TriggerConfig};
+use delay_bridge::config::{Config, Destination, Sink, Trigger};
 use delay_bridge::secret::redact_url;
 use redis::aio::MultiplexedConnection;
 
@@ -120,10 +120,10 @@ struct Bench {
     tally: Arc<Tally>,
     dir: PathBuf,
     /// The bench trigger as the bridge resolves it (defaults plus `--trigger-set`).
-    trigger: TriggerConfig,
+    trigger: Trigger,
     /// The bench sink and the trigger's destination as the bridge resolves them: the sink-alone
     /// ceiling publishes through the same sink code to the same place.
-    sink: SinkConfig,
+    sink: Sink,
     destination: Destination,
     /// AMQP: the destination of the backlog phase (a queue nobody consumes).
     backlog_destination: Option<Destination>,
@@ -251,13 +251,16 @@ impl Bench {
         };
         let resolved = probe(false).and_then(|(_, mut c)| {
             let trigger = c.triggers.swap_remove(0);
-            let sink = c.sinks.remove(&trigger.sink).context("the bench sink")?;
-            let destination = trigger.destination.clone();
+            let sink = c.sinks.remove(trigger.sink()).context("the bench sink")?;
+            let destination = trigger.destination().clone();
             let backlog = match &broker {
-                Broker::Amqp(_) => Some(probe(true)?.1.triggers.swap_remove(0).destination),
+                Broker::Amqp(_) => {
+                    let backlog = probe(true)?.1.triggers.swap_remove(0);
+                    Some(backlog.destination().clone())
+                }
                 Broker::Kafka(_) | Broker::Http(_) => None,
             };
-            Ok((trigger.settings().clone(), sink, destination, backlog))
+            Ok((trigger, sink, destination, backlog))
         });
         let (trigger, sink, destination, backlog_destination) = match resolved {
             Ok(r) => r,

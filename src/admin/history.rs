@@ -207,7 +207,7 @@ impl History {
             return;
         };
         for (name, t) in served.iter() {
-            let cells = metrics.triggers.cells(name, &t.config.sink);
+            let cells = metrics.triggers.cells(name, t.config.sink());
             let dead_lettered = cells.dead_lettered.total();
             let reading = Reading {
                 at_ms: now,

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{AdminConfig, Trigger, TriggerConfig};
+use crate::config::{AdminConfig, Trigger};
 use crate::metrics::Metrics;
 use crate::redis::store::StoreError;
 
@@ -287,14 +287,14 @@ impl Admin {
     /// This bridge's forwarded count for `t` since start, and the 99th percentile of its
     /// lateness (the upper bound of the histogram bucket it falls in; `None` before the
     /// first message).
-    fn delivery(&self, t: &TriggerConfig) -> (u64, Option<f64>) {
+    fn delivery(&self, t: &Trigger) -> (u64, Option<f64>) {
         let forwarded = self
             .metrics
             .triggers
-            .cells(&t.name, &t.sink)
+            .cells(t.name(), t.sink())
             .forwarded
             .load(std::sync::atomic::Ordering::Relaxed);
-        let lateness = self.metrics.lateness.with_label_values(&[t.name.as_str()]);
+        let lateness = self.metrics.lateness.with_label_values(&[t.name()]);
         let proto = prometheus::core::Metric::metric(&lateness);
         let h = proto.get_histogram();
         let count = h.get_sample_count();

@@ -154,7 +154,7 @@ pub(super) fn detail(reason: Option<&Value>, size: u64, t: &AdminTrigger) -> Opt
     (reason.get("reason").and_then(Value::as_str) == Some("too_large")).then(|| {
         format!(
             "{size} bytes, over the trigger's max_message_bytes ({})",
-            t.config.max_message_bytes
+            t.config.max_message_bytes()
         )
     })
 }
@@ -273,6 +273,6 @@ pub(super) async fn history(
     Ok(Json(json!({
         "window": window,
         "interval_ms": super::history::INTERVAL.as_millis() as u64,
-        "points": admin.history.points(&t.config.name, span),
+        "points": admin.history.points(t.config.name(), span),
     })))
 }

@@ -126,7 +126,7 @@ impl Act {
     /// One audit line per call that changes a queue: who, what, on which trigger, how many;
     /// never a member or a body.
     pub(super) fn audit(&self, action: &str, count: u64) {
-        tracing::info!(target: "delay_bridge::audit", peer = %self.peer, action, trigger = %self.t.config.name, count, "admin call");
+        tracing::info!(target: "delay_bridge::audit", peer = %self.peer, action, trigger = %self.t.config.name(), count, "admin call");
     }
 }
 
@@ -175,20 +175,20 @@ async fn triggers(State(admin): State<Admin>) -> Reply {
         let rate = t
             .config
             .rate()
-            .map(|(per_second, burst)| json!({ "per_second": per_second, "burst": burst }));
+            .map(|r| json!({ "per_second": r.per_second(), "burst": r.burst() }));
         let (forwarded, lateness_p99) = admin.delivery(&t.config);
         out.push(json!({
-            "name": t.config.name,
-            "key": t.config.key,
-            "sink": t.config.sink,
-            "payload": t.config.payload,
+            "name": t.config.name(),
+            "key": t.config.key(),
+            "sink": t.config.sink(),
+            "payload": t.config.payload(),
             "rate_limit": rate,
             "stats": stats,
             "state": state,
             "held": held,
             "forwarded_total": forwarded,
             "lateness_p99_seconds": lateness_p99,
-            "lateness_p99_1m_seconds": admin.history.recent_p99(&t.config.name),
+            "lateness_p99_1m_seconds": admin.history.recent_p99(t.config.name()),
         }));
     }
     Ok(Json(

@@ -124,10 +124,11 @@ pub async fn run(mut config: Config, metrics: Metrics, shutdown: Shutdown) -> an
         return outcome();
     };
     health.redis_answered();
-    let found = crate::redis::engine::inspect(&conn, &config.redis, false).await;
+    let found = crate::redis::engine::inspect(&conn, config.redis.settings(), false).await;
     crate::redis::engine::log_and_judge(&found)?;
     let notifications =
-        crate::redis::checks::ensure_enabled(&conn, config.redis.enable_keyspace_events).await;
+        crate::redis::checks::ensure_enabled(&conn, config.redis.settings().enable_keyspace_events)
+            .await;
     if !notifications {
         tracing::warn!(
             "keyspace notifications are off: {}",
@@ -147,7 +148,7 @@ pub async fn run(mut config: Config, metrics: Metrics, shutdown: Shutdown) -> an
         stop: stop.clone(),
         abort: abort.clone(),
         notifications,
-        enable_keyspace_events: config.redis.enable_keyspace_events,
+        enable_keyspace_events: config.redis.settings().enable_keyspace_events,
         admin: admin_triggers,
     });
     // Each trigger's settings leave the configuration for its running trigger, held once.
@@ -231,8 +232,8 @@ async fn listen(
 fn sinks_in_use(config: &Config) -> anyhow::Result<BTreeMap<String, Arc<Sink>>> {
     let mut sinks = BTreeMap::new();
     for (name, sc) in &config.sinks {
-        if config.triggers.iter().any(|t| &t.sink == name) {
-            let sink = Sink::new(name, sc).with_context(|| format!("sinks.{name}"))?;
+        if config.triggers.iter().any(|t| t.sink() == name) {
+            let sink = Sink::new(sc).with_context(|| format!("sinks.{name}"))?;
             sinks.insert(name.clone(), sink);
         }
     }

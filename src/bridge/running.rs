@@ -85,22 +85,22 @@ impl Running {
     /// held once, shared by its shards, workers and the admin API.
     pub(super) fn start(&mut self, trigger: Arc<Trigger>) -> Result<(), String> {
         let s = &self.shared;
-        let sink = s.sinks.get(&trigger.sink).ok_or_else(|| {
+        let sink = s.sinks.get(trigger.sink()).ok_or_else(|| {
             format!(
                 "trigger {}: sink {} is not connected (no trigger used it at start): restart to add it",
-                trigger.name, trigger.sink
+                trigger.name(), trigger.sink()
             )
         })?;
         let queue = Queue::new(&trigger, s.conn.clone()).map_err(|e| format!("{e:#}"))?;
         let trigger = &trigger;
-        let shards = Shard::shards(trigger, &queue, sink.clone(), &s.metrics, s.health.clone())?;
+        let shards = Shard::shards(trigger, &queue, sink.clone(), &s.metrics, s.health.clone());
         let (stop, abort) = (s.stop.child_token(), s.abort.child_token());
         let workers = TaskTracker::new();
         // One worker per shard starts now; a shard's others when it first has a backlog.
-        let leads = shards.len().min(trigger.workers);
+        let leads = shards.len().min(trigger.workers());
         let mut deferred: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         let pass = self.startup.pass();
-        for (w, served) in worker::assign(&shards, trigger.workers)
+        for (w, served) in worker::assign(&shards, trigger.workers())
             .into_iter()
             .enumerate()
         {
@@ -124,14 +124,14 @@ impl Running {
                 }
             }));
         }
-        if trigger.dead_letter.is_some() {
+        if trigger.dead_letter().is_some() {
             for shard in &shards {
                 let forward =
                     housekeeping::forward_dead_letters(shard.clone(), stop.clone(), abort.clone());
                 s.workers.spawn(workers.track_future(forward));
             }
         }
-        if trigger.ingress.is_some() {
+        if trigger.ingress().is_some() {
             let ingress = crate::ingress::Ingress::new(
                 trigger.clone(),
                 queue.clone(),
@@ -146,9 +146,9 @@ impl Running {
         // trigger runs the task: schedules can be added at run time.
         let schedule_changes = Arc::new(crate::schedule::defs::Changes::new(shards[0].store()));
         let run = crate::schedule::run(
-            trigger.name.clone(),
+            trigger.name().to_string(),
             shards[0].store().clone(),
-            trigger.schedules.clone(),
+            trigger.schedules().to_vec(),
             (schedule_changes.clone(), s.notifications),
             s.metrics.schedules.clone(),
             stop.clone(),
@@ -156,7 +156,7 @@ impl Running {
         s.workers.spawn(workers.track_future(run));
         workers.close();
         self.entries.insert(
-            trigger.name.clone(),
+            trigger.name().to_string(),
             Entry {
                 trigger: trigger.clone(),
                 queue,
@@ -178,7 +178,7 @@ impl Running {
         };
         e.stop.cancel();
         self.shared.health.set_paused(name, false);
-        for schedule in &e.trigger.schedules {
+        for schedule in e.trigger.schedules() {
             self.shared.metrics.schedules.remove(name, &schedule.name);
         }
         for schedule in e.schedule_changes.running() {
@@ -192,7 +192,7 @@ impl Running {
                 e.abort.cancel();
                 e.workers.wait().await;
             }
-            tracing::info!(trigger = %e.trigger.name, "stopped: its batches in flight are settled");
+            tracing::info!(trigger = %e.trigger.name(), "stopped: its batches in flight are settled");
         });
     }
 
@@ -226,7 +226,7 @@ impl Running {
                     config: e.trigger.clone(),
                     queue: e.queue.clone(),
                 };
-                (e.trigger.name.clone(), t)
+                (e.trigger.name().to_string(), t)
             })
             .collect();
         self.shared.admin.replace(admin);
@@ -281,16 +281,15 @@ impl Running {
             ));
         }
         for trigger in &new.triggers {
-            if !self.shared.sinks.contains_key(&trigger.sink) {
+            if !self.shared.sinks.contains_key(trigger.sink()) {
                 return Err(format!(
                     "triggers.{}: sink {} is not connected (no trigger used it at start): restart to add it",
-                    trigger.name, trigger.sink
+                    trigger.name(), trigger.sink()
                 ));
             }
         }
         self.startup.renew();
-        let wanted: BTreeMap<&str, &Trigger> =
-            new.triggers.iter().map(|t| (t.name.as_str(), t)).collect();
+        let wanted: BTreeMap<&str, &Trigger> = new.triggers.iter().map(|t| (t.name(), t)).collect();
         let (mut added, mut removed, mut replaced) = (Vec::new(), Vec::new(), Vec::new());
         let names: Vec<String> = self.entries.keys().cloned().collect();
         for name in names {
@@ -299,10 +298,7 @@ impl Running {
                     self.stop(&name, new.shutdown.timeout);
                     removed.push(name);
                 }
-                Some(trigger)
-                    if section(trigger.settings())
-                        != section(self.entries[&name].trigger.settings()) =>
-                {
+                Some(trigger) if **trigger != *self.entries[&name].trigger => {
                     self.stop(&name, new.shutdown.timeout);
                     self.start_or_open(trigger)?;
                     replaced.push(name);
@@ -311,15 +307,15 @@ impl Running {
             }
         }
         for trigger in &new.triggers {
-            if !self.entries.contains_key(&trigger.name) {
+            if !self.entries.contains_key(trigger.name()) {
                 self.start_or_open(trigger)?;
-                added.push(trigger.name.clone());
+                added.push(trigger.name().clone());
             }
         }
         let destinations: Vec<&crate::config::Destination> = new
             .triggers
             .iter()
-            .flat_map(|t| std::iter::once(&t.destination).chain(t.dead_letter.as_ref()))
+            .flat_map(|t| std::iter::once(t.destination()).chain(t.dead_letter()))
             .collect();
         for sink in self.shared.sinks.values() {
             sink.keep_endpoints(&destinations);
@@ -336,8 +332,8 @@ impl Running {
             .iter()
             .filter(|trigger| {
                 self.entries
-                    .get(&trigger.name)
-                    .is_none_or(|e| section(trigger.settings()) != section(e.trigger.settings()))
+                    .get(trigger.name())
+                    .is_none_or(|e| **trigger != *e.trigger)
             })
             .collect()
     }
@@ -357,7 +353,7 @@ impl Running {
 
     /// Workers running now, over every trigger.
     pub(super) fn worker_count(&self) -> usize {
-        self.entries.values().map(|e| e.trigger.workers).sum()
+        self.entries.values().map(|e| e.trigger.workers()).sum()
     }
 }
 

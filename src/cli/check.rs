@@ -2,7 +2,7 @@
 //! the sinks, each trigger with its keys, the shard map of a cluster, members stranded on
 //! keys no longer served.
 
-use crate::config::{Config, SinkConfig, Trigger, TriggerConfig};
+use crate::config::{Config, Destination, SinkConfig, Trigger};
 use crate::keys::QueueKeys;
 use crate::secret::redact_url;
 
@@ -40,37 +40,52 @@ pub(super) async fn check(arg: &ConfigArg, connect: bool) -> i32 {
     for warning in config.warnings() {
         say!("warning: {warning}");
     }
-    let redis = match config.redis.mode {
-        crate::config::RedisMode::Standalone => redact_url(&config.redis.url),
+    let redis = match config.redis.settings().mode {
+        crate::config::RedisMode::Standalone => redact_url(&config.redis.settings().url),
         crate::config::RedisMode::Cluster => {
-            let nodes: Vec<String> = config.redis.nodes.iter().map(|n| redact_url(n)).collect();
+            let nodes: Vec<String> = config
+                .redis
+                .settings()
+                .nodes
+                .iter()
+                .map(|n| redact_url(n))
+                .collect();
             format!("cluster via {}", nodes.join(", "))
         }
         crate::config::RedisMode::Sentinel => {
             let nodes: Vec<String> = config
                 .redis
+                .settings()
                 .sentinels
                 .iter()
                 .map(|n| redact_url(n))
                 .collect();
             format!(
                 "master `{}` via sentinels {}",
-                config.redis.master_name.as_deref().unwrap_or_default(),
+                config
+                    .redis
+                    .settings()
+                    .master_name
+                    .as_deref()
+                    .unwrap_or_default(),
                 nodes.join(", ")
             )
         }
     };
-    say!("redis: {redis}{}", tls_summary(config.redis.tls.as_ref()));
+    say!(
+        "redis: {redis}{}",
+        tls_summary(config.redis.settings().tls.as_ref())
+    );
     say!("metrics: http://{}/metrics", config.metrics.listen);
     for (name, sink) in &config.sinks {
-        say!("sink {name}: {}", sink_line(sink));
+        say!("sink {name}: {}", sink_line(sink.settings()));
     }
     for t in &config.triggers {
         trigger_line(&config, t);
         super::schedule::schedule_lines(t);
     }
     super::schedule::tzdata_line(&config);
-    if config.redis.mode == crate::config::RedisMode::Cluster {
+    if config.redis.settings().mode == crate::config::RedisMode::Cluster {
         shard_map(&config).await;
     }
     let code = unserved_keys(&config).await;
@@ -135,19 +150,20 @@ fn sink_line(sink: &SinkConfig) -> String {
 
 /// What `check` says of a trigger: its keys, options and destination.
 fn trigger_line(config: &Config, t: &Trigger) {
-    let keys = QueueKeys::derive(&t.key).expect("validated");
-    let mut payload = match t.payload {
+    let keys = QueueKeys::derive(t.key()).expect("validated");
+    let mut payload = match t.payload() {
         crate::config::PayloadMode::Inline => String::new(),
         crate::config::PayloadMode::Hash => format!(
             " payload=hash bodies={} max_claim_bytes={}",
-            keys.bodies, t.max_claim_bytes
+            keys.bodies,
+            t.max_claim_bytes()
         ),
     };
-    if t.format == crate::config::MessageFormat::Envelope {
+    if t.format() == crate::config::MessageFormat::Envelope {
         payload.push_str(" format=envelope");
     }
-    if let Some(after) = t.expire_after {
-        let on_expired = match t.on_expired {
+    if let Some(after) = t.expire_after() {
+        let on_expired = match t.on_expired() {
             crate::config::OnExpired::DeadLetter => "dead_letter",
             crate::config::OnExpired::Drop => "drop",
         };
@@ -156,72 +172,81 @@ fn trigger_line(config: &Config, t: &Trigger) {
             humantime::format_duration(after)
         ));
     }
-    if let Some(allowed) = &t.allowed_routing_keys {
-        payload.push_str(&format!(" allowed_routing_keys={allowed:?}"));
+    match t.destination() {
+        Destination::Amqp(route) => {
+            if let Some(allowed) = &route.allowed_routing_keys {
+                payload.push_str(&format!(" allowed_routing_keys={allowed:?}"));
+            }
+        }
+        Destination::Kafka(route) => {
+            if let Some(allowed) = &route.allowed_topics {
+                payload.push_str(&format!(" allowed_topics={:?}", allowed.patterns()));
+            }
+        }
+        Destination::Http(_) => {}
     }
-    if let Some(allowed) = &t.allowed_topics {
-        payload.push_str(&format!(" allowed_topics={allowed:?}"));
-    }
-    if let Some((per_second, burst)) = t.rate() {
+    if let Some(rate) = t.rate() {
         payload.push_str(&format!(
-            " rate_limit={per_second}/s burst={burst} (bucket in {})",
+            " rate_limit={}/s burst={} (bucket in {})",
+            rate.per_second(),
+            rate.burst(),
             keys.control
         ));
     }
-    if let Some(dead) = &t.dead_letter {
+    if let Some(dead) = t.dead_letter() {
         payload.push_str(&format!(
             " dead_letters_to=({dead}) (leases in {})",
             keys.dead_inflight
         ));
     }
-    if config.redis.mode == crate::config::RedisMode::Cluster {
+    if config.redis.settings().mode == crate::config::RedisMode::Cluster {
         payload.push_str(&format!(
             " slot={}",
             crate::redis::conn::slot(keys.source.as_bytes())
         ));
     }
-    let dest = &t.destination;
+    let dest = t.destination();
     say!(
         "trigger {}: key={} inflight={} dead={}{payload} -> sink {} {dest} workers={} batch={} lease={} guard_interval={} \
          notified_guard_interval={} publish_timeout={} max_attempts={} backoff={}..{} max_message_bytes={}",
-        t.name,
+        t.name(),
         keys.source,
         keys.inflight,
         keys.dead,
-        t.sink,
-        t.workers,
-        t.batch,
-        humantime::format_duration(t.lease),
-        humantime::format_duration(t.guard_interval),
+        t.sink(),
+        t.workers(),
+        t.batch(),
+        humantime::format_duration(t.lease()),
+        humantime::format_duration(t.guard_interval()),
         humantime::format_duration(t.notified_guard()),
-        humantime::format_duration(t.publish_timeout),
-        t.max_attempts,
-        humantime::format_duration(t.backoff_initial),
-        humantime::format_duration(t.backoff_max),
-        t.max_message_bytes,
+        humantime::format_duration(t.publish_timeout()),
+        t.max_attempts(),
+        humantime::format_duration(t.backoff_initial()),
+        humantime::format_duration(t.backoff_max()),
+        t.max_message_bytes(),
     );
-    if let Some(i) = &t.ingress {
+    if let Some(i) = t.ingress() {
         ingress_line(t, i);
     }
 }
 
 /// What `check` says of a trigger's ingress: where producers publish, and how ids are made.
-fn ingress_line(t: &TriggerConfig, i: &crate::config::IngressConfig) {
+fn ingress_line(t: &Trigger, i: &crate::config::IngressConfig) {
     if i.topic.is_some() {
         say!(
             "trigger {} ingress: kafka topic={} group={} -> key={} (x-delay ms or x-delay-until epoch ms; \
              id = topic/partition/offset)",
-            t.name,
+            t.name(),
             i.topic.as_deref().unwrap_or_default(),
-            i.group_name(&t.name),
-            t.key,
+            i.group_name(t.name()),
+            t.key(),
         );
         return;
     }
     say!(
         "trigger {} ingress: amqp exchange={} ({}) queue={} ({}) binding_keys={:?} prefetch={} -> key={} \
          (x-delay ms or x-delay-until epoch ms; id = message_id, else a digest)",
-        t.name,
+        t.name(),
         i.exchange_name(),
         serde_json::to_value(i.exchange_type)
             .ok()
@@ -231,7 +256,7 @@ fn ingress_line(t: &TriggerConfig, i: &crate::config::IngressConfig) {
         i.queue_type.map_or("classic", |q| q.as_str()),
         i.binding_keys,
         i.prefetch,
-        t.key,
+        t.key(),
     );
 }
 
@@ -283,11 +308,14 @@ async fn shard_map(config: &Config) {
         let keys = t.shard_keys();
         let mut per_master: std::collections::BTreeMap<&str, usize> =
             masters.iter().map(|m| (*m, 0)).collect();
-        for key in &keys {
+        for key in keys {
             let slot = crate::redis::conn::slot(key.as_bytes());
             let master = topology.master_of(slot).unwrap_or("(no master)");
             *per_master.entry(master).or_default() += 1;
-            say!("trigger {}: shard {key} -> slot {slot} -> {master}", t.name);
+            say!(
+                "trigger {}: shard {key} -> slot {slot} -> {master}",
+                t.name()
+            );
         }
         let (n, m) = (keys.len(), per_master.len().max(1));
         let most = per_master.values().copied().max().unwrap_or(0);
@@ -300,7 +328,7 @@ async fn shard_map(config: &Config) {
             say!(
                 "warning: trigger {}: its {n} shards land unevenly over the {m} masters ({}); \
                  more shards (a multiple of the masters) spread them better",
-                t.name,
+                t.name(),
                 spread.join(", ")
             );
         }

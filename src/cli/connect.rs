@@ -9,7 +9,7 @@ use lapin::{Connection, ExchangeKind};
 use rdkafka::producer::{BaseProducer, Producer};
 
 use crate::config::{
-    AmqpSinkConfig, Config, Destination, HttpSinkConfig, KafkaSinkConfig, SinkConfig, Trigger,
+    AmqpSinkConfig, Config, Destination, HttpSinkConfig, KafkaSinkConfig, SinkConfig, Tls, Trigger,
 };
 use crate::secret::redact_url;
 
@@ -30,14 +30,18 @@ const HTTP_CONNECT: Duration = Duration::from_secs(5);
 pub(super) async fn problems(config: &Config) -> Vec<String> {
     // The sinks are looked at side by side: one that does not answer costs its timeout once.
     let sinks = config.sinks.iter().map(|(name, sink)| async move {
-        let triggers: Vec<&Trigger> = config.triggers.iter().filter(|t| t.sink == *name).collect();
+        let triggers: Vec<&Trigger> = config
+            .triggers
+            .iter()
+            .filter(|t| t.sink() == *name)
+            .collect();
         if triggers.is_empty() {
             return Vec::new();
         }
-        match sink {
-            SinkConfig::Amqp(a) => amqp_problems(name, a, &triggers).await,
+        match sink.settings() {
+            SinkConfig::Amqp(a) => amqp_problems(name, a, sink.tls(), &triggers).await,
             SinkConfig::Kafka(k) => kafka_problems(name, k, &triggers).await,
-            SinkConfig::Http(h) => http_problems(name, h, &triggers).await,
+            SinkConfig::Http(h) => http_problems(name, h, &sink.tls(), &triggers).await,
         }
     });
     let (mut found, sinks) = tokio::join!(redis_problems(config), join_all(sinks));
@@ -52,7 +56,7 @@ async fn redis_problems(config: &Config) -> Vec<String> {
         Ok(conn) => {
             let mut found = crate::redis::checks::notification_problems(
                 &conn,
-                config.redis.enable_keyspace_events,
+                config.redis.settings().enable_keyspace_events,
             )
             .await;
             let engine = crate::redis::engine::connect_check(config).await;
@@ -72,15 +76,20 @@ async fn redis_problems(config: &Config) -> Vec<String> {
 
 /// The names of `triggers`, for a problem that concerns them all.
 fn names(triggers: &[&Trigger]) -> String {
-    let names: Vec<&str> = triggers.iter().map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = triggers.iter().map(|t| t.name()).collect();
     names.join(", ")
 }
 
 /// RabbitMQ: each trigger's exchange and dead-letter exchange, passively declared on a
 /// channel of its own (a refusal closes the channel); exchanges the sink declares itself
 /// (`declare`) are not looked for.
-async fn amqp_problems(name: &str, config: &AmqpSinkConfig, triggers: &[&Trigger]) -> Vec<String> {
-    let sink = match crate::sink::amqp::AmqpSink::new(name, config) {
+async fn amqp_problems(
+    name: &str,
+    config: &AmqpSinkConfig,
+    tls: Tls,
+    triggers: &[&Trigger],
+) -> Vec<String> {
+    let sink = match crate::sink::amqp::AmqpSink::new(name, config, tls) {
         Ok(sink) => sink,
         Err(e) => return vec![format!("sink {name}: {e:#}")],
     };
@@ -98,8 +107,8 @@ async fn amqp_problems(name: &str, config: &AmqpSinkConfig, triggers: &[&Trigger
     let mut found = Vec::new();
     for t in triggers {
         let routes = [
-            ("exchange", Some(&t.destination)),
-            ("dead_letter_exchange", t.dead_letter.as_ref()),
+            ("exchange", Some(t.destination())),
+            ("dead_letter_exchange", t.dead_letter()),
         ];
         for (key, route) in routes {
             let Some(Destination::Amqp(route)) = route else {
@@ -112,7 +121,7 @@ async fn amqp_problems(name: &str, config: &AmqpSinkConfig, triggers: &[&Trigger
             if let Some(why) = exchange_problem(&conn, exchange).await {
                 found.push(format!(
                     "trigger {} (sink {name}): {key} `{exchange}` {why}",
-                    t.name
+                    t.name()
                 ));
             }
         }
@@ -198,13 +207,13 @@ async fn kafka_problems(
     let mut found = Vec::new();
     for t in triggers {
         let mut wanted = Vec::new();
-        if let Destination::Kafka(route) = &t.destination {
+        if let Destination::Kafka(route) = t.destination() {
             wanted.push(("topic", route.topic.as_str()));
         }
-        if let Some(Destination::Kafka(route)) = &t.dead_letter {
+        if let Some(Destination::Kafka(route)) = t.dead_letter() {
             wanted.push(("dead_letter_topic", route.topic.as_str()));
         }
-        if let Some(topic) = t.ingress.as_ref().and_then(|i| i.topic.as_deref()) {
+        if let Some(topic) = t.ingress().as_ref().and_then(|i| i.topic.as_deref()) {
             wanted.push(("ingress.topic", topic));
         }
         for (key, topic) in wanted {
@@ -217,7 +226,7 @@ async fn kafka_problems(
             };
             found.push(format!(
                 "trigger {} (sink {name}): {key} `{topic}` {why}",
-                t.name
+                t.name()
             ));
         }
     }
@@ -227,21 +236,26 @@ async fn kafka_problems(
 /// HTTP: a TCP connect (and TLS handshake for `https`) to each trigger's own URL's host and
 /// port, within the sink's timeout (at most [`HTTP_CONNECT`]); no request is sent. A URL each
 /// message names (`url_pointer`) is not known before: not looked at.
-async fn http_problems(name: &str, config: &HttpSinkConfig, triggers: &[&Trigger]) -> Vec<String> {
+async fn http_problems(
+    name: &str,
+    config: &HttpSinkConfig,
+    tls: &Tls,
+    triggers: &[&Trigger],
+) -> Vec<String> {
     let limit = config.timeout.min(HTTP_CONNECT);
     let mut found = Vec::new();
     for t in triggers {
-        let Destination::Http(route) = &t.destination else {
+        let Destination::Http(route) = t.destination() else {
             continue;
         };
         let Some(url) = route.fixed_url() else {
             continue;
         };
-        if let Err(why) = http_connect(url, config, limit).await {
+        if let Err(why) = http_connect(url, tls, limit).await {
             found.push(format!(
                 "trigger {} (sink {name}): url {} cannot be reached: {why}: start the \
                  endpoint, or fix the trigger's url (or the sink's tls)",
-                t.name,
+                t.name(),
                 redact_url(url)
             ));
         }
@@ -249,8 +263,8 @@ async fn http_problems(name: &str, config: &HttpSinkConfig, triggers: &[&Trigger
     found
 }
 
-/// Connects to `url`'s host and port (a TLS handshake for `https`) within `limit`.
-async fn http_connect(url: &str, config: &HttpSinkConfig, limit: Duration) -> Result<(), String> {
+/// Connects to `url`'s host and port (a TLS handshake with `tls` for `https`) within `limit`.
+async fn http_connect(url: &str, tls: &Tls, limit: Duration) -> Result<(), String> {
     let parsed = url::Url::parse(url).map_err(|e| format!("not a URL ({e})"))?;
     let host = parsed.host_str().ok_or("the URL has no host")?.to_string();
     let port = parsed
@@ -270,8 +284,6 @@ async fn http_connect(url: &str, config: &HttpSinkConfig, limit: Duration) -> Re
     if parsed.scheme() != "https" {
         return Ok(());
     }
-    let tls =
-        crate::tls::Tls::of_table(config.tls.as_ref(), "tls").map_err(|e| format!("{e:#}"))?;
     let server = rustls::pki_types::ServerName::try_from(tls.name_for(&host).to_string())
         .map_err(|e| format!("server name: {e}"))?;
     let handshake = tokio_rustls::TlsConnector::from(tls.config()).connect(server, tcp);

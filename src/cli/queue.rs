@@ -31,7 +31,7 @@ pub(super) fn queue_for(config: &Config, conn: Conn, trigger: &str) -> anyhow::R
     let t = config
         .triggers
         .iter()
-        .find(|t| t.name == trigger)
+        .find(|t| t.name() == trigger)
         .with_context(|| format!("no trigger named `{trigger}`"))?;
     Queue::new(t, conn)
 }
@@ -42,7 +42,7 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
     let mut rows = Vec::new();
     let mut schedule_rows = Vec::new();
     for t in &config.triggers {
-        let queue = queue_for(&config, conn.clone(), &t.name)?;
+        let queue = queue_for(&config, conn.clone(), t.name())?;
         let each = queue.shard_stats().await?;
         let keys: Vec<String> = queue
             .shards()
@@ -53,7 +53,7 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
         let schedules = super::schedule::schedule_rows(&queue.shards()[0], t).await?;
         let held = queue.held().await?;
         rows.push((
-            t.name.clone(),
+            t.name().to_string(),
             QueueStats::sum(&each),
             keys,
             each,

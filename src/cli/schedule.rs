@@ -134,14 +134,14 @@ pub(crate) fn rfc3339(ms: i64, tz: Option<chrono_tz::Tz>) -> String {
 
 /// What `check` says of a trigger's schedules: each with its next fire.
 pub(super) fn schedule_lines(t: &Trigger) {
-    for s in &t.schedules {
+    for s in t.schedules() {
         let next = Cron::parse(&s.cron, &s.timezone)
             .ok()
             .and_then(|c| c.next_after(crate::cron::now_ms()))
             .map_or_else(|| "none".to_string(), |ms| rfc3339(ms, None));
         say!(
             "trigger {} schedule {}: cron=\"{}\" timezone={} misfire={} misfire_grace={} catch_up_limit={} next={next}",
-            t.name,
+            t.name(),
             s.name,
             s.cron,
             s.timezone,
@@ -154,7 +154,7 @@ pub(super) fn schedule_lines(t: &Trigger) {
 
 /// `check`'s line on the time-zone data, when some trigger has schedules.
 pub(super) fn tzdata_line(config: &Config) {
-    if config.triggers.iter().any(|t| !t.schedules.is_empty()) {
+    if config.triggers.iter().any(|t| !t.schedules().is_empty()) {
         say!(
             "time zones: IANA tzdb {} (built in)",
             crate::cron::tz_version()

@@ -61,7 +61,7 @@ fn trigger<'a>(config: &'a Config, name: &str) -> anyhow::Result<&'a Trigger> {
     config
         .triggers
         .iter()
-        .find(|t| t.name == name)
+        .find(|t| t.name() == name)
         .with_context(|| format!("no trigger named `{name}`"))
 }
 
@@ -95,7 +95,7 @@ pub(super) async fn add(config: Config, a: AddArgs) -> anyhow::Result<i32> {
         misfire_grace: a.misfire_grace,
         catch_up_limit: a.catch_up_limit,
     };
-    let queue = queue_for(&config, connect(&config).await?, &t.name)?;
+    let queue = queue_for(&config, connect(&config).await?, t.name())?;
     if let Err(e) = stored::add(&queue.shards()[0], t, &s).await {
         return refused(e);
     }
@@ -106,7 +106,7 @@ pub(super) async fn add(config: Config, a: AddArgs) -> anyhow::Result<i32> {
     say!(
         "added schedule {} to trigger {} (first fire {next})",
         s.name,
-        t.name
+        t.name()
     );
     Ok(0)
 }
@@ -118,13 +118,13 @@ pub(super) async fn remove(
     name: String,
 ) -> anyhow::Result<i32> {
     let t = trigger(&config, &trigger_name)?;
-    let queue = queue_for(&config, connect(&config).await?, &t.name)?;
+    let queue = queue_for(&config, connect(&config).await?, t.name())?;
     if let Err(e) = stored::remove(&queue.shards()[0], t, &name).await {
         return refused(e);
     }
     say!(
         "removed schedule {name} from trigger {} (a tick already enqueued still fires)",
-        t.name
+        t.name()
     );
     Ok(0)
 }
@@ -132,7 +132,7 @@ pub(super) async fn remove(
 /// `schedule list`.
 pub(super) async fn list(config: Config, trigger_name: String, json: bool) -> anyhow::Result<i32> {
     let t = trigger(&config, &trigger_name)?;
-    let queue = queue_for(&config, connect(&config).await?, &t.name)?;
+    let queue = queue_for(&config, connect(&config).await?, t.name())?;
     let rows = stored::list(&queue.shards()[0], t).await?;
     if json {
         say!("{}", serde_json::to_string_pretty(&rows)?);

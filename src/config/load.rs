@@ -9,10 +9,7 @@ use serde::de::DeserializeOwned;
 
 use super::problem::{ConfigError, Problem};
 use super::validate::{validate, Parsed};
-use super::{
-    AdminConfig, Config, LogConfig, MetricsConfig, RedisConfig, ShutdownConfig, SinkConfig,
-    Trigger, TriggerConfig,
-};
+use super::{Config, RedisConfig, SinkConfig, TriggerConfig};
 
 /// Environment variables with this prefix override the file; `__` separates levels.
 pub(super) const ENV_PREFIX: &str = "DELAY_BRIDGE_";
@@ -40,8 +37,7 @@ pub fn load_from(figment: Figment, path: &Path) -> Result<Config, ConfigError> {
         file: path.to_path_buf(),
         problems: Vec::new(),
     };
-    let mut parsed = loader.extract();
-    let validated = validate(&parsed);
+    let validated = validate(loader.extract());
     // A field already refused for its type took its default for validation: what
     // validation says of that default is not the operator's problem.
     let refused: Vec<String> = loader.problems.iter().map(|p| p.key.clone()).collect();
@@ -50,31 +46,17 @@ pub fn load_from(figment: Figment, path: &Path) -> Result<Config, ConfigError> {
             loader.push(&key, message);
         }
     }
-    if loader.problems.is_empty() {
-        let routes = validated
-            .destinations
-            .into_iter()
-            .zip(validated.dead_letters);
-        for (settings, (destination, dead_letter)) in parsed.triggers.into_iter().zip(routes) {
-            // Validation resolves every destination or says why: none is missing here.
-            let Some(destination) = destination else {
-                loader.push(
-                    &format!("triggers.{}", settings.name),
-                    "its destination could not be resolved".into(),
-                );
-                continue;
-            };
-            let trigger = Trigger::new(settings, destination, dead_letter);
-            parsed.config.triggers.push(trigger);
-        }
+    if validated.config.is_none() && loader.problems.is_empty() {
+        // Every section that is not validated says why: this is not expected.
+        loader.push("", "the configuration could not be validated".into());
     }
-    if loader.problems.is_empty() {
-        super::tls::keep_clients(&mut parsed.config, validated.tls_clients);
-        Ok(parsed.config)
-    } else {
-        let mut problems = loader.problems;
-        locate_all(&mut problems, path);
-        Err(ConfigError { problems })
+    match validated.config {
+        Some(config) if loader.problems.is_empty() => Ok(config),
+        _ => {
+            let mut problems = loader.problems;
+            locate_all(&mut problems, path);
+            Err(ConfigError { problems })
+        }
     }
 }
 
@@ -103,23 +85,7 @@ impl Loader {
     /// Extracts section by section so that a bad value in one place does not hide the others;
     /// a broken section is replaced by its defaults and remembered, so validation can go on.
     fn extract(&mut self) -> Parsed {
-        let mut parsed = Parsed {
-            config: Config {
-                redis: RedisConfig::default(),
-                metrics: MetricsConfig::default(),
-                admin: AdminConfig::default(),
-                log: LogConfig::default(),
-                shutdown: ShutdownConfig::default(),
-                sinks: Default::default(),
-                triggers: Vec::new(),
-            },
-            triggers: Vec::new(),
-            trigger_index: Vec::new(),
-            broken_sinks: Vec::new(),
-            broken_redis: false,
-            unparsable: false,
-            had_triggers: false,
-        };
+        let mut parsed = Parsed::default();
         let root = match self.figment.extract::<Value>() {
             Ok(root) => root,
             Err(e) => {
@@ -142,15 +108,14 @@ impl Loader {
                 }
             }
         }
-        let c = &mut parsed.config;
         match self.section::<RedisConfig>("redis") {
-            Some(v) => c.redis = v,
+            Some(v) => parsed.redis = v,
             None => parsed.broken_redis = true,
         }
-        c.metrics = self.section("metrics").unwrap_or_default();
-        c.admin = self.section("admin").unwrap_or_default();
-        c.log = self.section("log").unwrap_or_default();
-        c.shutdown = self.section("shutdown").unwrap_or_default();
+        parsed.metrics = self.section("metrics").unwrap_or_default();
+        parsed.admin = self.section("admin").unwrap_or_default();
+        parsed.log = self.section("log").unwrap_or_default();
+        parsed.shutdown = self.section("shutdown").unwrap_or_default();
 
         if let Some(value) = root.find_ref("sinks") {
             match value.as_dict() {
@@ -158,7 +123,7 @@ impl Loader {
                     for (name, value) in dict {
                         match self.sink(name, value) {
                             Some(sink) => {
-                                c.sinks.insert(name.clone(), sink);
+                                parsed.sinks.insert(name.clone(), sink);
                             }
                             None => parsed.broken_sinks.push(name.clone()),
                         }

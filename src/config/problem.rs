@@ -50,3 +50,23 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// What one section's `validate` found wrong, each problem as (key, message) with the key from
+/// the top of the file (`redis.url`, `sinks.NAME.tls.ca_file`): the loader adds where each
+/// key came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid(pub Vec<(String, String)>);
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (key, message)) in self.0.iter().enumerate() {
+            if i > 0 {
+                write!(f, "; ")?;
+            }
+            write!(f, "{key}: {message}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Invalid {}

@@ -106,7 +106,7 @@ pub(super) fn schedule_problems(
 /// of a schedule added at run time.
 pub fn problems(s: &ScheduleConfig) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    if !super::validate::valid_name(&s.name) {
+    if !super::rules::valid_name(&s.name) {
         out.push((
             "name",
             "must be non-empty and contain only A-Z, a-z, 0-9, `_`, `-` and `.`".into(),
@@ -120,7 +120,7 @@ pub fn problems(s: &ScheduleConfig) -> Vec<(&'static str, String)> {
     }
     if s.misfire_grace.is_zero() {
         out.push(("misfire_grace", "must be more than 0".into()));
-    } else if let Some(why) = super::validate::too_long(s.misfire_grace, MAX_GRACE) {
+    } else if let Some(why) = super::rules::too_long(s.misfire_grace, MAX_GRACE) {
         out.push(("misfire_grace", why));
     }
     if s.catch_up_limit == 0 || s.catch_up_limit > MAX_CATCH_UP {

@@ -1,13 +1,14 @@
-//! The `[sinks.NAME]` sections: AMQP (addresses, channels, the topology to declare), Kafka
-//! (brokers and producer properties) and HTTP.
+//! The `[sinks.NAME]` sections as written: AMQP (addresses, channels, the topology to
+//! declare), Kafka (brokers and producer properties) and HTTP; and the validated [`Sink`] each
+//! becomes, its TLS client built once.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::HttpSinkConfig;
-use crate::tls::TlsConfig;
+use crate::tls::{Tls, TlsConfig};
 
 /// `[sinks.NAME]`: a broker, chosen by `type`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -163,4 +164,52 @@ pub struct KafkaSinkConfig {
     /// word of a broker that may not have stored them. Off: such properties are refused.
     #[serde(default)]
     pub accept_possible_loss: bool,
+}
+
+/// A `[sinks.NAME]` validated: its settings as written, every one checked, and the TLS client
+/// of its `tls` table built from its files once. Only [`Sink::validate`] makes one.
+#[derive(Debug, Clone)]
+pub struct Sink {
+    name: String,
+    settings: SinkConfig,
+    tls: Option<Tls>,
+}
+
+impl Sink {
+    /// A validated sink: only [`Sink::validate`] calls this.
+    pub(super) fn new(name: &str, settings: SinkConfig, tls: Option<Tls>) -> Self {
+        Self {
+            name: name.to_string(),
+            settings,
+            tls,
+        }
+    }
+
+    /// The sink's name, the `NAME` of `[sinks.NAME]`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The settings as written (checked), by type.
+    pub fn settings(&self) -> &SinkConfig {
+        &self.settings
+    }
+
+    /// `amqp`, `kafka` or `http`.
+    pub fn kind(&self) -> &'static str {
+        self.settings.kind()
+    }
+
+    /// The TLS client of an `amqps://` or `https://` connection: the `tls` table's, built when
+    /// the sink was validated, or the system's trust store without that table.
+    pub fn tls(&self) -> Tls {
+        self.tls.clone().unwrap_or_else(Tls::system)
+    }
+}
+
+/// As written: a reload compares the section so.
+impl Serialize for Sink {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.settings.serialize(serializer)
+    }
 }

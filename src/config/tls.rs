@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{Config, KafkaSinkConfig, SinkConfig, TlsConfig};
+use super::{Config, KafkaSinkConfig, RedisConfig, RedisMode, SinkConfig, TlsConfig};
 use crate::tls::{shared_mode, Tls};
 
 /// librdkafka properties that name files it reads when TLS is on.
@@ -14,129 +14,101 @@ const KAFKA_FILES: [&str; 5] = [
     "ssl.crl.location",
 ];
 
-/// Problems, as (key, message), with the TLS settings of `config`: a TLS table on a plain
-/// URL, `#insecure` in a URL, files that cannot be read or do not hold what they should,
-/// and Kafka `ssl.*` files that librdkafka would fail to read.
-/// A TLS client built while checking its table, with the table's key.
-pub(super) type Built = (String, Tls);
-
-/// The clients it could build come back too, by table (`redis.tls`, `sinks.NAME.tls`), for
-/// the loader to keep: their files are then read once.
-pub(super) fn problems(config: &Config, broken_redis: bool) -> (Vec<(String, String)>, Vec<Built>) {
+/// The TLS problems of `[redis]`, as (key, message): a TLS table on a plain URL, `#insecure`
+/// in a URL, files that cannot be read or do not hold what they should; and the client of
+/// `[redis.tls]`, built from its files now, so that they are read once.
+pub(super) fn redis(redis: &RedisConfig) -> (Vec<(String, String)>, Option<Tls>) {
     let mut out = Vec::new();
-    let mut clients = Vec::new();
-    if !broken_redis {
-        let url = url::Url::parse(&config.redis.url).ok();
-        let scheme = url.as_ref().map(url::Url::scheme);
-        if url.as_ref().and_then(url::Url::fragment) == Some("insecure") {
-            out.push((
-                "redis.url".into(),
-                "`#insecure` is not accepted: set `redis.tls.insecure = true` to turn \
-                 verification off (it is warned about), or better, `redis.tls.ca_file`"
-                    .into(),
-            ));
+    let url = url::Url::parse(&redis.url).ok();
+    let scheme = url.as_ref().map(url::Url::scheme);
+    if url.as_ref().and_then(url::Url::fragment) == Some("insecure") {
+        out.push((
+            "redis.url".into(),
+            "`#insecure` is not accepted: set `redis.tls.insecure = true` to turn \
+             verification off (it is warned about), or better, `redis.tls.ca_file`"
+                .into(),
+        ));
+    }
+    if let Some(rest) = redis.url.strip_prefix("rediss://") {
+        // The bridge does TLS itself and parses the rest as a plain address.
+        use ::redis::IntoConnectionInfo;
+        if let Err(e) = format!("redis://{rest}").as_str().into_connection_info() {
+            out.push(("redis.url".into(), format!("not a usable Redis URL: {e}")));
         }
-        if let Some(rest) = config.redis.url.strip_prefix("rediss://") {
-            // The bridge does TLS itself and parses the rest as a plain address.
-            use redis::IntoConnectionInfo;
-            if let Err(e) = format!("redis://{rest}").as_str().into_connection_info() {
-                out.push(("redis.url".into(), format!("not a usable Redis URL: {e}")));
-            }
-        }
-        let cluster = config.redis.mode == super::RedisMode::Cluster;
-        let sentinel = config.redis.mode == super::RedisMode::Sentinel;
-        let plain = if cluster {
-            config.redis.nodes.iter().any(|n| n.starts_with("redis://"))
-        } else if sentinel {
-            config
-                .redis
-                .sentinels
+    }
+    let Some(tls) = &redis.tls else {
+        return (out, None);
+    };
+    let (plain, what) = match redis.mode {
+        RedisMode::Cluster => (
+            redis.nodes.iter().any(|n| n.starts_with("redis://")),
+            "redis.nodes are",
+        ),
+        RedisMode::Sentinel => (
+            redis.sentinels.iter().any(|n| n.starts_with("redis://")),
+            "redis.sentinels are",
+        ),
+        RedisMode::Standalone => (scheme == Some("redis"), "redis.url is"),
+    };
+    if plain {
+        out.push((
+            "redis.tls".into(),
+            format!("TLS settings are given but {what} redis:// (plain text): use rediss://"),
+        ));
+    }
+    let client = table("redis.tls", tls, &mut out);
+    (out, client)
+}
+
+/// The TLS problems of the sink `name`, as (key, message): a TLS table on a plain address,
+/// its files, Kafka `ssl.*` files that librdkafka would fail to read; and the client of its
+/// `[sinks.NAME.tls]`, built from its files now.
+pub(super) fn sink(name: &str, sink: &SinkConfig) -> (Vec<(String, String)>, Option<Tls>) {
+    let mut out = Vec::new();
+    let key = format!("sinks.{name}.tls");
+    let client = match sink {
+        SinkConfig::Amqp(amqp) => {
+            let Some(tls) = &amqp.tls else {
+                return (out, None);
+            };
+            let plain = amqp
+                .addresses()
                 .iter()
-                .any(|n| n.starts_with("redis://"))
-        } else {
-            scheme == Some("redis")
-        };
-        if let Some(tls) = &config.redis.tls {
-            if plain && sentinel {
+                .any(|a| url::Url::parse(a).is_ok_and(|u| u.scheme() == "amqp"));
+            if plain {
                 out.push((
-                    "redis.tls".into(),
-                    "TLS settings are given but redis.sentinels are redis:// (plain text): use rediss://"
-                        .into(),
-                ));
-            } else if plain && cluster {
-                out.push((
-                    "redis.tls".into(),
-                    "TLS settings are given but redis.nodes are redis:// (plain text): use rediss://"
-                        .into(),
-                ));
-            } else if plain {
-                out.push((
-                    "redis.tls".into(),
-                    "TLS settings are given but redis.url is redis:// (plain text): use rediss://"
+                    key.clone(),
+                    "TLS settings are given but the address is amqp:// (plain text): use amqps://"
                         .into(),
                 ));
             }
-            out.extend(table("redis.tls", tls, &mut clients));
+            table(&key, tls, &mut out)
         }
-    }
-    for (name, sink) in &config.sinks {
-        match sink {
-            SinkConfig::Amqp(amqp) => {
-                let Some(tls) = &amqp.tls else { continue };
-                let plain = amqp
-                    .addresses()
-                    .iter()
-                    .any(|a| url::Url::parse(a).is_ok_and(|u| u.scheme() == "amqp"));
-                if plain {
-                    out.push((
-                        format!("sinks.{name}.tls"),
-                        "TLS settings are given but the address is amqp:// (plain text): use amqps://".into(),
-                    ));
-                }
-                out.extend(table(&format!("sinks.{name}.tls"), tls, &mut clients));
-            }
-            SinkConfig::Kafka(kafka) => out.extend(kafka_files(name, kafka)),
-            SinkConfig::Http(http) => {
-                if let Some(tls) = &http.tls {
-                    out.extend(table(&format!("sinks.{name}.tls"), tls, &mut clients));
-                }
-            }
+        SinkConfig::Kafka(kafka) => {
+            out.extend(kafka_files(name, kafka));
+            None
         }
-    }
-    (out, clients)
+        SinkConfig::Http(http) => match &http.tls {
+            Some(tls) => table(&key, tls, &mut out),
+            None => None,
+        },
+    };
+    (out, client)
 }
 
-/// Hands the clients [`problems`] built to their tables.
-pub(super) fn keep_clients(config: &mut Config, clients: Vec<Built>) {
-    for (prefix, client) in clients {
-        let table = match prefix
-            .strip_prefix("sinks.")
-            .and_then(|s| s.strip_suffix(".tls"))
-        {
-            Some(name) => match config.sinks.get_mut(name) {
-                Some(SinkConfig::Amqp(amqp)) => amqp.tls.as_mut(),
-                Some(SinkConfig::Http(http)) => http.tls.as_mut(),
-                _ => None,
-            },
-            None => config.redis.tls.as_mut(),
-        };
-        if let Some(table) = table {
-            table.client = Some(client);
-        }
-    }
-}
-
-/// Builds the TLS client of one table, reading its files, and reports what is wrong.
-fn table(prefix: &str, tls: &TlsConfig, clients: &mut Vec<Built>) -> Vec<(String, String)> {
+/// Builds the TLS client of the table at `prefix`, reading its files; what is wrong goes to
+/// `out`.
+fn table(prefix: &str, tls: &TlsConfig, out: &mut Vec<(String, String)>) -> Option<Tls> {
     match Tls::new(tls) {
-        Ok(client) => {
-            clients.push((prefix.to_string(), client));
-            Vec::new()
+        Ok(client) => Some(client),
+        Err(problems) => {
+            out.extend(
+                problems
+                    .into_iter()
+                    .map(|p| (format!("{prefix}.{}", p.field), p.message)),
+            );
+            None
         }
-        Err(problems) => problems
-            .into_iter()
-            .map(|p| (format!("{prefix}.{}", p.field), p.message))
-            .collect(),
     }
 }
 
@@ -188,11 +160,11 @@ impl Config {
                 out.push(format!("{prefix}: {w}"));
             }
         };
-        if let Some(tls) = &self.redis.tls {
+        if let Some(tls) = &self.redis.settings().tls {
             table(&mut out, "redis.tls", tls);
         }
         for (name, sink) in &self.sinks {
-            match sink {
+            match sink.settings() {
                 SinkConfig::Amqp(amqp) => {
                     if let Some(tls) = &amqp.tls {
                         table(&mut out, &format!("sinks.{name}.tls"), tls);

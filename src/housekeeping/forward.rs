@@ -33,7 +33,7 @@ pub(crate) async fn forward_dead_letters(
     stop: CancellationToken,
     abort: CancellationToken,
 ) {
-    let Some(destination) = shard.trigger().dead_letter.clone() else {
+    let Some(destination) = shard.trigger().dead_letter().cloned() else {
         return;
     };
     shard
@@ -110,7 +110,7 @@ impl Forwarder {
             let claim = match self
                 .shard
                 .store()
-                .claim_dead(FORWARD_BATCH, self.shard.trigger().lease)
+                .claim_dead(FORWARD_BATCH, self.shard.trigger().lease())
                 .await
             {
                 Ok(claim) => {
@@ -204,17 +204,20 @@ impl Forwarder {
                 Body::Missing => Some(&[][..]),
                 _ => item.payload(),
             };
-            match payload.filter(|p| p.len() <= cfg.max_message_bytes) {
+            match payload.filter(|p| p.len() <= cfg.max_message_bytes()) {
                 Some(payload) => sendable.push((
                     item,
                     payload,
                     headers(item, &self.shard.store().keys().source),
-                    MessageId::new(&cfg.key, &item.member),
+                    MessageId::new(&cfg.key(), &item.member),
                 )),
                 None => sorted.refuse(
                     item.member.as_slice(),
                     "too_large".into(),
-                    format!("larger than max_message_bytes ({})", cfg.max_message_bytes),
+                    format!(
+                        "larger than max_message_bytes ({})",
+                        cfg.max_message_bytes()
+                    ),
                 ),
             }
         }
@@ -239,7 +242,7 @@ impl Forwarder {
                 .publish_batch(Batch {
                     trigger: self.shard.name(),
                     messages: &messages,
-                    timeout: cfg.publish_timeout,
+                    timeout: cfg.publish_timeout(),
                     abort: &self.abort,
                     confirms: None,
                 })
@@ -291,7 +294,7 @@ impl Forwarder {
         for reason in &sorted.unconfirmed {
             shard.metrics().dead_letter_not_forwarded(reason);
         }
-        let give_up = Instant::now() + shard.trigger().lease;
+        let give_up = Instant::now() + shard.trigger().lease();
         let mut failures = 0u32;
         let settled = loop {
             match shard
@@ -319,7 +322,7 @@ impl Forwarder {
         } else if let Some(unlogged) = self.refusals.failed() {
             // Named by message id, never by its bytes (the member is the payload inline).
             let (member, _, why) = &sorted.refused[0];
-            let first = MessageId::new(&shard.trigger().key, member);
+            let first = MessageId::new(&shard.trigger().key(), member);
             tracing::warn!(refused = settled.refused, first_id = first.as_str(),
                 reason = %why, forwards = self.refusals.count(), unlogged,
                 "the broker refuses these dead letters; they stay in Redis (list, requeue or purge them)");

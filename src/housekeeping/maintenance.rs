@@ -52,7 +52,7 @@ pub(crate) async fn maintain(
     let mut kept: Vec<Kept> = triggers
         .into_iter()
         .map(|shard| Kept {
-            busy: (shard.trigger().lease / 4)
+            busy: (shard.trigger().lease() / 4)
                 .clamp(Duration::from_millis(100), Duration::from_secs(5))
                 .min(interval),
             shard,

@@ -31,7 +31,7 @@ pub(super) async fn run(
     ingress: &IngressConfig,
     stop: &CancellationToken,
 ) {
-    let name = ctx.config.name.as_str();
+    let name = ctx.config.name();
     let backoff = Backoff {
         initial: Duration::from_millis(250),
         max: Duration::from_secs(10),
@@ -70,7 +70,7 @@ async fn session(
     ingress: &IngressConfig,
     stop: &CancellationToken,
 ) -> Result<(), Ended> {
-    let name = ctx.config.name.as_str();
+    let name = ctx.config.name();
     let queue = ingress.queue_name();
     let channel = declare(conn, ingress, &queue, name).await?;
     channel
@@ -224,7 +224,7 @@ async fn look(
     ctx.metrics
         .ingress
         .lag
-        .with_label_values(&[&ctx.config.name])
+        .with_label_values(&[ctx.config.name()])
         .set(i64::from(q.message_count()));
     exchange_exists(channel, ingress.exchange_name(), ExchangeKind::Fanout)
         .await

@@ -34,7 +34,7 @@ pub(super) async fn run(
     ingress: &IngressConfig,
     stop: &CancellationToken,
 ) {
-    let name = ctx.config.name.as_str();
+    let name = ctx.config.name();
     let Some(topic) = ingress.topic.as_deref() else {
         return;
     };
@@ -92,7 +92,7 @@ async fn session(
     topic: &str,
     stop: &CancellationToken,
 ) -> Result<(), Ended> {
-    let name = ctx.config.name.as_str();
+    let name = ctx.config.name();
     consumer
         .subscribe(&[topic])
         .map_err(|e| Ended::Broker(e.to_string()))?;
@@ -170,7 +170,7 @@ async fn read_lag(ctx: &Ingress, consumer: &Arc<StreamConsumer>) {
         ctx.metrics
             .ingress
             .lag
-            .with_label_values(&[&ctx.config.name])
+            .with_label_values(&[ctx.config.name()])
             .set(lag);
     }
 }

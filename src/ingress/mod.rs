@@ -63,8 +63,8 @@ impl Ingress {
         metrics: Metrics,
         health: Health,
     ) -> Self {
-        metrics.ingress.start(&config.name);
-        let readiness = health.ingress(&config.name);
+        metrics.ingress.start(&config.name());
+        let readiness = health.ingress(&config.name());
         Self {
             config,
             queue,
@@ -79,7 +79,7 @@ impl Ingress {
 
     /// Consumes until `stop`; a store in progress then finishes and is acknowledged.
     pub(crate) async fn run(self, sink: Arc<Sink>, stop: CancellationToken) {
-        let Some(ingress) = self.config.ingress.clone() else {
+        let Some(ingress) = self.config.ingress().clone() else {
             return;
         };
         match &*sink {
@@ -94,7 +94,7 @@ impl Ingress {
 
     /// What the store is asked to do with `m`: schedule it, or dead-letter it with a reason.
     fn disposition<'a>(&self, m: &'a Incoming) -> Ingest<'a> {
-        if m.envelope.len() > self.config.max_message_bytes {
+        if m.envelope.len() > self.config.max_message_bytes() {
             return Ingest::Dead {
                 reason: "too_large",
                 detail: "the message (body and properties) is over max_message_bytes",
@@ -109,7 +109,7 @@ impl Ingress {
         // Checked now too (the worker checks again when it is due): the producer learns of it
         // while its record is fresh, not when it was due.
         if let Some(topic) = &m.topic {
-            let allowed = match &self.config.destination {
+            let allowed = match &self.config.destination() {
                 Destination::Kafka(route) => route.allows(topic),
                 _ => false,
             };
@@ -133,7 +133,7 @@ impl Ingress {
     /// Stores one message, once: `Ok` when Redis has it (now or from an earlier delivery).
     async fn store(&self, m: &Incoming) -> Result<(), StoreError> {
         let how = self.disposition(m);
-        let name = self.config.name.as_str();
+        let name = self.config.name();
         let started = Instant::now();
         let result = self
             .queue
@@ -179,7 +179,7 @@ impl Ingress {
 
     /// Consuming stopped because Redis did not take a write: logged, shown by `/readyz`.
     fn redis_stopped(&self, e: &StoreError) {
-        let name = self.config.name.as_str();
+        let name = self.config.name();
         self.refusals.fetch_add(1, Ordering::Relaxed);
         if !self.stopped.swap(true, Ordering::Relaxed) {
             tracing::warn!(trigger = name, error = %e,
@@ -217,7 +217,7 @@ impl Ingress {
         self.metrics
             .ingress
             .consuming
-            .with_label_values(&[&self.config.name])
+            .with_label_values(&[&self.config.name()])
             .set(i64::from(on));
         if on && !self.stopped.load(Ordering::Relaxed) {
             self.readiness.consuming();

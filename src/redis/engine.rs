@@ -144,7 +144,7 @@ pub async fn connect_check(config: &crate::config::Config) -> Vec<Finding> {
         Err(e) => return vec![Finding::new(Severity::Error, format!("redis: {e:#}"))],
     };
     match endpoint.connect().await {
-        Ok(conn) => inspect(&conn, &config.redis, true).await,
+        Ok(conn) => inspect(&conn, config.redis.settings(), true).await,
         Err(e) => vec![Finding::new(
             Severity::Error,
             format!("{endpoint}: not reached: {e}"),

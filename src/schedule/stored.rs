@@ -33,17 +33,18 @@ pub async fn add(store: &Store, t: &Trigger, s: &ScheduleConfig) -> Result<(), C
         let problems = problems.into_iter().map(|(f, w)| (f.to_string(), w));
         return Err(ChangeError::Invalid(problems.collect()));
     }
-    if t.schedules.iter().any(|c| c.name == s.name) {
+    if t.schedules().iter().any(|c| c.name == s.name) {
         return Err(ChangeError::Conflict(format!(
             "trigger `{}` has a schedule `{}` in its config: change it there",
-            t.name, s.name
+            t.name(),
+            s.name
         )));
     }
     let stored = store.schedule_defs().await?;
-    if stored.len() + t.schedules.len() >= MAX_SCHEDULES {
+    if stored.len() + t.schedules().len() >= MAX_SCHEDULES {
         return Err(ChangeError::Conflict(format!(
             "trigger `{}` has {MAX_SCHEDULES} schedules already",
-            t.name
+            t.name()
         )));
     }
     let mut json = serde_json::to_value(s).map_err(|e| ChangeError::Conflict(e.to_string()))?;
@@ -54,7 +55,8 @@ pub async fn add(store: &Store, t: &Trigger, s: &ScheduleConfig) -> Result<(), C
     if !store.add_schedule_def(&s.name, &json).await? {
         return Err(ChangeError::Conflict(format!(
             "trigger `{}` has a run-time schedule `{}` already: remove it first",
-            t.name, s.name
+            t.name(),
+            s.name
         )));
     }
     Ok(())
@@ -62,16 +64,16 @@ pub async fn add(store: &Store, t: &Trigger, s: &ScheduleConfig) -> Result<(), C
 
 /// Removes run-time schedule `name` of `t`; a tick already enqueued still fires.
 pub async fn remove(store: &Store, t: &Trigger, name: &str) -> Result<(), ChangeError> {
-    if t.schedules.iter().any(|c| c.name == name) {
+    if t.schedules().iter().any(|c| c.name == name) {
         return Err(ChangeError::Conflict(format!(
             "schedule `{name}` of trigger `{}` is in its config: remove it there",
-            t.name
+            t.name()
         )));
     }
     if !store.remove_schedule_def(name).await? {
         return Err(ChangeError::Missing(format!(
             "trigger `{}` has no run-time schedule `{name}`",
-            t.name
+            t.name()
         )));
     }
     Ok(())
@@ -95,13 +97,13 @@ pub struct Listed {
 /// its last and next fire.
 pub async fn list(store: &Store, t: &Trigger) -> Result<Vec<Listed>, StoreError> {
     let mut all: Vec<(&'static str, ScheduleConfig, Option<i64>)> = t
-        .schedules
+        .schedules()
         .iter()
         .map(|s| ("config", s.clone(), None))
         .collect();
     for (name, json) in store.schedule_defs().await? {
         match super::defs::parse(&name, &json) {
-            Ok((s, added)) if !t.schedules.iter().any(|c| c.name == name) => {
+            Ok((s, added)) if !t.schedules().iter().any(|c| c.name == name) => {
                 all.push(("runtime", s, added))
             }
             _ => {}

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Destination, SinkConfig};
+use crate::config::{self, Destination, SinkConfig};
 use crate::envelope::Properties;
 pub use crate::wire::MessageId;
 pub use error::PublishError;
@@ -105,12 +105,16 @@ pub enum Sink {
 }
 
 impl Sink {
-    /// Builds the sink; connecting happens lazily and in [`Sink::supervise`].
-    pub fn new(name: &str, config: &SinkConfig) -> anyhow::Result<Arc<Sink>> {
-        Ok(Arc::new(match config {
-            SinkConfig::Amqp(c) => Sink::Amqp(Box::new(amqp::AmqpSink::new(name, c)?)),
+    /// Builds the sink from its validated section; connecting happens lazily and in
+    /// [`Sink::supervise`].
+    pub fn new(config: &config::Sink) -> anyhow::Result<Arc<Sink>> {
+        let name = config.name();
+        Ok(Arc::new(match config.settings() {
+            SinkConfig::Amqp(c) => {
+                Sink::Amqp(Box::new(amqp::AmqpSink::new(name, c, config.tls())?))
+            }
             SinkConfig::Kafka(c) => Sink::Kafka(kafka::KafkaSink::new(name, c)?),
-            SinkConfig::Http(c) => Sink::Http(http::HttpSink::new(name, c)?),
+            SinkConfig::Http(c) => Sink::Http(http::HttpSink::new(name, c, &config.tls())?),
         }))
     }
 
@@ -160,19 +164,10 @@ impl Sink {
         }
     }
 
-    /// Whether this sink can publish to `destination` (an AMQP route needs an AMQP sink).
-    pub fn serves(&self, destination: &Destination) -> bool {
-        matches!(
-            (self, destination),
-            (Sink::Amqp(_), Destination::Amqp(_))
-                | (Sink::Kafka(_), Destination::Kafka(_))
-                | (Sink::Http(_), Destination::Http(_))
-        )
-    }
-
     /// A publisher for one worker, bound to `destination`; fails while the broker is
-    /// unreachable or the route's exchange is missing. The bridge checks [`Sink::serves`]
-    /// at start-up, so a worker never asks a sink for a route of the other kind.
+    /// unreachable or the route's exchange is missing. A trigger's destinations were resolved
+    /// against the kind of the sink it names when the configuration was loaded, so a worker
+    /// never asks a sink for a route of the other kind.
     pub async fn publisher(&self, destination: &Destination) -> Result<Publisher, PublishError> {
         match (self, destination) {
             (Sink::Amqp(s), Destination::Amqp(route)) => {

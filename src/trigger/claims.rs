@@ -69,7 +69,7 @@ impl Shard {
     /// workers), else [`Self::guard`].
     fn guard_now(&self) -> std::time::Duration {
         if self.is_paused() {
-            self.trigger.guard_interval
+            self.trigger.guard_interval()
         } else {
             self.guard()
         }

@@ -59,40 +59,31 @@ pub(crate) type StartWorkers = Box<dyn FnOnce(&Arc<Shard>) + Send>;
 
 impl Shard {
     /// One `Shard` per shard of `queue` (one for an unsharded trigger), sharing the trigger's
-    /// metrics. Fails when the configuration was not loaded (no resolved destination) or its
-    /// destination is not of the sink's kind.
+    /// metrics. `sink` is the one made from the trigger's `[sinks.NAME]`, against whose kind
+    /// loading resolved the trigger's destinations.
     pub(crate) fn shards(
         config: &Arc<Trigger>,
         queue: &Queue,
         sink: Arc<Sink>,
         metrics: &Metrics,
         health: Health,
-    ) -> Result<Vec<Arc<Self>>, String> {
-        let destination = &config.destination;
-        for d in std::iter::once(destination).chain(&config.dead_letter) {
-            if !sink.serves(d) {
-                return Err(format!(
-                    "trigger {}: sink {} cannot publish to {d}",
-                    config.name,
-                    sink.name()
-                ));
-            }
-        }
+    ) -> Vec<Arc<Self>> {
+        let destination = config.destination();
         let metrics = TriggerMetrics::new(
             metrics,
-            &config.name,
+            config.name(),
             sink.name(),
             PublishError::reasons_of(destination),
             queue.shards().len(),
         );
         let hold = Arc::new(Hold::new(
-            &config.name,
+            config.name(),
             sink.name(),
             metrics.clone(),
             health.clone(),
             queue.shards()[0].clone(),
         ));
-        Ok(queue
+        queue
             .shards()
             .iter()
             .enumerate()
@@ -115,12 +106,12 @@ impl Shard {
                     hold: hold.clone(),
                 })
             })
-            .collect())
+            .collect()
     }
 
     /// The trigger's name.
     pub(crate) fn name(&self) -> &str {
-        &self.trigger.name
+        self.trigger.name()
     }
 
     /// The trigger's settings and routes.
@@ -208,7 +199,7 @@ impl Shard {
         self.health.redis_answered();
         self.metrics.backlog(self.index, stats);
         self.note_paused(stats.paused);
-        if stats.dead_forwardable > 0 && self.trigger.dead_letter.is_some() {
+        if stats.dead_forwardable > 0 && self.trigger.dead_letter().is_some() {
             self.dead_lettered();
         }
     }
@@ -219,7 +210,7 @@ impl Shard {
         if self.notifications_live() {
             self.trigger.notified_guard()
         } else {
-            self.trigger.guard_interval
+            self.trigger.guard_interval()
         }
     }
 

@@ -16,7 +16,7 @@ impl Worker {
         // Every wake-up asked for so far is answered by this claim.
         shard.claiming();
         let started = Instant::now();
-        let batch = match shard.store().claim(asked, shard.trigger().lease).await {
+        let batch = match shard.store().claim(asked, shard.trigger().lease()).await {
             Ok(batch) => batch,
             Err(e) => {
                 let own = shard.redis_error(&e);
@@ -59,7 +59,9 @@ impl Worker {
             shard.metrics().held(took, batch.rate_wait.is_some());
             return match batch.rate_wait {
                 // Whatever the reply says, the worker claims again within its guard interval.
-                Some(wait) => Claim::Wait(wait.max(RATE_TICK).min(shard.trigger().guard_interval)),
+                Some(wait) => {
+                    Claim::Wait(wait.max(RATE_TICK).min(shard.trigger().guard_interval()))
+                }
                 None => Claim::Nothing,
             };
         }

@@ -47,19 +47,19 @@ pub(super) async fn deliver(
     let ids: Vec<MessageId> = batch
         .items
         .iter()
-        .map(|c| MessageId::new(&shard.trigger().key, &c.member))
+        .map(|c| MessageId::new(&shard.trigger().key(), &c.member))
         .collect();
     let mut early = Early::new(&shard, &batch, claimed_at);
     let (outcomes, chosen) =
         publish(&shard, &mut publisher, &batch, &ids, &abort, &mut early).await;
     early.flush().await;
     let backoff = Backoff {
-        initial: shard.trigger().backoff_initial,
-        max: shard.trigger().backoff_max,
+        initial: shard.trigger().backoff_initial(),
+        max: shard.trigger().backoff_max(),
     };
     let policy = Policy {
         backoff: &backoff,
-        on_expired: shard.trigger().on_expired,
+        on_expired: shard.trigger().on_expired(),
     };
     let plan = plan(&batch.items, &outcomes, &chosen, &early.acked, &policy);
     // Counted at confirmation: a member whose lease was lost meanwhile is redelivered and
@@ -167,7 +167,11 @@ impl<'a> Early<'a> {
             };
             let done = shard
                 .store()
-                .settle(batch.deadline_ms, shard.trigger().max_attempts, &settlement)
+                .settle(
+                    batch.deadline_ms,
+                    shard.trigger().max_attempts(),
+                    &settlement,
+                )
                 .await;
             (members, done)
         }));
@@ -231,7 +235,7 @@ async fn publish(
     let mut prepared = Vec::with_capacity(batch.items.len());
     let mut slots = Vec::with_capacity(batch.items.len());
     for (i, c) in batch.items.iter().enumerate() {
-        match prepare(trigger, &trigger.destination, c, batch.now_ms) {
+        match prepare(trigger, &trigger.destination(), c, batch.now_ms) {
             Ok(p) => {
                 slots.push(i);
                 prepared.push((c, p));
@@ -271,7 +275,7 @@ async fn publish(
     let publishing = publisher.publish_batch(Batch {
         trigger: shard.name(),
         messages: &out,
-        timeout: trigger.publish_timeout,
+        timeout: trigger.publish_timeout(),
         abort,
         confirms: Some(&confirms),
     });
@@ -308,7 +312,7 @@ async fn publish(
 /// (after that, recovery redelivers the batch: a duplicate, never a loss).
 async fn settle(shard: &Shard, abort: &CancellationToken, batch: &ClaimBatch, plan: &Plan<'_>) {
     let s = &plan.settlement;
-    let give_up = Instant::now() + shard.trigger().lease;
+    let give_up = Instant::now() + shard.trigger().lease();
     let mut failures = 0u32;
     let settled = loop {
         if s.is_empty() {
@@ -317,7 +321,7 @@ async fn settle(shard: &Shard, abort: &CancellationToken, batch: &ClaimBatch, pl
         }
         match shard
             .store()
-            .settle(batch.deadline_ms, shard.trigger().max_attempts, s)
+            .settle(batch.deadline_ms, shard.trigger().max_attempts(), s)
             .await
         {
             Ok(settled) => break settled,

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 
 use super::route::{routing_key_at, url_at};
-use crate::config::{AmqpRouting, Destination, HttpTarget, MessageFormat, TriggerConfig};
+use crate::config::{AmqpRouting, Destination, HttpTarget, MessageFormat, Trigger};
 use crate::envelope::{self, HeaderValue, Properties};
 use crate::redis::store::{Body, Claimed};
 use crate::sink::PublishError;
@@ -29,7 +29,7 @@ pub(super) struct Prepared<'a> {
 /// Makes `c` ready to publish, or says why it must not be: `now_ms` is the claim's time on
 /// the Redis clock, against which expiry is judged.
 pub(super) fn prepare<'a>(
-    cfg: &TriggerConfig,
+    cfg: &Trigger,
     destination: &Destination,
     c: &'a Claimed,
     now_ms: i64,
@@ -42,7 +42,7 @@ pub(super) fn prepare<'a>(
         Body::Member => tick.as_ref().and_then(|t| t.body).unwrap_or(&c.member),
         Body::Stored(body) => body.as_slice(),
     };
-    let (body, properties) = match cfg.format {
+    let (body, properties) = match cfg.format() {
         MessageFormat::Raw => (Cow::Borrowed(payload), None),
         MessageFormat::Envelope => {
             let broker = match destination {
@@ -67,7 +67,7 @@ pub(super) fn prepare<'a>(
     };
     // Lateness is measured from the score; a score of 0 or below (or -inf) means "now" and
     // has no due time to be late against.
-    let late = cfg.expire_after.filter(|_| c.due_ms > 0).map(|d| {
+    let late = cfg.expire_after().filter(|_| c.due_ms > 0).map(|d| {
         c.due_ms
             .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
     });
@@ -123,7 +123,7 @@ pub(super) fn prepare<'a>(
         },
         _ => None,
     };
-    if body.len() > cfg.max_message_bytes {
+    if body.len() > cfg.max_message_bytes() {
         return Err(PublishError::TooLarge);
     }
     Ok(Prepared {

@@ -17,14 +17,14 @@ impl Bench {
             count,
             payload_bytes: self.args.payload_bytes,
             due_ms: now_ms(),
-            batch: self.trigger.batch,
+            batch: self.trigger.batch(),
         };
         // One publisher per worker, connected before anything is timed.
         let ceiling = Ceiling::connect(
             &self.sink,
             &self.destination,
-            self.trigger.workers,
-            self.trigger.publish_timeout,
+            self.trigger.workers(),
+            self.trigger.publish_timeout(),
         )
         .await?;
         let timed = async {
@@ -75,9 +75,14 @@ impl Bench {
         redis_ops::load(&mut conn, &shape, &key, &key, base, n, |_| due).await?;
         let cm = delay_bridge::redis::conn::Conn::open(&self.args.redis_url).await?;
         let start = Instant::now();
-        let claimed =
-            redis_ops::claim_ceiling(cm, &key, &shape, self.trigger.workers, self.trigger.batch)
-                .await?;
+        let claimed = redis_ops::claim_ceiling(
+            cm,
+            &key,
+            &shape,
+            self.trigger.workers(),
+            self.trigger.batch(),
+        )
+        .await?;
         let secs = start.elapsed().as_secs_f64();
         redis_ops::unlink_queue(&mut conn, &key).await?;
         if claimed != n {

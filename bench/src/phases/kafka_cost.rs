@@ -15,7 +15,7 @@ impl Bench {
         let crate::Broker::Kafka(kafka) = &self.broker else {
             bail!("Kafka only");
         };
-        let SinkConfig::Kafka(sink) = &self.sink else {
+        let SinkConfig::Kafka(sink) = self.sink.settings() else {
             bail!("the bench sink is not Kafka");
         };
         let n = self.args.messages;
@@ -27,7 +27,7 @@ impl Bench {
             .collect();
         properties.extend(sink.properties.iter().map(|(k, v)| format!("{k}={v}")));
         // As many records awaiting their report as the bridge's workers can hold.
-        let window = self.trigger.workers * delay_bridge::MAX_IN_FLIGHT * self.trigger.batch;
+        let window = self.trigger.workers() * delay_bridge::MAX_IN_FLIGHT * self.trigger.batch();
         let mut args = vec![
             "kafka-producer".to_string(),
             format!("--brokers={}", self.args.kafka_brokers),
@@ -60,8 +60,8 @@ impl Bench {
             "claim-settle".to_string(),
             format!("--redis-url={}", self.args.redis_url),
             format!("--key={key}"),
-            format!("--workers={}", self.trigger.workers),
-            format!("--batch={}", self.trigger.batch),
+            format!("--workers={}", self.trigger.workers()),
+            format!("--batch={}", self.trigger.batch()),
             format!("--messages={n}"),
         ];
         if shape.payload == crate::shape::PayloadArg::Hash {

@@ -55,7 +55,7 @@ impl Bench {
             bridge.wait_ready(READY_TIMEOUT).await?;
         }
         // The killed bridges' claims come back after their lease.
-        let end = Instant::now() + self.trigger.lease + budget(n);
+        let end = Instant::now() + self.trigger.lease() + budget(n);
         self.wait_drained(&conn, std::slice::from_ref(&key), n, &bridge, end)
             .await?;
         let seconds = start.elapsed().as_secs_f64();
@@ -70,9 +70,9 @@ impl Bench {
             kills_mid_drain: mid_drain,
             duplicates,
             duplicates_per_kill: duplicates as f64 / f64::from(kills),
-            claimed_at_most: (self.trigger.workers
+            claimed_at_most: (self.trigger.workers()
                 * delay_bridge::MAX_IN_FLIGHT
-                * self.trigger.batch) as u64,
+                * self.trigger.batch()) as u64,
             seconds,
         })
     }
@@ -128,7 +128,7 @@ impl Bench {
         );
         let keys = [key.to_string()];
         let (bridge, config) = self.start_bridge("steady", &keys, notifications).await?;
-        let guard = config.triggers[0].guard_interval;
+        let guard = config.triggers[0].guard_interval();
         let capacity = (rate as f64 * duration.as_secs_f64()).ceil() as u64 + rate;
         let base = self.next_base();
         self.tally.reset(base, capacity);

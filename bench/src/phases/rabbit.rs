@@ -157,7 +157,7 @@ impl Bench {
             Some(&self.destination)
         };
         if let Some(destination) = destination {
-            let (workers, timeout) = (self.trigger.workers, self.trigger.publish_timeout);
+            let (workers, timeout) = (self.trigger.workers(), self.trigger.publish_timeout());
             let sink = Ceiling::connect(&self.sink, destination, workers, timeout).await;
             match self.ceiling_of(sink.map(Client::SinkAlone), backlog).await {
                 Ok(r) => out.sink_alone = Some(r),
@@ -194,7 +194,7 @@ impl Bench {
             key,
             conn: self.conn.clone(),
             shape,
-            batch: self.trigger.batch,
+            batch: self.trigger.batch(),
         })))
     }
 
@@ -240,7 +240,7 @@ impl Bench {
             count,
             payload_bytes: self.args.payload_bytes,
             due_ms: now_ms(),
-            batch: self.trigger.batch,
+            batch: self.trigger.batch(),
         };
         if !backlog {
             // The consumer's first fetch and the broker's first writes to a new queue are

@@ -11,7 +11,7 @@ fn a_schedule_takes_its_defaults() {
             "{MINIMAL}\n[[triggers.schedules]]\nname = \"nightly\"\ncron = \"0 30 2 * * *\"\nbody = \"{{}}\"\n"
         );
         let c = load_in_jail(jail, &toml).unwrap();
-        let s = &c.triggers[0].schedules[0];
+        let s = &c.triggers[0].schedules()[0];
         assert_eq!(s.timezone, "UTC");
         assert_eq!(s.misfire, Misfire::Skip);
         assert_eq!(s.misfire_grace, Duration::from_secs(60));

@@ -14,9 +14,9 @@ fn sentinel_mode_takes_sentinels_and_a_master_name() {
                sentinels = [\"redis://10.0.0.1:26379\", \"redis://10.0.0.2:26379\"]\n\
                sentinel_username = \"watcher\"\n";
         let c = load_in_jail(jail, &ok).unwrap();
-        assert_eq!(c.redis.mode, RedisMode::Sentinel);
-        assert_eq!(c.redis.sentinels.len(), 2);
-        assert_eq!(c.redis.master_name.as_deref(), Some("mymaster"));
+        assert_eq!(c.redis.settings().mode, RedisMode::Sentinel);
+        assert_eq!(c.redis.settings().sentinels.len(), 2);
+        assert_eq!(c.redis.settings().master_name.as_deref(), Some("mymaster"));
         Ok(())
     });
 }

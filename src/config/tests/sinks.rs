@@ -12,7 +12,7 @@ fn amqp_sink(lines: &str) -> String {
 fn an_amqp_sink_takes_url_or_urls() {
     Jail::expect_with(|jail| {
         let c = load_in_jail(jail, MINIMAL).unwrap();
-        let SinkConfig::Amqp(a) = &c.sinks["r"] else {
+        let SinkConfig::Amqp(a) = c.sinks["r"].settings() else {
             panic!("wrong sink type")
         };
         assert_eq!(a.addresses(), ["amqp://guest:guest@127.0.0.1:5672/%2f"]);
@@ -21,7 +21,7 @@ fn an_amqp_sink_takes_url_or_urls() {
             "urls = [\"amqp://app:pw@n1:5672/%2f\", \"amqp://app:pw@n2:5672/%2f\", \"amqp://app:pw@n3/%2f?heartbeat=5\"]",
         );
         let c = load_in_jail(jail, &cluster).unwrap();
-        let SinkConfig::Amqp(a) = &c.sinks["r"] else {
+        let SinkConfig::Amqp(a) = c.sinks["r"].settings() else {
             panic!("wrong sink type")
         };
         assert_eq!(a.addresses().len(), 3);
@@ -93,7 +93,7 @@ fn urls_can_come_from_the_environment_as_a_list() {
             "url and urls are exclusive"
         );
         let c = load_in_jail(jail, &amqp_sink("")).unwrap();
-        let SinkConfig::Amqp(a) = &c.sinks["r"] else {
+        let SinkConfig::Amqp(a) = c.sinks["r"].settings() else {
             panic!("wrong sink type")
         };
         assert_eq!(a.addresses(), ["amqp://n1:5672/%2f", "amqp://n2:5672/%2f"]);
@@ -123,7 +123,7 @@ fn declared_queues_may_be_quorum_queues_or_streams() {
             ),
         ] {
             let c = load_in_jail(jail, &with(line)).unwrap();
-            let SinkConfig::Amqp(a) = &c.sinks["r"] else {
+            let SinkConfig::Amqp(a) = c.sinks["r"].settings() else {
                 panic!("wrong sink type")
             };
             assert_eq!(a.declare[0].queue_type, expected, "{line}");
@@ -268,8 +268,8 @@ fn http_routes_resolve_and_a_timeout_past_publish_timeout_is_warned_about() {
             [[triggers]]\nname = \"t\"\nkey = \"k\"\nsink = \"h\"\n\
             url_pointer = \"/url\"\nallowed_urls = [\"https://*.hooks.internal/\"]\nmethod = \"PUT\"\n";
         let c = load_in_jail(jail, toml).unwrap();
-        let Destination::Http(route) = &c.triggers[0].destination else {
-            panic!("{:?}", c.triggers[0].destination);
+        let Destination::Http(route) = c.triggers[0].destination() else {
+            panic!("{:?}", c.triggers[0].destination());
         };
         assert_eq!(route.url, HttpTarget::Pointer("/url".into()));
         assert_eq!(route.method, "PUT");

@@ -13,16 +13,16 @@ fn a_kafka_trigger_takes_patterns_matched_against_whole_names() {
     Jail::expect_with(|jail| {
         let toml = format!("{KAFKA}allowed_topics = ['orders\\..*', 'billing']\n");
         let c = load_in_jail(jail, &toml).unwrap();
-        let Destination::Kafka(route) = &c.triggers[0].destination else {
-            panic!("{:?}", c.triggers[0].destination);
+        let Destination::Kafka(route) = c.triggers[0].destination() else {
+            panic!("{:?}", c.triggers[0].destination());
         };
         assert!(route.allows("orders.eu"));
         assert!(route.allows("billing"));
         assert!(!route.allows("orders"));
         assert!(!route.allows("billing.eu"));
         let c = load_in_jail(jail, KAFKA).unwrap();
-        let Destination::Kafka(route) = &c.triggers[0].destination else {
-            panic!("{:?}", c.triggers[0].destination);
+        let Destination::Kafka(route) = c.triggers[0].destination() else {
+            panic!("{:?}", c.triggers[0].destination());
         };
         assert!(!route.allows("orders"), "unset: records cannot choose");
         Ok(())

@@ -6,10 +6,15 @@ mod service;
 mod sinks;
 mod triggers;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::route::Destination;
-use super::Config;
+use super::problem::Invalid;
+pub(super) use super::rules::{too_long, valid_name};
+use super::{
+    AdminConfig, Config, LogConfig, MetricsConfig, Redis, RedisConfig, ShutdownConfig, Sink,
+    SinkConfig, TriggerConfig,
+};
 
 /// Largest claim batch: bounds how long one claim script may block Redis.
 pub(super) const MAX_BATCH: usize = 10_000;
@@ -31,12 +36,19 @@ pub(super) const MAX_CLAIM_BYTES: usize = 512 * 1024 * 1024;
 pub(super) const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(86_400);
 
-/// What extraction produced: a config whose broken parts hold defaults, and what was broken.
+/// What extraction produced: every section as written, broken ones replaced by their
+/// defaults, and what was broken.
+#[derive(Default)]
 pub(super) struct Parsed {
-    /// Every section but the triggers (`config.triggers` stays empty until they are validated).
-    pub config: Config,
+    pub redis: RedisConfig,
+    pub metrics: MetricsConfig,
+    pub admin: AdminConfig,
+    pub log: LogConfig,
+    pub shutdown: ShutdownConfig,
+    /// The sinks that parsed, as written.
+    pub sinks: BTreeMap<String, SinkConfig>,
     /// The `[[triggers]]` entries that parsed, as written.
-    pub triggers: Vec<super::TriggerConfig>,
+    pub triggers: Vec<TriggerConfig>,
     /// Position in the file of each entry of `triggers`.
     pub trigger_index: Vec<usize>,
     /// Sinks that failed to parse (already reported).
@@ -49,15 +61,11 @@ pub(super) struct Parsed {
     pub had_triggers: bool,
 }
 
-/// What validation found: every problem as (key, message), and each trigger's destination
-/// (`None` where it could not be resolved).
+/// What validation found: every problem as (key, message), and the validated configuration
+/// when there is none (`None` too when a section was broken: extraction reported why).
 pub(super) struct Validated {
     pub problems: Vec<(String, String)>,
-    pub destinations: Vec<Option<Destination>>,
-    /// Each trigger's dead-letter destination, where it has one.
-    pub dead_letters: Vec<Option<Destination>>,
-    /// The TLS clients built while checking their files, by table.
-    pub tls_clients: Vec<super::tls::Built>,
+    pub config: Option<Config>,
 }
 
 /// `delay:orders` as `delay:{orders}`: the part after the last `:` as the tag.
@@ -68,51 +76,60 @@ pub(super) fn suggested_tag(key: &str) -> String {
     }
 }
 
-/// Checks everything serde cannot and resolves each trigger's destination.
-pub(super) fn validate(parsed: &Parsed) -> Validated {
+/// Checks everything serde cannot, and makes each section its validated type.
+pub(super) fn validate(parsed: Parsed) -> Validated {
     let mut problems = Vec::new();
     if parsed.unparsable {
         return Validated {
             problems,
-            destinations: Vec::new(),
-            dead_letters: Vec::new(),
-            tls_clients: Vec::new(),
+            config: None,
         };
     }
-    let config = &parsed.config;
     let mut push = |key: String, message: String| problems.push((key, message));
-    redis::redis_problems(parsed, &mut push);
-    service::service_problems(config, &mut push);
-    sinks::sink_problems(config, &mut push);
-    let cluster = config.redis.mode == super::RedisMode::Cluster;
-    let (destinations, dead_letters) = triggers::trigger_problems(parsed, cluster, &mut push);
-    let (tls_problems, tls_clients) = super::tls::problems(config, parsed.broken_redis);
-    for (key, why) in tls_problems {
-        push(key, why);
+    let redis = if parsed.broken_redis {
+        None
+    } else {
+        keep(Redis::validate(parsed.redis.clone()), &mut push)
+    };
+    let mut sinks = BTreeMap::new();
+    for (name, settings) in &parsed.sinks {
+        if let Some(sink) = keep(Sink::validate(name, settings.clone()), &mut push) {
+            sinks.insert(name.clone(), sink);
+        }
     }
-    Validated {
-        problems,
-        destinations,
-        dead_letters,
-        tls_clients,
+    service::service_problems(&parsed, &mut push);
+    let triggers = triggers::triggers(&parsed, &mut push);
+    let config = match (redis, triggers) {
+        (Some(redis), Some(triggers)) if problems.is_empty() => Some(Config {
+            redis,
+            metrics: parsed.metrics,
+            admin: parsed.admin,
+            log: parsed.log,
+            shutdown: parsed.shutdown,
+            sinks,
+            triggers,
+        }),
+        _ => None,
+    };
+    Validated { problems, config }
+}
+
+/// The validated section, or `None` with its problems pushed.
+fn keep<T>(result: Result<T, Invalid>, push: &mut impl FnMut(String, String)) -> Option<T> {
+    match result {
+        Ok(valid) => Some(valid),
+        Err(Invalid(problems)) => {
+            for (key, why) in problems {
+                push(key, why);
+            }
+            None
+        }
     }
 }
 
 /// Where the trigger written as `triggers[i]` sits in the parsed list.
 fn pos(index: &[usize], i: usize) -> usize {
     index.iter().position(|&j| j == i).unwrap_or(0)
-}
-
-/// `Some(reason)` when `value` exceeds `max` (durations are bounded so that deadline
-/// arithmetic cannot overflow).
-pub(super) fn too_long(value: Duration, max: Duration) -> Option<String> {
-    (value > max).then(|| {
-        format!(
-            "must be at most {}, got {}",
-            humantime::format_duration(max),
-            humantime::format_duration(value)
-        )
-    })
 }
 
 /// `Some(reason)` when an AMQP name does not fit the protocol's 255-byte short string.
@@ -139,11 +156,4 @@ fn check_pointer(p: &str) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-pub(super) fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }

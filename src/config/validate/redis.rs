@@ -2,28 +2,38 @@
 
 use std::collections::HashSet;
 
-use super::super::{Config, RedisConfig, RedisMode};
-use super::Parsed;
+use super::super::{Invalid, Redis, RedisConfig, RedisMode};
+use super::{too_long, HOUR};
 
-/// Problems of `[redis]` (none when the section did not parse: reported already).
-pub(super) fn redis_problems(parsed: &Parsed, push: &mut impl FnMut(String, String)) {
-    let config: &Config = &parsed.config;
-    let cluster = config.redis.mode == RedisMode::Cluster;
-    if cluster && !parsed.broken_redis {
-        cluster_problems(&config.redis, push);
-    } else if !config.redis.nodes.is_empty() && !parsed.broken_redis {
+impl Redis {
+    /// Checks `settings` (every problem, keyed `redis.*`) and reads the files of `[redis.tls]`.
+    pub fn validate(settings: RedisConfig) -> Result<Self, Invalid> {
+        let mut problems = Vec::new();
+        redis_problems(&settings, &mut |key, why| problems.push((key, why)));
+        let (tls_problems, tls) = super::super::tls::redis(&settings);
+        problems.extend(tls_problems);
+        if problems.is_empty() {
+            Ok(Self::new(settings, tls))
+        } else {
+            Err(Invalid(problems))
+        }
+    }
+}
+
+/// Problems of `[redis]`, each keyed `redis.*`.
+fn redis_problems(redis: &RedisConfig, push: &mut impl FnMut(String, String)) {
+    if redis.mode == RedisMode::Cluster {
+        cluster_problems(redis, push);
+    } else if !redis.nodes.is_empty() {
         push(
             "redis.nodes".into(),
             "only for mode = \"cluster\"; a standalone server is given by redis.url".into(),
         );
     }
-    if !parsed.broken_redis {
-        sentinel_problems(&config.redis, push);
-    }
-    match url::Url::parse(&config.redis.url) {
-        _ if parsed.broken_redis => {}
+    sentinel_problems(redis, push);
+    match url::Url::parse(&redis.url) {
         Ok(u) if matches!(u.scheme(), "redis" | "rediss") => {
-            if let Some(why) = redis_client_refuses(&config.redis.url) {
+            if let Some(why) = redis_client_refuses(&redis.url) {
                 push("redis.url".into(), why);
             }
         }
@@ -36,17 +46,15 @@ pub(super) fn redis_problems(parsed: &Parsed, push: &mut impl FnMut(String, Stri
         ),
         Err(e) => push("redis.url".into(), format!("not a valid URL: {e}")),
     }
-    if config.redis.connect_timeout.is_zero() {
-        push(
-            "redis.connect_timeout".into(),
-            "must be greater than zero".into(),
-        );
-    }
-    if config.redis.response_timeout.is_zero() {
-        push(
-            "redis.response_timeout".into(),
-            "must be greater than zero".into(),
-        );
+    for (key, value) in [
+        ("redis.connect_timeout", redis.connect_timeout),
+        ("redis.response_timeout", redis.response_timeout),
+    ] {
+        if value.is_zero() {
+            push(key.into(), "must be greater than zero".into());
+        } else if let Some(why) = too_long(value, HOUR) {
+            push(key.into(), why);
+        }
     }
 }
 
@@ -79,7 +87,7 @@ fn cluster_problems(redis: &RedisConfig, push: &mut impl FnMut(String, String)) 
             "cluster mode needs at least one seed node, e.g. [\"redis://10.0.0.1:6379\"]".into(),
         );
     }
-    if redis.url != super::super::default_redis_url() {
+    if redis.url != super::super::redis::default_redis_url() {
         push(
             "redis.url".into(),
             "standalone only; in cluster mode list seed nodes in redis.nodes".into(),
@@ -156,7 +164,7 @@ fn sentinel_problems(redis: &RedisConfig, push: &mut impl FnMut(String, String))
                 .into(),
         );
     }
-    if redis.url != super::super::default_redis_url() {
+    if redis.url != super::super::redis::default_redis_url() {
         push(
             "redis.url".into(),
             "standalone only; in sentinel mode the sentinels name the master".into(),

@@ -2,11 +2,10 @@
 
 use std::time::Duration;
 
-use super::super::Config;
-use super::{too_long, HOUR};
+use super::{too_long, Parsed, HOUR};
 
 /// Problems of the daemon's own sections.
-pub(super) fn service_problems(config: &Config, push: &mut impl FnMut(String, String)) {
+pub(super) fn service_problems(config: &Parsed, push: &mut impl FnMut(String, String)) {
     if config.shutdown.timeout.is_zero() {
         push(
             "shutdown.timeout".into(),
@@ -40,12 +39,6 @@ pub(super) fn service_problems(config: &Config, push: &mut impl FnMut(String, St
         }
     }
     for (key, value, max) in [
-        ("redis.connect_timeout", config.redis.connect_timeout, HOUR),
-        (
-            "redis.response_timeout",
-            config.redis.response_timeout,
-            HOUR,
-        ),
         ("shutdown.timeout", config.shutdown.timeout, HOUR),
         (
             "metrics.backlog_interval",

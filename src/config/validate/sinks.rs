@@ -4,81 +4,95 @@
 use std::collections::HashSet;
 
 use super::super::http::{MAX_HTTP_CONCURRENCY, MAX_REDIRECTS};
-use super::super::{AmqpSinkConfig, Config, HttpSinkConfig, SinkConfig};
+use super::super::{AmqpSinkConfig, HttpSinkConfig, Invalid, Sink, SinkConfig};
 use super::{too_long, too_long_name, valid_name, HOUR, MAX_CHANNELS, MAX_UNCONFIRMED};
 
-/// Problems of every sink.
-pub(super) fn sink_problems(config: &Config, push: &mut impl FnMut(String, String)) {
-    for (name, sink) in &config.sinks {
-        if !valid_name(name) {
-            push(
-                format!("sinks.{name}"),
-                "sink names may only contain A-Z, a-z, 0-9, `_`, `-` and `.`".into(),
-            );
+impl Sink {
+    /// Checks the settings of the sink `name` (every problem, keyed `sinks.NAME.*`) and reads
+    /// the files of its `tls` table.
+    pub fn validate(name: &str, settings: SinkConfig) -> Result<Self, Invalid> {
+        let mut problems = Vec::new();
+        sink_problems(name, &settings, &mut |key, why| problems.push((key, why)));
+        let (tls_problems, tls) = super::super::tls::sink(name, &settings);
+        problems.extend(tls_problems);
+        if problems.is_empty() {
+            Ok(Self::new(name, settings, tls))
+        } else {
+            Err(Invalid(problems))
         }
-        match sink {
-            SinkConfig::Amqp(amqp) => {
-                for (key, why) in amqp_addresses(name, amqp) {
-                    push(key, why);
+    }
+}
+
+/// Problems of the sink `name`, each keyed `sinks.NAME.*`.
+fn sink_problems(name: &str, sink: &SinkConfig, push: &mut impl FnMut(String, String)) {
+    if !valid_name(name) {
+        push(
+            format!("sinks.{name}"),
+            "sink names may only contain A-Z, a-z, 0-9, `_`, `-` and `.`".into(),
+        );
+    }
+    match sink {
+        SinkConfig::Amqp(amqp) => {
+            for (key, why) in amqp_addresses(name, amqp) {
+                push(key, why);
+            }
+            if let Some(why) = too_long(amqp.reconnect_max, HOUR) {
+                push(format!("sinks.{name}.reconnect_max"), why);
+            }
+            if amqp.channels == 0 || amqp.channels > MAX_CHANNELS {
+                push(
+                    format!("sinks.{name}.channels"),
+                    format!(
+                        "must be between 1 and {MAX_CHANNELS}, got {}",
+                        amqp.channels
+                    ),
+                );
+            }
+            if amqp.max_unconfirmed == 0 || amqp.max_unconfirmed > MAX_UNCONFIRMED {
+                push(
+                    format!("sinks.{name}.max_unconfirmed"),
+                    format!(
+                        "must be between 1 and {MAX_UNCONFIRMED}, got {}",
+                        amqp.max_unconfirmed
+                    ),
+                );
+            }
+            for (i, d) in amqp.declare.iter().enumerate() {
+                for (field, value) in [
+                    ("exchange", Some(&d.exchange)),
+                    ("queue", d.queue.as_ref()),
+                    ("binding_key", d.binding_key.as_ref()),
+                ] {
+                    if let Some(why) = value.and_then(|v| too_long_name(v)) {
+                        push(format!("sinks.{name}.declare[{i}].{field}"), why);
+                    }
                 }
-                if let Some(why) = too_long(amqp.reconnect_max, HOUR) {
-                    push(format!("sinks.{name}.reconnect_max"), why);
-                }
-                if amqp.channels == 0 || amqp.channels > MAX_CHANNELS {
+                if d.queue_type.is_some() && d.queue.is_none() {
                     push(
-                        format!("sinks.{name}.channels"),
-                        format!(
-                            "must be between 1 and {MAX_CHANNELS}, got {}",
-                            amqp.channels
-                        ),
+                        format!("sinks.{name}.declare[{i}].queue_type"),
+                        "needs a `queue` to declare".into(),
                     );
                 }
-                if amqp.max_unconfirmed == 0 || amqp.max_unconfirmed > MAX_UNCONFIRMED {
+                if d.exchange.is_empty() {
                     push(
-                        format!("sinks.{name}.max_unconfirmed"),
-                        format!(
-                            "must be between 1 and {MAX_UNCONFIRMED}, got {}",
-                            amqp.max_unconfirmed
-                        ),
+                        format!("sinks.{name}.declare[{i}].exchange"),
+                        "must not be empty".into(),
                     );
                 }
-                for (i, d) in amqp.declare.iter().enumerate() {
-                    for (field, value) in [
-                        ("exchange", Some(&d.exchange)),
-                        ("queue", d.queue.as_ref()),
-                        ("binding_key", d.binding_key.as_ref()),
-                    ] {
-                        if let Some(why) = value.and_then(|v| too_long_name(v)) {
-                            push(format!("sinks.{name}.declare[{i}].{field}"), why);
-                        }
-                    }
-                    if d.queue_type.is_some() && d.queue.is_none() {
-                        push(
-                            format!("sinks.{name}.declare[{i}].queue_type"),
-                            "needs a `queue` to declare".into(),
-                        );
-                    }
-                    if d.exchange.is_empty() {
-                        push(
-                            format!("sinks.{name}.declare[{i}].exchange"),
-                            "must not be empty".into(),
-                        );
-                    }
-                }
             }
-            SinkConfig::Http(http) => {
-                for (key, why) in http_problems(http) {
-                    push(format!("sinks.{name}.{key}"), why);
-                }
+        }
+        SinkConfig::Http(http) => {
+            for (key, why) in http_problems(http) {
+                push(format!("sinks.{name}.{key}"), why);
             }
-            SinkConfig::Kafka(kafka) => {
-                if kafka.brokers.trim().is_empty() {
-                    push(format!("sinks.{name}.brokers"), "must not be empty".into());
-                }
-                if !kafka.accept_possible_loss {
-                    for (property, why) in unsafe_kafka_properties(&kafka.properties) {
-                        push(format!("sinks.{name}.properties.{property}"), why);
-                    }
+        }
+        SinkConfig::Kafka(kafka) => {
+            if kafka.brokers.trim().is_empty() {
+                push(format!("sinks.{name}.brokers"), "must not be empty".into());
+            }
+            if !kafka.accept_possible_loss {
+                for (property, why) in unsafe_kafka_properties(&kafka.properties) {
+                    push(format!("sinks.{name}.properties.{property}"), why);
                 }
             }
         }

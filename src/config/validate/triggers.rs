@@ -1,65 +1,50 @@
-//! The `[[triggers]]` entries: name, key, sink and destination, bounds; and keys two
-//! triggers would share.
+//! The `[[triggers]]` entries: name, key, sink and destination, bounds; keys two triggers
+//! would share; and each valid entry made a [`Trigger`].
 
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::super::rate::Rate;
 use super::super::route::{resolve, resolve_dead_letter, Destination};
-use super::super::{SinkConfig, TriggerConfig};
+use super::super::trigger::Resolved;
+use super::super::{RedisMode, SinkConfig, Trigger, TriggerConfig};
 use super::{
     check_pointer, pos, suggested_tag, too_long, too_long_name, valid_name, Parsed, DAY, HOUR,
     MAX_BATCH, MAX_CLAIM_BYTES, MAX_MESSAGE_BYTES, MAX_SHARDS, MAX_WORKERS,
 };
 use crate::keys::QueueKeys;
 
-/// Each trigger's destination and dead-letter destination (`None` where it could not be
-/// resolved), in the order of `parsed.triggers`.
-pub(super) type Routes = (Vec<Option<Destination>>, Vec<Option<Destination>>);
-
-/// Problems of every trigger, and the routes of those that resolve.
-pub(super) fn trigger_problems(
+/// Every trigger, validated; `None` when one of them is not valid (every problem of every
+/// trigger is pushed, each with its key).
+pub(super) fn triggers(
     parsed: &Parsed,
-    cluster: bool,
     push: &mut impl FnMut(String, String),
-) -> Routes {
-    let mut destinations = Vec::new();
-    let mut dead_letters = Vec::new();
+) -> Option<Vec<Trigger>> {
     if !parsed.had_triggers {
         push(
             "triggers".into(),
             "at least one [[triggers]] entry is required".into(),
         );
     }
+    let mut valid = Some(Vec::new());
     let mut names = HashSet::new();
     for (&i, t) in parsed.trigger_index.iter().zip(&parsed.triggers) {
-        let k = |field: &str| format!("triggers[{i}].{field}");
-        if !valid_name(&t.name) {
-            push(
-                k("name"),
-                "must be non-empty and contain only A-Z, a-z, 0-9, `_`, `-` and `.`".into(),
-            );
-        } else if !names.insert(t.name.as_str()) {
-            push(k("name"), format!("duplicate trigger name `{}`", t.name));
+        let mut problems = Vec::new();
+        let built = trigger(t, i, parsed, &mut |key, why| problems.push((key, why)));
+        let duplicate = valid_name(&t.name) && !names.insert(t.name.as_str());
+        if duplicate {
+            problems.push((
+                format!("triggers[{i}].name"),
+                format!("duplicate trigger name `{}`", t.name),
+            ));
         }
-        if t.key.is_empty() {
-            push(k("key"), "must not be empty".into());
-        } else if let Err(e) = QueueKeys::derive(&t.key) {
-            push(k("key"), e.to_string());
-        } else if cluster && crate::keys::hash_tag(&t.key).is_none() {
-            push(
-                k("key"),
-                format!(
-                    "in cluster mode a key needs a hash tag, e.g. `{}`: without one its keyspace \
-                     notifications are published in another slot than the key's",
-                    suggested_tag(&t.key)
-                ),
-            );
+        match (built, &mut valid) {
+            (Some(built), Some(all)) if problems.is_empty() => all.push(built),
+            _ => valid = None,
         }
-        let (destination, dead_letter) = routes(t, parsed, &k, push);
-        destinations.push(destination);
-        dead_letters.push(dead_letter);
-        bounds(t, &k, push);
-        super::super::schedule::schedule_problems(i, &t.schedules, push);
+        for (key, why) in problems {
+            push(key, why);
+        }
     }
     for (a, b, key) in key_overlaps(&parsed.triggers, &parsed.trigger_index) {
         push(
@@ -71,8 +56,60 @@ pub(super) fn trigger_problems(
                 parsed.triggers[pos(&parsed.trigger_index, b)].name,
             ),
         );
+        valid = None;
     }
-    (destinations, dead_letters)
+    valid
+}
+
+/// The trigger `t`, written as `triggers[i]`, checked on its own, its routes resolved and its
+/// rate read: the validated [`Trigger`], or `None` with its problems pushed.
+fn trigger(
+    t: &TriggerConfig,
+    i: usize,
+    parsed: &Parsed,
+    push: &mut impl FnMut(String, String),
+) -> Option<Trigger> {
+    let mut problems = 0;
+    let mut push = |key: String, why: String| {
+        problems += 1;
+        push(key, why);
+    };
+    let k = |field: &str| format!("triggers[{i}].{field}");
+    if !valid_name(&t.name) {
+        push(
+            k("name"),
+            "must be non-empty and contain only A-Z, a-z, 0-9, `_`, `-` and `.`".into(),
+        );
+    }
+    if t.key.is_empty() {
+        push(k("key"), "must not be empty".into());
+    } else if let Err(e) = QueueKeys::derive(&t.key) {
+        push(k("key"), e.to_string());
+    } else if parsed.redis.mode == RedisMode::Cluster && crate::keys::hash_tag(&t.key).is_none() {
+        push(
+            k("key"),
+            format!(
+                "in cluster mode a key needs a hash tag, e.g. `{}`: without one its keyspace \
+                 notifications are published in another slot than the key's",
+                suggested_tag(&t.key)
+            ),
+        );
+    }
+    let (destination, dead_letter) = routes(t, parsed, &k, &mut push);
+    bounds(t, &k, &mut push);
+    let rate = rate(t, &k, &mut push);
+    super::super::schedule::schedule_problems(i, &t.schedules, &mut push);
+    match destination {
+        Some(destination) if problems == 0 => Some(Trigger::new(
+            t.clone(),
+            Resolved {
+                destination,
+                dead_letter,
+                rate,
+            },
+        )),
+        _ => None,
+    }
 }
 
 /// The trigger's sink, and its destination and dead-letter destination resolved against it.
@@ -82,20 +119,19 @@ fn routes(
     k: &impl Fn(&str) -> String,
     push: &mut impl FnMut(String, String),
 ) -> (Option<Destination>, Option<Destination>) {
-    let config = &parsed.config;
     let mut destination = None;
     let mut dead_letter = None;
-    match config.sinks.get(&t.sink) {
+    match parsed.sinks.get(&t.sink) {
         None if parsed.broken_sinks.contains(&t.sink) => {}
         None => push(
             k("sink"),
             format!(
                 "no sink named `{}` (defined: {})",
                 t.sink,
-                if config.sinks.is_empty() {
+                if parsed.sinks.is_empty() {
                     "none".to_string()
                 } else {
-                    config.sinks.keys().cloned().collect::<Vec<_>>().join(", ")
+                    parsed.sinks.keys().cloned().collect::<Vec<_>>().join(", ")
                 }
             ),
         ),
@@ -205,8 +241,7 @@ fn bounds(t: &TriggerConfig, k: &impl Fn(&str) -> String, push: &mut impl FnMut(
     timings(t, k, push);
 }
 
-/// The trigger's durations within their bounds and consistent with each other, and its rate
-/// limit.
+/// The trigger's durations within their bounds and consistent with each other.
 fn timings(t: &TriggerConfig, k: &impl Fn(&str) -> String, push: &mut impl FnMut(String, String)) {
     if t.guard_interval < Duration::from_millis(10) {
         push(k("guard_interval"), "must be at least 10ms".into());
@@ -241,19 +276,6 @@ fn timings(t: &TriggerConfig, k: &impl Fn(&str) -> String, push: &mut impl FnMut
             "must be greater than zero (unset: messages never expire)".into(),
         );
     }
-    if let Some(rate) = &t.rate_limit {
-        if let Err(e) = super::super::parse_rate(rate) {
-            push(k("rate_limit"), e);
-        }
-    }
-    match (t.rate_burst, &t.rate_limit) {
-        (Some(0), _) => push(k("rate_burst"), "must be at least 1".into()),
-        (Some(_), None) => push(
-            k("rate_burst"),
-            "has no effect without rate_limit; set both or neither".into(),
-        ),
-        _ => {}
-    }
     for (field, value, max) in [
         ("lease", t.lease, DAY),
         ("guard_interval", t.guard_interval, HOUR),
@@ -266,6 +288,26 @@ fn timings(t: &TriggerConfig, k: &impl Fn(&str) -> String, push: &mut impl FnMut
             push(k(field), why);
         }
     }
+}
+
+/// The trigger's rate limit, read once (`None` without one, or with its problems pushed).
+fn rate(
+    t: &TriggerConfig,
+    k: &impl Fn(&str) -> String,
+    push: &mut impl FnMut(String, String),
+) -> Option<Rate> {
+    match (t.rate_burst, &t.rate_limit) {
+        (Some(0), _) => push(k("rate_burst"), "must be at least 1".into()),
+        (Some(_), None) => push(
+            k("rate_burst"),
+            "has no effect without rate_limit; set both or neither".into(),
+        ),
+        _ => {}
+    }
+    let limit = t.rate_limit.as_deref()?;
+    Rate::new(limit, t.rate_burst)
+        .inspect_err(|why| push(k("rate_limit"), why.clone()))
+        .ok()
 }
 
 /// Pairs of triggers (by their index in the file) whose source or derived keys coincide,

@@ -16,7 +16,7 @@ use tokio::task::AbortHandle;
 
 use super::cluster;
 use super::sentinel::SentinelMaster;
-use crate::config::{RedisConfig, RedisMode};
+use crate::config::{Redis, RedisConfig, RedisMode};
 use crate::tls::Tls;
 
 /// TCP keepalive: a peer that vanished without a reset is noticed in about a minute.
@@ -94,8 +94,10 @@ impl std::fmt::Display for Endpoint {
 }
 
 impl Endpoint {
-    /// From `[redis]`: the URL, the password file and `[redis.tls]` (files read now).
-    pub fn new(config: &RedisConfig) -> anyhow::Result<Self> {
+    /// From `[redis]`: the URL, the password file and `[redis.tls]`'s client (the files of
+    /// the Redis client's own TLS, in cluster and sentinel mode, are read now).
+    pub fn new(section: &Redis) -> anyhow::Result<Self> {
+        let config = section.settings();
         if config.mode == RedisMode::Cluster {
             return Ok(Self {
                 addr: Addr::Unix(PathBuf::new()),
@@ -121,7 +123,7 @@ impl Endpoint {
                 connect_timeout: config.connect_timeout,
                 response_timeout: config.response_timeout,
                 cluster: None,
-                sentinel: Some(SentinelMaster::new(config, password.as_deref())?),
+                sentinel: Some(SentinelMaster::new(section, password.as_deref())?),
             });
         }
         // TLS is ours: the URL is parsed as plain and the scheme says whether to wrap it.
@@ -135,10 +137,11 @@ impl Endpoint {
             redis = redis.set_password(crate::secret::read_file(file)?);
         }
         let addr = match info.addr().clone() {
-            ConnectionAddr::Tcp(host, port) if tls => {
-                let tls = Tls::of_table(config.tls.as_ref(), "redis.tls")?;
-                Addr::Tls { host, port, tls }
-            }
+            ConnectionAddr::Tcp(host, port) if tls => Addr::Tls {
+                host,
+                port,
+                tls: section.tls(),
+            },
             ConnectionAddr::Tcp(host, port) => Addr::Tcp { host, port },
             ConnectionAddr::TcpTls { .. } => anyhow::bail!("redis.url: unexpected TLS address"),
             ConnectionAddr::Unix(path) => Addr::Unix(path),
@@ -156,10 +159,11 @@ impl Endpoint {
 
     /// A plain endpoint for `url` with default timeouts (tools and tests).
     pub fn from_url(url: &str) -> anyhow::Result<Self> {
-        Self::new(&RedisConfig {
+        let redis = Redis::validate(RedisConfig {
             url: url.to_string(),
             ..RedisConfig::default()
-        })
+        })?;
+        Self::new(&redis)
     }
 
     /// The database number commands run in (0 on a cluster).

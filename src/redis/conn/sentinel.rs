@@ -6,7 +6,7 @@ use anyhow::Context;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisResult, TlsCertificates, TlsMode};
 
-use crate::config::RedisConfig;
+use crate::config::{Redis, RedisConfig};
 use crate::tls::Tls;
 
 /// The master behind the sentinels, and how to reach it.
@@ -25,8 +25,10 @@ pub(super) struct SentinelMaster {
 }
 
 impl SentinelMaster {
-    /// From `[redis]` in sentinel mode (files read now).
-    pub(super) fn new(config: &RedisConfig, password: Option<&str>) -> anyhow::Result<Self> {
+    /// From `[redis]` in sentinel mode (the Redis client's TLS files read now), reaching the
+    /// master with `[redis.tls]`'s client when the sentinels are `rediss://`.
+    pub(super) fn new(redis: &Redis, password: Option<&str>) -> anyhow::Result<Self> {
+        let config = redis.settings();
         let _ = rustls::crypto::ring::default_provider().install_default();
         let name = config.master_name.clone().unwrap_or_default();
         let mut addrs = Vec::new();
@@ -37,7 +39,7 @@ impl SentinelMaster {
                 .with_context(|| format!("redis.sentinels[{i}]"))?;
             addrs.push(info.addr().clone());
         }
-        let tls = addrs
+        let secure = addrs
             .iter()
             .any(|a| matches!(a, ConnectionAddr::TcpTls { .. }));
         let mut builder = SentinelClientBuilder::new(addrs, &name, SentinelServerType::Master)
@@ -53,14 +55,14 @@ impl SentinelMaster {
             builder = builder.set_client_to_sentinel_password(crate::secret::read_file(file)?);
         }
         let mut master_tls = None;
-        if tls {
+        if secure {
             let certs = certificates(config)?;
             builder = builder
                 .set_client_to_redis_tls_mode(TlsMode::Secure)
                 .set_client_to_sentinel_tls_mode(TlsMode::Secure)
                 .set_client_to_redis_certificates(certs.clone())
                 .set_client_to_sentinel_certificates(certs);
-            master_tls = Some(Tls::of_table(config.tls.as_ref(), "redis.tls")?);
+            master_tls = Some(redis.tls());
         }
         Ok(Self {
             shown: config

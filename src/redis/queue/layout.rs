@@ -332,8 +332,8 @@ async fn layout(
         return Ok(());
     };
     if take {
-        queue.take_layout(&tc.name).await
+        queue.take_layout(tc.name()).await
     } else {
-        queue.check_layout(&tc.name).await
+        queue.check_layout(tc.name()).await
     }
 }

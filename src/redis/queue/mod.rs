@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{MessageFormat, PayloadMode, TriggerConfig};
+use crate::config::{MessageFormat, PayloadMode, Trigger};
 use crate::keys::{shard_of, QueueKeys};
 use crate::redis::conn::Conn;
 use crate::redis::store::{
@@ -47,37 +47,40 @@ impl std::ops::Deref for Queue {
 impl Queue {
     /// The queue of trigger `tc` on `conn`. A rate limit is split evenly over the shards (each
     /// has its own token bucket), so that together they keep to it when load is spread evenly.
-    pub(crate) fn new(tc: &TriggerConfig, conn: Conn) -> anyhow::Result<Self> {
+    pub(crate) fn new(tc: &Trigger, conn: Conn) -> anyhow::Result<Self> {
         let keys = tc.shard_keys();
         anyhow::ensure!(
             !keys.is_empty(),
             "trigger {}: key `{}` cannot be sharded (no hash tag)",
-            tc.name,
-            tc.key
+            tc.name(),
+            tc.key()
         );
         let n = keys.len() as u32;
         let shards = keys
             .iter()
             .map(|key| {
                 let mut store = Store::new(conn.clone(), QueueKeys::derive(key)?);
-                if let Some((per_second, burst)) = tc.rate() {
-                    store = store.with_rate_limit(per_second / f64::from(n), burst.div_ceil(n));
+                if let Some(rate) = tc.rate() {
+                    store = store.with_rate_limit(
+                        rate.per_second() / f64::from(n),
+                        rate.burst().div_ceil(n),
+                    );
                 }
-                Ok(match tc.payload {
+                Ok(match tc.payload() {
                     PayloadMode::Inline => store,
                     PayloadMode::Hash => store
-                        .with_hash_bodies(tc.max_claim_bytes)
-                        .with_largest_body(tc.max_message_bytes),
+                        .with_hash_bodies(tc.max_claim_bytes())
+                        .with_largest_body(tc.max_message_bytes()),
                 })
             })
             .collect::<anyhow::Result<Vec<Store>>>()?;
         Ok(Self(Arc::new(Parts {
-            key: tc.key.clone(),
-            envelope: tc.format == MessageFormat::Envelope,
+            key: tc.key().to_string(),
+            envelope: tc.format() == MessageFormat::Envelope,
             shards,
-            producing: tc.shards.max(1),
-            draining: tc.drain_shards,
-            counts_key: layout::counts_key(&tc.key),
+            producing: tc.shards().max(1),
+            draining: tc.drain_shards(),
+            counts_key: layout::counts_key(tc.key()),
             conn,
         })))
     }

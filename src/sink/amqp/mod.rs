@@ -96,9 +96,8 @@ struct Pool {
 }
 
 impl AmqpSink {
-    /// Reads the password file and the TLS files, if any; does not connect yet.
-    pub fn new(name: &str, config: &AmqpSinkConfig) -> anyhow::Result<Self> {
-        let tls = Tls::of_table(config.tls.as_ref(), &format!("sinks.{name}.tls"))?;
+    /// Reads the password file; connects with `tls` to `amqps://` nodes, but not yet.
+    pub fn new(name: &str, config: &AmqpSinkConfig, tls: Tls) -> anyhow::Result<Self> {
         Ok(Self {
             connector: Arc::new(Connector {
                 name: name.to_string(),

@@ -25,12 +25,12 @@ impl std::fmt::Display for Blocked {
 
 impl std::error::Error for Blocked {}
 
-/// The client of a sink, built from its settings, and its TLS configuration (for the probes
-/// of an endpoint that is down).
+/// The client of a sink, built from its settings and its TLS client, and the TLS
+/// configuration (for the probes of an endpoint that is down).
 pub(super) fn build(
     config: &HttpSinkConfig,
+    tls: &Tls,
 ) -> anyhow::Result<(reqwest::Client, Arc<rustls::ClientConfig>)> {
-    let tls = Tls::of_table(config.tls.as_ref(), "tls")?;
     let mut rustls = (*tls.config()).clone();
     rustls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let probe = Arc::new(rustls.clone());

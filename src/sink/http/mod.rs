@@ -20,6 +20,7 @@ use super::window::Window;
 use super::{await_confirms, Batch, OutMessage, Outcome, PublishError};
 use crate::config::{Destination, HttpRoute, HttpSinkConfig};
 use crate::metrics::Metrics;
+use crate::tls::Tls;
 use down::Endpoints;
 pub use outcome::{retry_after, MAX_BODY, MAX_EXCERPT};
 use recent::{Member, Recent};
@@ -74,15 +75,15 @@ pub struct HttpSink {
 }
 
 impl HttpSink {
-    /// Builds the client and reads the signing secret; nothing is connected yet.
-    pub fn new(name: &str, config: &HttpSinkConfig) -> anyhow::Result<Self> {
+    /// Builds the client on `tls` and reads the signing secret; nothing is connected yet.
+    pub fn new(name: &str, config: &HttpSinkConfig, tls: &Tls) -> anyhow::Result<Self> {
         let secret = config
             .signing_secret_file
             .as_deref()
             .map(crate::secret::read_file)
             .transpose()?
             .map(String::into_bytes);
-        let (client, tls) = client::build(config)?;
+        let (client, tls) = client::build(config, tls)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 name: name.to_string(),
@@ -411,7 +412,7 @@ mod tests {
     async fn a_refused_endpoint_puts_its_messages_back_and_is_down_until_it_listens() {
         let port = closed_port();
         let config: HttpSinkConfig = serde_json::from_value(serde_json::json!({})).unwrap();
-        let sink = HttpSink::new("hooks", &config).unwrap();
+        let sink = HttpSink::new("hooks", &config, &Tls::system()).unwrap();
         let route = HttpRoute {
             url: HttpTarget::Url(format!("http://127.0.0.1:{port}/")),
             method: "POST".into(),

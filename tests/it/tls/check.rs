@@ -97,9 +97,9 @@ fn tls_files_are_read_once_when_the_configuration_is_loaded() {
     std::fs::remove_file(&key).unwrap();
     // The connection uses the client built at load, not the files, which are gone now.
     delay_bridge::redis::conn::Endpoint::new(&config.redis).expect("the client loaded once");
-    let mut unloaded = config.redis.clone();
-    unloaded.tls.as_mut().unwrap().client = None;
-    let e = delay_bridge::redis::conn::Endpoint::new(&unloaded).unwrap_err();
+    // The same settings validated again read the files: the key is missing now.
+    let again = delay_bridge::config::Redis::validate(config.redis.settings().clone());
+    let e = again.expect_err("the key file is gone");
     assert!(e.to_string().contains("redis.tls.key_file"), "{e}");
 }
 
