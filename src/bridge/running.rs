@@ -309,7 +309,7 @@ impl Running {
         for trigger in &new.triggers {
             if !self.entries.contains_key(trigger.name()) {
                 self.start_or_open(trigger)?;
-                added.push(trigger.name().clone());
+                added.push(trigger.name().to_string());
             }
         }
         let destinations: Vec<&crate::config::Destination> = new
