@@ -209,7 +209,7 @@ impl Forwarder {
                     item,
                     payload,
                     headers(item, &self.shard.store().keys().source),
-                    MessageId::new(&cfg.key(), &item.member),
+                    MessageId::new(cfg.key(), &item.member),
                 )),
                 None => sorted.refuse(
                     item.member.as_slice(),
@@ -322,7 +322,7 @@ impl Forwarder {
         } else if let Some(unlogged) = self.refusals.failed() {
             // Named by message id, never by its bytes (the member is the payload inline).
             let (member, _, why) = &sorted.refused[0];
-            let first = MessageId::new(&shard.trigger().key(), member);
+            let first = MessageId::new(shard.trigger().key(), member);
             tracing::warn!(refused = settled.refused, first_id = first.as_str(),
                 reason = %why, forwards = self.refusals.count(), unlogged,
                 "the broker refuses these dead letters; they stay in Redis (list, requeue or purge them)");

@@ -63,8 +63,8 @@ impl Ingress {
         metrics: Metrics,
         health: Health,
     ) -> Self {
-        metrics.ingress.start(&config.name());
-        let readiness = health.ingress(&config.name());
+        metrics.ingress.start(config.name());
+        let readiness = health.ingress(config.name());
         Self {
             config,
             queue,
@@ -79,12 +79,12 @@ impl Ingress {
 
     /// Consumes until `stop`; a store in progress then finishes and is acknowledged.
     pub(crate) async fn run(self, sink: Arc<Sink>, stop: CancellationToken) {
-        let Some(ingress) = self.config.ingress().clone() else {
+        let Some(ingress) = self.config.ingress() else {
             return;
         };
         match &*sink {
-            Sink::Amqp(amqp) => amqp::run(&self, amqp, &ingress, &stop).await,
-            Sink::Kafka(k) => kafka::run(&self, k, &ingress, &stop).await,
+            Sink::Amqp(amqp) => amqp::run(&self, amqp, ingress, &stop).await,
+            Sink::Kafka(k) => kafka::run(&self, k, ingress, &stop).await,
             // The configuration refuses an ingress on an HTTP sink (`config::ingress`).
             Sink::Http(_) => return,
         }

@@ -47,7 +47,7 @@ pub(super) async fn deliver(
     let ids: Vec<MessageId> = batch
         .items
         .iter()
-        .map(|c| MessageId::new(&shard.trigger().key(), &c.member))
+        .map(|c| MessageId::new(shard.trigger().key(), &c.member))
         .collect();
     let mut early = Early::new(&shard, &batch, claimed_at);
     let (outcomes, chosen) =
@@ -235,7 +235,7 @@ async fn publish(
     let mut prepared = Vec::with_capacity(batch.items.len());
     let mut slots = Vec::with_capacity(batch.items.len());
     for (i, c) in batch.items.iter().enumerate() {
-        match prepare(trigger, &trigger.destination(), c, batch.now_ms) {
+        match prepare(trigger, trigger.destination(), c, batch.now_ms) {
             Ok(p) => {
                 slots.push(i);
                 prepared.push((c, p));

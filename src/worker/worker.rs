@@ -267,7 +267,7 @@ impl Worker {
         let failed_before = self.publishing.failures.count() > 0;
         let e = match self
             .publishing
-            .get(shard.sink(), &shard.trigger().destination(), &self.stop)
+            .get(shard.sink(), shard.trigger().destination(), &self.stop)
             .await
         {
             Ok(p) => {
