@@ -89,7 +89,7 @@ async fn an_envelope_id_finds_its_message_inline_and_in_hash_mode() {
         &mut r,
         &key,
         (0..1200)
-            .map(|i| (now + 60_000, format!(r#"{{"body":"x","id":"order-{i}"}}"#)))
+            .map(|i| (now + 60_000, format!(r#"{{"body":"x","id":"filler-{i}"}}"#)))
             .chain([(now + 90_000, member.to_string())]),
     )
     .await;
