@@ -30,10 +30,13 @@ pub mod config;
 pub mod cron;
 pub(crate) mod envelope;
 pub(crate) mod health;
+#[cfg(feature = "bench-hooks")]
+pub mod hooks;
 pub(crate) mod housekeeping;
 pub(crate) mod ingress;
 pub mod keys;
 pub mod metrics;
+pub mod proof;
 pub mod redis;
 pub(crate) mod repeat;
 pub mod schedule;

@@ -21,7 +21,7 @@ use amqprs::{
     ShortStr,
 };
 use anyhow::{anyhow, bail, Context};
-use delay_bridge::redis::store::{Settlement, Store};
+use delay_bridge::redis::store::Store;
 use delay_bridge::wire::{MessageId, HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_TRIGGER};
 use lapin::uri::{AMQPScheme, AMQPUri};
 use tokio::sync::{Notify, Semaphore};
@@ -298,8 +298,7 @@ impl RawPublisher {
                     forwarded += b.items.len() as u64;
                     let store = store.clone();
                     settles.push(tokio::spawn(async move {
-                        let s = Settlement::ack_unpublished(&b.items);
-                        store.settle(b.deadline_ms, 1, &s).await
+                        delay_bridge::hooks::ack_unpublished(&store, &b, 1).await
                     }));
                 }
                 for s in settles {

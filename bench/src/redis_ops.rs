@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use delay_bridge::keys::QueueKeys;
 use delay_bridge::redis::conn::Conn;
-use delay_bridge::redis::store::{Settlement, Store};
+use delay_bridge::redis::store::Store;
 use futures_util::StreamExt;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use tokio_util::sync::CancellationToken;
@@ -111,8 +111,7 @@ pub async fn claim_ceiling(
                     return Ok::<_, anyhow::Error>(claimed);
                 }
                 claimed += b.items.len() as u64;
-                let s = Settlement::ack_unpublished(&b.items);
-                store.settle(b.deadline_ms, 10, &s).await?;
+                delay_bridge::hooks::ack_unpublished(&store, &b, 10).await?;
             }
         }));
     }

@@ -165,8 +165,10 @@ impl TriggerMetrics {
     /// burst and reason.
     pub fn settled(&self, s: &Settlement<'_>, done: &Settled) {
         self.cells.put_back.fetch_add(done.put_back, Relaxed);
-        self.cells.expired.fetch_add(s.drop.len() as u64, Relaxed);
-        for (outcome, failure) in done.fail_outcomes.iter().zip(&s.fail) {
+        self.cells
+            .expired
+            .fetch_add(s.drops().len() as u64, Relaxed);
+        for (outcome, failure) in done.fail_outcomes.iter().zip(s.failures()) {
             let reason = failure.reason.as_ref();
             match outcome {
                 FailOutcome::Retried => self.cells.retried.add(reason, 1),

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Destination, SinkConfig};
 use crate::envelope::Properties;
+pub use crate::proof::Confirmed;
 pub use crate::wire::MessageId;
 pub use error::PublishError;
 
@@ -38,24 +39,6 @@ pub struct OutMessage<'a> {
     pub url: Option<&'a str>,
     /// Kafka: this message's topic, when it chose its own (checked against `allowed_topics`).
     pub topic: Option<&'a str>,
-}
-
-/// Proof that the broker confirmed one message. Only the sinks construct it (the
-/// constructor is private to this module and its children), so nothing else can ack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Confirmed(());
-
-impl Confirmed {
-    /// The broker has the message: an AMQP ack without a return, a Kafka delivery report.
-    fn by_broker() -> Self {
-        Self(())
-    }
-
-    /// A confirmation for unit tests of code that consumes outcomes.
-    #[cfg(test)]
-    pub(crate) fn for_tests() -> Self {
-        Self(())
-    }
 }
 
 /// What became of one published message.
@@ -253,7 +236,7 @@ impl Publisher {
 fn record_outcome(results: &mut [Outcome], i: usize, r: Outcome, confirms: Option<&Confirms>) {
     if let (Ok(proof), Some(c)) = (&r, confirms) {
         // The receiver is gone only when nobody settles early: the result still counts.
-        let _ = c.send((i, *proof));
+        let _ = c.send((i, proof.clone()));
     }
     results[i] = r;
 }

@@ -61,7 +61,10 @@ pub(super) async fn deliver(
         backoff: &backoff,
         on_expired: shard.trigger().on_expired(),
     };
-    let plan = plan(&batch.items, &outcomes, &chosen, &early.acked, &policy);
+    let refused = outcomes
+        .iter()
+        .any(|o| matches!(o, Some(Err(PublishError::DestinationRefused { .. }))));
+    let plan = plan(&batch.items, outcomes, &chosen, &early.acked, &policy);
     // Counted at confirmation: a member whose lease was lost meanwhile is redelivered and
     // counted again (a duplicate the broker really received twice).
     shard
@@ -69,22 +72,19 @@ pub(super) async fn deliver(
         .confirmed(&plan.confirmed_due_ms, redis_now_ms(&batch, claimed_at));
     settle(&shard, &abort, &batch, &plan).await;
     let went_through = !plan.confirmed_due_ms.is_empty() || early.acked.contains(&true);
-    let refused = plan.refused.as_ref().map(|r| Refused {
+    let refusals = plan.refused.as_ref().map(|r| Refused {
         count: r.count,
         first: ids.get(r.first),
         reply: &r.reply,
     });
     shard
-        .note_batch(plan.hold.as_deref(), refused, went_through)
+        .note_batch(plan.hold.as_deref(), refusals, went_through)
         .await;
     if plan.hold.is_none() && !plan.sink_broken {
         return Verdict::Settled;
     }
-    let refused = outcomes
-        .iter()
-        .any(|o| matches!(o, Some(Err(PublishError::DestinationRefused { .. }))));
     if plan.sink_broken && plan.hold.is_none() {
-        tracing::warn!(sink = %shard.sink().name(), confirmed = plan.settlement.ack.len(),
+        tracing::warn!(sink = %shard.sink().name(), confirmed = plan.settlement.acks().len(),
             "broker connection failed mid-batch; unconfirmed messages went back");
     }
     Verdict::Held {
@@ -151,20 +151,15 @@ impl<'a> Early<'a> {
         if self.pending.is_empty() {
             return;
         }
-        // Only a confirmation acks: the proofs end here.
-        let members: Vec<usize> = std::mem::take(&mut self.pending)
-            .into_iter()
-            .map(|(i, _proof)| i)
-            .collect();
+        // Only a confirmation acks: each proof goes into the settlement with its member.
+        let pending = std::mem::take(&mut self.pending);
         let (shard, batch) = (self.shard, self.batch);
+        let members: Vec<usize> = pending.iter().map(|(i, _)| *i).collect();
+        let mut settlement = Settlement::for_batch(pending.len());
+        for (i, proof) in pending {
+            settlement.ack(&batch.items[i].member, proof);
+        }
         self.running.push(Box::pin(async move {
-            let settlement = Settlement {
-                ack: members
-                    .iter()
-                    .map(|&i| batch.items[i].member.as_slice())
-                    .collect(),
-                ..Settlement::default()
-            };
             let done = shard
                 .store()
                 .settle(

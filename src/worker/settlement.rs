@@ -46,7 +46,7 @@ pub(super) struct Policy<'p> {
 /// rest of the batch was in flight: left out.
 pub(super) fn plan<'a>(
     items: &'a [Claimed],
-    outcomes: &[Option<Outcome>],
+    outcomes: Vec<Option<Outcome>>,
     chosen: &[Chosen],
     early: &[bool],
     policy: &Policy<'_>,
@@ -71,30 +71,36 @@ pub(super) fn plan<'a>(
         });
     let held = own_failure.is_some();
     let mut plan = Plan {
-        settlement: Settlement::default(),
+        settlement: Settlement::for_batch(items.len()),
         confirmed_due_ms: Vec::with_capacity(items.len()),
         sink_broken: false,
         hold: own_failure,
         refused: None,
     };
-    for (i, c) in items.iter().enumerate().filter(|(i, _)| pending(i)) {
-        let e = match outcome_of(i) {
-            Ok(_confirmed) => {
-                plan.settlement.ack.push(&c.member);
+    let mut outcomes = outcomes.into_iter();
+    for (i, c) in items.iter().enumerate() {
+        let outcome = outcomes.next().flatten().unwrap_or(UNCONFIRMED);
+        if !pending(&i) {
+            continue;
+        }
+        let e = match outcome {
+            Ok(proof) => {
+                plan.settlement.ack(&c.member, proof);
                 plan.confirmed_due_ms.push(c.due_ms);
                 continue;
             }
             Err(e) => e,
         };
+        let e = &e;
         plan.sink_broken |= e.breaks_sink();
         if matches!(e, PublishError::Expired) && policy.on_expired == OnExpired::Drop {
-            plan.settlement.drop.push(&c.member);
+            plan.settlement.drop_expired(&c.member);
             continue;
         }
         let mut detail = e.detail();
         let (reason, permanent) = match blame::judge(e, chosen_of(i), held) {
             Verdict::PutBack { .. } => {
-                plan.settlement.put_back.push(c);
+                plan.settlement.put_back(c);
                 continue;
             }
             Verdict::Attempt { reason } => {
@@ -107,7 +113,7 @@ pub(super) fn plan<'a>(
             }
             Verdict::DeadLetter { reason } => (reason, true),
         };
-        plan.settlement.fail.push(Failure {
+        plan.settlement.fail(Failure {
             member: &c.member,
             retry_in: retry_in(policy.backoff, c.attempt, e),
             reason,
@@ -165,7 +171,7 @@ mod tests {
 
     fn run<'a>(
         items: &'a [Claimed],
-        outcomes: &[Option<Outcome>],
+        outcomes: impl Into<Vec<Option<Outcome>>>,
         early: &[bool],
         on_expired: OnExpired,
     ) -> Plan<'a> {
@@ -173,7 +179,7 @@ mod tests {
             backoff: &BACKOFF,
             on_expired,
         };
-        plan(items, outcomes, &[], early, &policy)
+        plan(items, outcomes.into(), &[], early, &policy)
     }
 
     fn members<'a>(v: impl IntoIterator<Item = &'a [u8]>) -> Vec<&'a str> {
@@ -185,19 +191,21 @@ mod tests {
     #[test]
     fn expired_members_are_dead_lettered_or_dropped_as_configured() {
         let items = [item("old", 1), item("ok", 1)];
-        let outcomes = [
-            Some(Err(PublishError::Expired)),
-            Some(Ok(crate::sink::Confirmed::for_tests())),
-        ];
-        let dead = run(&items, &outcomes, &[], OnExpired::DeadLetter);
-        assert_eq!(dead.settlement.fail.len(), 1);
-        assert_eq!(dead.settlement.fail[0].reason, "expired");
-        assert!(dead.settlement.fail[0].permanent);
-        assert!(dead.settlement.drop.is_empty());
-        let dropped = run(&items, &outcomes, &[], OnExpired::Drop);
-        assert_eq!(members(dropped.settlement.drop.iter().copied()), ["old"]);
-        assert_eq!(members(dropped.settlement.ack.iter().copied()), ["ok"]);
-        assert!(dropped.settlement.fail.is_empty());
+        let outcomes = || {
+            [
+                Some(Err(PublishError::Expired)),
+                Some(Ok(crate::sink::Confirmed::for_tests())),
+            ]
+        };
+        let dead = run(&items, outcomes(), &[], OnExpired::DeadLetter);
+        assert_eq!(dead.settlement.failures().len(), 1);
+        assert_eq!(dead.settlement.failures()[0].reason, "expired");
+        assert!(dead.settlement.failures()[0].permanent);
+        assert!(dead.settlement.drops().is_empty());
+        let dropped = run(&items, outcomes(), &[], OnExpired::Drop);
+        assert_eq!(members(dropped.settlement.drops().iter().copied()), ["old"]);
+        assert_eq!(members(dropped.settlement.acks().iter().copied()), ["ok"]);
+        assert!(dropped.settlement.failures().is_empty());
         assert_eq!(
             dropped.confirmed_due_ms.len(),
             1,
@@ -210,19 +218,19 @@ mod tests {
         let items = [item("a", 1), item("b", 1), item("c", 1)];
         // A publisher that answered for the first member only.
         let outcomes = [Some(Ok(crate::sink::Confirmed::for_tests()))];
-        let p = run(&items, &outcomes, &[], OnExpired::DeadLetter);
-        assert_eq!(members(p.settlement.ack.iter().copied()), ["a"]);
-        let back = members(p.settlement.put_back.iter().map(|c| c.member.as_slice()));
+        let p = run(&items, outcomes, &[], OnExpired::DeadLetter);
+        assert_eq!(members(p.settlement.acks().iter().copied()), ["a"]);
+        let back = members(p.settlement.put_backs().iter().map(|c| c.member.as_slice()));
         assert_eq!(back, ["b", "c"], "unanswered: the broker's, no attempt");
-        assert!(p.settlement.fail.is_empty());
+        assert!(p.settlement.failures().is_empty());
         assert!(p.sink_broken);
         assert!(p.hold.is_some());
 
         // A slot left empty counts the same as a missing one.
         let outcomes = [None, Some(Ok(crate::sink::Confirmed::for_tests())), None];
-        let p = run(&items, &outcomes, &[], OnExpired::DeadLetter);
-        assert_eq!(members(p.settlement.ack.iter().copied()), ["b"]);
-        assert_eq!(p.settlement.put_back.len(), 2);
+        let p = run(&items, outcomes, &[], OnExpired::DeadLetter);
+        assert_eq!(members(p.settlement.acks().iter().copied()), ["b"]);
+        assert_eq!(p.settlement.put_backs().len(), 2);
     }
 
     #[test]
@@ -259,12 +267,12 @@ mod tests {
             backoff: &BACKOFF,
             on_expired: OnExpired::DeadLetter,
         };
-        let p = plan(&items, &outcomes, &chosen, &[], &policy);
-        assert_eq!(members(p.settlement.ack.iter().copied()), ["ok"]);
+        let p = plan(&items, outcomes.into(), &chosen, &[], &policy);
+        assert_eq!(members(p.settlement.acks().iter().copied()), ["ok"]);
         assert_eq!(p.confirmed_due_ms, [1000]);
         let fail: Vec<(&str, &str, bool)> = p
             .settlement
-            .fail
+            .failures()
             .iter()
             .map(|f| {
                 (
@@ -284,13 +292,13 @@ mod tests {
             ]
         );
         assert_eq!(
-            p.settlement.fail[1].detail.as_deref(),
+            p.settlement.failures()[1].detail.as_deref(),
             Some("406 PRECONDITION_FAILED"),
             "the broker's reply is the dead letter's detail"
         );
         assert_eq!(p.refused.as_ref().map(|r| r.count), Some(1));
         assert!(p.hold.as_deref().unwrap().contains("nacked"));
-        let back = members(p.settlement.put_back.iter().map(|c| c.member.as_slice()));
+        let back = members(p.settlement.put_backs().iter().map(|c| c.member.as_slice()));
         assert_eq!(
             back,
             ["nack", "down", "blocked", "own-key"],
@@ -317,36 +325,36 @@ mod tests {
     #[test]
     fn a_chosen_destination_refused_counts_an_attempt_while_the_triggers_flows() {
         let items = [item("ok", 1), item("own-key", 2)];
-        let outcomes = [
-            Some(Ok(crate::sink::Confirmed::for_tests())),
+        let refused = || {
             Some(Err(PublishError::DestinationRefused {
                 code: 403,
                 text: "ACCESS_REFUSED - write access to topic".into(),
                 part: crate::sink::blame::Part::RoutingKey,
-            })),
-        ];
+            }))
+        };
+        let outcomes = vec![Some(Ok(crate::sink::Confirmed::for_tests())), refused()];
         let chosen = [Chosen::default(), chosen_key()];
         let policy = Policy {
             backoff: &BACKOFF,
             on_expired: OnExpired::DeadLetter,
         };
-        let p = plan(&items, &outcomes, &chosen, &[], &policy);
+        let p = plan(&items, outcomes, &chosen, &[], &policy);
         assert!(
             p.hold.is_none(),
             "a confirmation of the trigger's: not held"
         );
-        assert_eq!(p.settlement.fail.len(), 1);
-        assert_eq!(p.settlement.fail[0].reason, "destination_refused");
-        assert!(!p.settlement.fail[0].permanent);
-        assert!(p.settlement.fail[0]
+        assert_eq!(p.settlement.failures().len(), 1);
+        assert_eq!(p.settlement.failures()[0].reason, "destination_refused");
+        assert!(!p.settlement.failures()[0].permanent);
+        assert!(p.settlement.failures()[0]
             .detail
             .as_deref()
             .unwrap()
             .contains("403"));
         // Alone in its batch too: it moves away from the head with its backoff.
-        let p = plan(&items[1..], &outcomes[1..], &chosen[1..], &[], &policy);
-        assert_eq!(p.settlement.fail.len(), 1);
-        assert!(p.settlement.put_back.is_empty());
+        let p = plan(&items[1..], vec![refused()], &chosen[1..], &[], &policy);
+        assert_eq!(p.settlement.failures().len(), 1);
+        assert!(p.settlement.put_backs().is_empty());
     }
 
     #[test]
@@ -360,9 +368,9 @@ mod tests {
             &[true, false, false],
             OnExpired::DeadLetter,
         );
-        assert_eq!(members(p.settlement.ack.iter().copied()), ["b"]);
+        assert_eq!(members(p.settlement.acks().iter().copied()), ["b"]);
         assert_eq!(p.confirmed_due_ms.len(), 1, "counted when acked early");
-        let back = members(p.settlement.put_back.iter().map(|c| c.member.as_slice()));
+        let back = members(p.settlement.put_backs().iter().map(|c| c.member.as_slice()));
         assert_eq!(back, ["c"], "unanswered: back without an attempt");
     }
 
@@ -376,9 +384,9 @@ mod tests {
             })),
             Some(Err(PublishError::BadPayload("x".into()))),
         ];
-        let p = run(&items, &outcomes, &[], OnExpired::DeadLetter);
+        let p = run(&items, outcomes, &[], OnExpired::DeadLetter);
         assert!(!p.sink_broken);
-        assert!(p.settlement.ack.is_empty());
-        assert_eq!(p.settlement.fail.len(), 2);
+        assert!(p.settlement.acks().is_empty());
+        assert_eq!(p.settlement.failures().len(), 2);
     }
 }

@@ -338,3 +338,28 @@ fn the_table_is_read_as_written() {
         ["a", "b", "c", "e", "redis::store"].map(String::from).into_iter().collect()
     );
 }
+
+/// Only a sink makes the proof that deletes a member: `Confirmed::by_broker` is called under
+/// `src/sink/` and nowhere else (its definition in `src/proof.rs` aside).
+#[test]
+fn only_the_sinks_make_a_confirmation() {
+    let mut wrong = Vec::new();
+    for module in library_modules() {
+        for file in files(&module) {
+            let source = std::fs::read_to_string(&file).expect("source");
+            let at = file
+                .strip_prefix(repo(""))
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            let maker = at.starts_with("src/sink/") || at == "src/proof.rs";
+            if !maker && source.contains("Confirmed::by_broker") {
+                wrong.push(at);
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a confirmation made outside the sinks: {wrong:?}"
+    );
+}

@@ -14,16 +14,15 @@ const LEASE: Duration = Duration::from_secs(600);
 /// A settlement failing `member` alone: due again after `retry_in`, or dead-lettered if
 /// `permanent`.
 fn failing(member: &[u8], retry_in: Duration, permanent: bool) -> Settlement<'_> {
-    Settlement {
-        fail: vec![Failure {
-            member,
-            retry_in,
-            reason: "nack".into(),
-            permanent,
-            detail: None,
-        }],
-        ..Settlement::default()
-    }
+    let mut s = Settlement::for_batch(1);
+    s.fail(Failure {
+        member,
+        retry_in,
+        reason: "nack".into(),
+        permanent,
+        detail: None,
+    });
+    s
 }
 
 /// A producer adds a member again while its first copy is in flight: the second schedule

@@ -163,20 +163,18 @@ fn top_modules() -> BTreeSet<String> {
         .collect()
 }
 
-/// The source of module `segments` (`["redis", "store"]`): `src/redis/store.rs` or every file
-/// of `src/redis/store/` but its submodules' folders, if it is a module.
+/// The source of module `segments` (`["redis", "store"]`): `src/redis/store.rs` and every
+/// file of `src/redis/store/` but its submodules' folders, if it is a module.
 fn module_source(segments: &[&str]) -> Option<String> {
     let base = format!("src/{}", segments.join("/"));
     let file = repo(&format!("{base}.rs"));
-    if file.exists() {
-        return std::fs::read_to_string(file).ok();
-    }
     let dir = repo(&base);
-    if !dir.is_dir() {
+    if !file.exists() && !dir.is_dir() {
         return None;
     }
-    let mut text = String::new();
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+    // The module's own file and, beside it, its folder's files (`src/m.rs` and `src/m/`).
+    let mut text = std::fs::read_to_string(file).unwrap_or_default();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();
         if path.extension().is_some_and(|e| e == "rs") {
             text.push_str(&std::fs::read_to_string(path).unwrap_or_default());

@@ -1,11 +1,11 @@
-//! What a claim gives: the claimed members, where each one's body is, and the parse of the
-//! claim script's reply.
+//! The claim (`claim.lua`): the call, what it gives (the claimed members, where each one's
+//! body is), the parse of its reply, and the read of the queue's head.
 
 use std::time::Duration;
 
 use redis::Value;
 
-use super::{score_ms, StoreError};
+use super::{score_ms, Store, StoreError, SCRIPTS};
 
 /// Where a claimed member's message body is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +93,7 @@ pub struct ClaimBatch {
     pub items: Vec<Claimed>,
 }
 
-pub(super) fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
+fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
     let Value::Array(items) = reply else {
         return Err(StoreError::Reply("claim reply is not an array"));
     };
@@ -173,6 +173,38 @@ pub(super) fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreE
         repaired: u64::try_from(repaired).unwrap_or(0),
         items: out,
     })
+}
+
+impl Store {
+    /// Claims up to `batch` due members with a lease of `lease`.
+    pub async fn claim(&self, batch: usize, lease: Duration) -> Result<ClaimBatch, StoreError> {
+        let mut conn = self.conn.clone();
+        let reply: Value = self
+            .keyed(&SCRIPTS.claim)
+            .arg(batch)
+            .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+            .arg(self.claim_bytes.unwrap_or(0))
+            .arg(self.largest_body)
+            .arg(self.rate.map_or(0.0, |(per_ms, _)| per_ms))
+            .arg(self.rate.map_or(0, |(_, burst)| burst))
+            .invoke_async(&mut conn)
+            .await?;
+        parse_claim(reply, self.hash_bodies())
+    }
+
+    /// The score of the source set's earliest member (`None`: the set is empty or missing):
+    /// one read command, no script, nothing written. A member in flight may be that head.
+    pub async fn head(&self) -> Result<Option<f64>, StoreError> {
+        let mut conn = self.conn.clone();
+        let head: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+            .arg(&self.keys.source)
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await?;
+        Ok(head.first().map(|(_, score)| *score))
+    }
 }
 
 #[cfg(test)]

@@ -306,8 +306,9 @@ pub async fn dead_letter(r: &mut Conn, key: &str, member: &str, at_ms: i64, reas
 pub fn ack_all(
     items: &[delay_bridge::redis::store::Claimed],
 ) -> delay_bridge::redis::store::Settlement<'_> {
-    delay_bridge::redis::store::Settlement {
-        ack: items.iter().map(|c| c.member.as_slice()).collect(),
-        ..Default::default()
+    let mut s = delay_bridge::redis::store::Settlement::for_batch(items.len());
+    for c in items {
+        s.ack(&c.member, delay_bridge::proof::Confirmed::unpublished());
     }
+    s
 }

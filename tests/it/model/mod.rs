@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use delay_bridge::keys::QueueKeys;
+use delay_bridge::proof::Confirmed;
 use delay_bridge::redis::conn::Conn;
 use delay_bridge::redis::store::{
     Body, Claimed, DeadItem, DeadOutcome, DeadSettled, FailOutcome, Failure, Ingest, Purge,

@@ -43,7 +43,7 @@ impl Case {
             b.id
         );
 
-        let back = self.settled_put_backs(&b, &s.put_back, &mut released);
+        let back = self.settled_put_backs(&b, s.put_backs(), &mut released);
         check_eq!(got.put_back, back, "put back count");
         check_eq!(got.released, released, "released count");
         bump(&self.tally.put_back, back);
@@ -332,7 +332,7 @@ impl Case {
 
 /// The settlement a worker sends for batch `b` with one disposition per member.
 fn settlement<'a>(b: &'a OpenBatch, plan: &[Disp]) -> Settlement<'a> {
-    let mut s = Settlement::default();
+    let mut s = Settlement::for_batch(b.items.len());
     for (c, d) in b.items.iter().zip(plan) {
         let fail = |retry_in, reason: &'static str, permanent| Failure {
             member: &c.member,
@@ -342,12 +342,12 @@ fn settlement<'a>(b: &'a OpenBatch, plan: &[Disp]) -> Settlement<'a> {
             detail: detail_of(reason).map(str::to_string),
         };
         match d {
-            Disp::Ack => s.ack.push(&c.member),
-            Disp::Retry => s.fail.push(fail(Duration::ZERO, "nack", false)),
-            Disp::RetryLater => s.fail.push(fail(RETRY_LATER, "returned", false)),
-            Disp::Dead => s.fail.push(fail(Duration::ZERO, "too_large", true)),
-            Disp::PutBack => s.put_back.push(c),
-            Disp::Missing => s.fail.push(fail(Duration::ZERO, "missing_body", true)),
+            Disp::Ack => s.ack(&c.member, Confirmed::unpublished()),
+            Disp::Retry => s.fail(fail(Duration::ZERO, "nack", false)),
+            Disp::RetryLater => s.fail(fail(RETRY_LATER, "returned", false)),
+            Disp::Dead => s.fail(fail(Duration::ZERO, "too_large", true)),
+            Disp::PutBack => s.put_back(c),
+            Disp::Missing => s.fail(fail(Duration::ZERO, "missing_body", true)),
         }
     }
     s

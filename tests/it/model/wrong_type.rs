@@ -119,18 +119,18 @@ impl Case {
             Script::Settle => {
                 let b = &self.m.open[0];
                 // Everything the settle script can do at once: ack, fail, dead-letter, put back.
-                let mut s = Settlement::default();
+                let mut s = Settlement::for_batch(b.items.len());
                 for (i, c) in b.items.iter().enumerate() {
                     match i % 3 {
-                        0 => s.ack.push(&c.member),
-                        1 => s.fail.push(Failure {
+                        0 => s.ack(&c.member, Confirmed::unpublished()),
+                        1 => s.fail(Failure {
                             member: &c.member,
                             retry_in: Duration::ZERO,
                             reason: "nack".into(),
                             permanent: i % 2 == 0,
                             detail: None,
                         }),
-                        _ => s.put_back.push(c),
+                        _ => s.put_back(c),
                     }
                 }
                 self.store
