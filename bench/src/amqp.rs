@@ -12,7 +12,7 @@ use lapin::options::{
     QueuePurgeOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Channel, Connection, ConnectionProperties, Consumer, ExchangeKind};
 
 use super::tally::{now_us, Tally};
 use super::ConsumerTask;
@@ -28,6 +28,23 @@ pub struct AmqpBench {
     exchange: String,
     queue: String,
     consumer: ConsumerTask,
+}
+
+/// Consumes `queue` on `ch` with manual acks, at most `prefetch` deliveries unacknowledged.
+pub(crate) async fn consume(
+    ch: &Channel,
+    queue: &str,
+    tag: &str,
+    prefetch: u16,
+) -> lapin::Result<Consumer> {
+    ch.basic_qos(prefetch, BasicQosOptions::default()).await?;
+    ch.basic_consume(
+        queue,
+        tag,
+        BasicConsumeOptions::default(),
+        FieldTable::default(),
+    )
+    .await
 }
 
 fn connection_properties(name: &str) -> ConnectionProperties {
@@ -81,15 +98,7 @@ impl AmqpBench {
             FieldTable::default(),
         )
         .await?;
-        ch.basic_qos(PREFETCH, BasicQosOptions::default()).await?;
-        let mut deliveries = ch
-            .basic_consume(
-                name,
-                "delay-bridge-bench",
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
+        let mut deliveries = consume(&ch, name, "delay-bridge-bench", PREFETCH).await?;
         let consumer = tokio::spawn(async move {
             let mut unacked = 0u32;
             while let Some(Ok(d)) = deliveries.next().await {

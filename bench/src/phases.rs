@@ -92,35 +92,20 @@ impl Bench {
             report.amqp_ceilings = Some(c);
             failed.into_iter().for_each(|e| errors.fail("broker", e));
         } else if self.runs(Phase::Broker) {
-            match self.broker_ceiling().await {
-                Ok(r) => report.broker_ceiling = Some(r),
-                Err(e) => errors.fail("broker", e),
-            }
+            report.broker_ceiling = errors.keep("broker", self.broker_ceiling().await);
         }
         if self.runs(Phase::Redis) {
-            match self.redis_ceiling().await {
-                Ok(r) => report.redis_ceiling = Some(r),
-                Err(e) => errors.fail("redis", e),
-            }
+            report.redis_ceiling = errors.keep("redis", self.redis_ceiling().await);
         }
         if !self.args.redis_cluster.is_empty() {
-            match self.cluster().await {
-                Ok(r) => report.cluster = Some(r),
-                Err(e) => errors.fail("cluster", e),
-            }
+            report.cluster = errors.keep("cluster", self.cluster().await);
         }
         if self.runs(Phase::Forward) {
-            match self.drain(false).await {
-                Ok(r) => report.forward = Some(r),
-                Err(e) => errors.fail("forward", e),
-            }
+            report.forward = errors.keep("forward", self.drain(false).await);
         }
         if let (true, Some(f)) = (self.runs(Phase::KafkaCost), &report.forward) {
             if matches!(self.broker, super::Broker::Kafka(_)) {
-                match self.kafka_cost(f).await {
-                    Ok(r) => report.kafka_cost = Some(r),
-                    Err(e) => errors.fail("kafka cost", e),
-                }
+                report.kafka_cost = errors.keep("kafka cost", self.kafka_cost(f).await);
             }
         }
         if self.runs(Phase::Backlog) && self.backlog_destination.is_some() {
@@ -130,10 +115,7 @@ impl Bench {
             failed
                 .into_iter()
                 .for_each(|e| errors.fail("backlog ceiling", e));
-            match self.drain(true).await {
-                Ok(r) => report.backlog = Some(r),
-                Err(e) => errors.fail("backlog", e),
-            }
+            report.backlog = errors.keep("backlog", self.drain(true).await);
         }
     }
 
@@ -146,51 +128,30 @@ impl Bench {
                 &[true]
             };
             for &on in modes {
+                let phase = if on { "lateness" } else { "lateness-no-notify" };
                 for &rate in &self.args.rate {
-                    match self.lateness(on, rate).await {
-                        Ok(r) => report.lateness.push(r),
-                        Err(e) => {
-                            errors.fail(if on { "lateness" } else { "lateness-no-notify" }, e)
-                        }
-                    }
+                    let run = errors.keep(phase, self.lateness(on, rate).await);
+                    report.lateness.extend(run);
                 }
             }
         }
         if let Some(n) = self.args.scheduled {
-            match self.scheduled(n).await {
-                Ok(r) => report.scheduled = Some(r),
-                Err(e) => errors.fail("scheduled", e),
-            }
+            report.scheduled = errors.keep("scheduled", self.scheduled(n).await);
         }
         if self.runs(Phase::Herd) {
-            match self.herd().await {
-                Ok(r) => report.herd = Some(r),
-                Err(e) => errors.fail("herd", e),
-            }
+            report.herd = errors.keep("herd", self.herd().await);
         }
         if self.runs(Phase::Idle) {
-            match self.idle().await {
-                Ok(r) => report.idle = Some(r),
-                Err(e) => errors.fail("idle", e),
-            }
+            report.idle = errors.keep("idle", self.idle().await);
         }
         if self.runs(Phase::Crash) {
-            match self.crash().await {
-                Ok(r) => report.crash = Some(r),
-                Err(e) => errors.fail("crash", e),
-            }
+            report.crash = errors.keep("crash", self.crash().await);
         }
         if self.runs(Phase::Ingress) {
-            match self.ingress().await {
-                Ok(r) => report.ingress = r,
-                Err(e) => errors.fail("ingress", e),
-            }
+            report.ingress = errors.keep("ingress", self.ingress().await).flatten();
         }
         if self.args.big {
-            match self.big_rss().await {
-                Ok(r) => report.rss = Some(r),
-                Err(e) => errors.fail("rss", e),
-            }
+            report.rss = errors.keep("rss", self.big_rss().await);
         }
     }
 
@@ -473,6 +434,11 @@ impl Errors {
             phase: phase.into(),
             error: format!("{e:#}"),
         });
+    }
+
+    /// What `phase` measured, or `None` with its failure recorded.
+    fn keep<T>(&mut self, phase: &str, result: anyhow::Result<T>) -> Option<T> {
+        result.map_err(|e| self.fail(phase, e)).ok()
     }
 }
 

@@ -6,6 +6,7 @@ mod cost;
 mod herd;
 mod ingress;
 mod rabbit;
+mod row;
 mod rows;
 mod scheduled;
 
@@ -14,6 +15,9 @@ pub use herd::Herd;
 pub use ingress::IngressRun;
 pub use rabbit::{AmqpCeilings, ClientRate};
 pub use scheduled::{ScheduledRun, ScheduledSide};
+
+pub use row::Row;
+use row::{mib, millis, percent, rate, verdict, MIB};
 
 /// Everything one bench run measured.
 #[derive(Debug, Default, Serialize)]
@@ -294,24 +298,6 @@ pub struct PhaseError {
     pub error: String,
 }
 
-/// One line of the table.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Row {
-    /// What was measured.
-    pub measurement: String,
-    /// The bridge's value.
-    pub bridge: String,
-    /// The ceiling it is compared with.
-    pub ceiling: String,
-    /// bridge / ceiling.
-    pub ratio: String,
-    /// The goal, if this line has one.
-    pub goal: String,
-    /// PASS or MISS when there is a goal.
-    pub result: String,
-}
-
-const MIB: f64 = 1024.0 * 1024.0;
 /// Goals (floors) the bench checks.
 const AMQP_MIN_RATIO: f64 = 0.9;
 const BACKLOG_MIN_RATIO: f64 = 0.9;
@@ -332,18 +318,6 @@ const RSS_LIMIT_MIB: f64 = 64.0;
 /// Messages received twice per SIGKILL of a bridge draining at full speed.
 const DUPLICATES_PER_KILL: f64 = 300.0;
 
-fn rate(r: f64) -> String {
-    format!("{r:.0} msg/s")
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / MIB)
-}
-
-fn verdict(pass: bool) -> String {
-    if pass { "PASS" } else { "MISS" }.into()
-}
-
 impl Report {
     /// True when no goal was missed and no phase failed.
     pub fn all_passed(&self) -> bool {
@@ -361,50 +335,7 @@ impl Report {
             s.rates.iter().map(u64::to_string).collect::<Vec<_>>().join(" and "), s.duration_s,
             m.cpus, m.cpu_model, m.redis_version
         );
-        let header = Row {
-            measurement: "MEASUREMENT".into(),
-            bridge: "BRIDGE".into(),
-            ceiling: "CEILING".into(),
-            ratio: "RATIO".into(),
-            goal: "GOAL".into(),
-            result: "RESULT".into(),
-        };
-        let rows: Vec<Row> = std::iter::once(header).chain(self.rows()).collect();
-        let cols = |r: &Row| {
-            [
-                r.measurement.clone(),
-                r.bridge.clone(),
-                r.ceiling.clone(),
-                r.ratio.clone(),
-                r.goal.clone(),
-                r.result.clone(),
-            ]
-        };
-        let mut width = [0usize; 6];
-        for r in &rows {
-            for (w, c) in width.iter_mut().zip(cols(r)) {
-                *w = (*w).max(c.len());
-            }
-        }
-        for r in &rows {
-            let c = cols(r);
-            let line = format!(
-                "{:<w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {:<w4$}  {}",
-                c[0],
-                c[1],
-                c[2],
-                c[3],
-                c[4],
-                c[5],
-                w0 = width[0],
-                w1 = width[1],
-                w2 = width[2],
-                w3 = width[3],
-                w4 = width[4],
-            );
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
+        out.push_str(&row::render(self.rows()));
         for e in &self.errors {
             out.push_str(&format!("\nphase {} failed: {}\n", e.phase, e.error));
         }

@@ -3,14 +3,14 @@
 use anyhow::Context;
 use futures_util::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions,
+    BasicAckOptions, BasicPublishOptions, ConfirmSelectOptions, ExchangeDeleteOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::time::Instant;
 
-use super::super::amqp::toml_str;
+use super::super::amqp::{consume, toml_str};
 use super::super::process::free_port;
 use super::super::report::IngressRun;
 use super::super::{redis_ops, tally, Bench};
@@ -139,15 +139,7 @@ async fn publish(
 /// time: msg/s from the first delivery to the last.
 async fn drain(conn: &Connection, queue: &str, n: u64) -> anyhow::Result<f64> {
     let ch = conn.create_channel().await?;
-    ch.basic_qos(PREFETCH, BasicQosOptions::default()).await?;
-    let mut consumer = ch
-        .basic_consume(
-            queue,
-            "delay-bridge-bench-ceiling",
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+    let mut consumer = consume(&ch, queue, "delay-bridge-bench-ceiling", PREFETCH).await?;
     let mut rate = Rate::new();
     let mut taken = 0;
     let deadline = Instant::now() + std::time::Duration::from_secs(60 + n / 1_000);

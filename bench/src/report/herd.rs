@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::{rate, verdict, Row};
+use super::{millis, Row};
 
 /// The herd's drain rate against the broker's ceiling.
 const HERD_MIN_RATIO: f64 = 0.9;
@@ -31,47 +31,37 @@ pub struct Herd {
 impl Herd {
     /// The report's lines: the drain next to `ceiling` (the broker's), the trickle's lateness.
     pub fn rows(&self, ceiling: Option<f64>) -> Vec<Row> {
-        let v = self.drain.msg_per_s;
-        let mut rows = vec![Row {
-            measurement: format!(
-                "herd drain rate ({} due at one ms, beside a trickle on another trigger)",
-                self.drain.messages
-            ),
-            bridge: rate(v),
-            ceiling: ceiling.map(rate).unwrap_or_default(),
-            ratio: ceiling.map_or(String::new(), |c| format!("{:.0}%", 100.0 * v / c)),
-            goal: ceiling.map_or(String::new(), |_| {
-                format!("bridge >= {:.0}% of broker ceiling", 100.0 * HERD_MIN_RATIO)
-            }),
-            result: ceiling.map_or(String::new(), |c| verdict(v >= HERD_MIN_RATIO * c)),
-        }];
+        let drain = format!(
+            "herd drain rate ({} due at one ms, beside a trickle on another trigger)",
+            self.drain.messages
+        );
+        let goal = format!("bridge >= {:.0}% of broker ceiling", 100.0 * HERD_MIN_RATIO);
         let label = format!(
             "{} msg/s, {} msgs, beside the herd",
             self.trickle_per_s, self.trickle_messages
         );
-        rows.push(Row {
-            measurement: format!("trickle lateness p50 ({label})"),
-            bridge: format!("{:.1} ms", self.trickle_p50_ms),
-            ..Row::default()
-        });
-        rows.push(Row {
-            measurement: "trickle lateness p99 (beside the herd)".into(),
-            bridge: format!("{:.1} ms", self.trickle_p99_ms),
-            goal: format!("<= {TRICKLE_P99_MS} ms"),
-            result: verdict(self.trickle_p99_ms <= TRICKLE_P99_MS),
-            ..Row::default()
-        });
-        rows.push(Row {
-            measurement: "trickle lateness max (beside the herd)".into(),
-            bridge: format!("{:.1} ms", self.trickle_max_ms),
-            ..Row::default()
-        });
+        let mut rows = vec![
+            Row::against(drain, self.drain.msg_per_s, ceiling, HERD_MIN_RATIO, &goal),
+            Row::shown(
+                format!("trickle lateness p50 ({label})"),
+                millis(self.trickle_p50_ms),
+            ),
+            Row::judged(
+                "trickle lateness p99 (beside the herd)",
+                millis(self.trickle_p99_ms),
+                format!("<= {TRICKLE_P99_MS} ms"),
+                self.trickle_p99_ms <= TRICKLE_P99_MS,
+            ),
+            Row::shown(
+                "trickle lateness max (beside the herd)",
+                millis(self.trickle_max_ms),
+            ),
+        ];
         if self.duplicates > 0 {
-            rows.push(Row {
-                measurement: "duplicates received in the herd phase".into(),
-                bridge: self.duplicates.to_string(),
-                ..Row::default()
-            });
+            rows.push(Row::shown(
+                "duplicates received in the herd phase",
+                self.duplicates.to_string(),
+            ));
         }
         rows
     }

@@ -61,11 +61,10 @@ impl AmqpCeilings {
                 ),
                 _ => format!("{name} raw publisher, {window}"),
             };
-            rows.push(Row {
-                measurement: format!("{what} ceiling ({how})"),
-                ceiling: rate(c.rate.msg_per_s),
-                ..Row::default()
-            });
+            rows.push(Row::ceiling(
+                format!("{what} ceiling ({how})"),
+                rate(c.rate.msg_per_s),
+            ));
         }
         rows
     }
@@ -75,29 +74,25 @@ impl AmqpCeilings {
     pub(super) fn ratio_rows(&self, what: &str, v: f64, min_ratio: f64) -> Vec<Row> {
         let mut rows = Vec::new();
         if let Some(c) = &self.amqplib {
-            let c = c.rate.msg_per_s;
-            rows.push(Row {
-                measurement: format!("{what} vs amqplib"),
-                bridge: rate(v),
-                ceiling: rate(c),
-                ratio: format!("{:.0}%", 100.0 * v / c),
-                goal: format!("bridge >= {:.0}% of amqplib", 100.0 * min_ratio),
-                result: verdict(v >= min_ratio * c),
-            });
+            rows.push(Row::against(
+                format!("{what} vs amqplib"),
+                v,
+                Some(c.rate.msg_per_s),
+                min_ratio,
+                &format!("bridge >= {:.0}% of amqplib", 100.0 * min_ratio),
+            ));
         }
         for (name, c) in [
             ("the sink alone", &self.sink_alone),
             ("amqprs with the scripts", &self.with_scripts),
         ] {
-            let Some(c) = c else { continue };
-            let c = c.rate.msg_per_s;
-            rows.push(Row {
-                measurement: format!("{what} vs {name}"),
-                bridge: rate(v),
-                ceiling: rate(c),
-                ratio: format!("{:.0}%", 100.0 * v / c),
-                ..Row::default()
-            });
+            if let Some(c) = c {
+                rows.push(Row::versus(
+                    format!("{what} vs {name}"),
+                    v,
+                    c.rate.msg_per_s,
+                ));
+            }
         }
         rows
     }
@@ -105,11 +100,10 @@ impl AmqpCeilings {
     /// CPU per 100,000 messages into the queue nobody consumes: the bridge's next to each
     /// publisher's.
     pub(super) fn cpu_rows(&self, bridge: f64) -> Vec<Row> {
-        let mut rows = vec![Row {
-            measurement: "CPU per 100k messages into the queue nobody consumes".into(),
-            bridge: format!("{bridge:.2} s"),
-            ..Row::default()
-        }];
+        let mut rows = vec![Row::shown(
+            "CPU per 100k messages into the queue nobody consumes",
+            format!("{bridge:.2} s"),
+        )];
         for (name, c) in self.clients() {
             if let Some(cpu) = c.and_then(|c| c.cpu_seconds_per_100k) {
                 rows.push(Row {

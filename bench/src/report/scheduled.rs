@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::{mib, verdict, Row, LATE_P99_MS};
+use super::{mib, millis, verdict, Row, LATE_P99_MS};
 
 /// Claim duration p99 with the schedule, at most this many times that without.
 const CLAIM_GROWTH: f64 = 2.0;
@@ -51,21 +51,24 @@ impl ScheduledRun {
         let (e, f, n) = (&self.empty, &self.full, self.scheduled);
         let ms = |v: Option<f64>| v.map_or("?".into(), |v| format!("{v:.3} ms"));
         let mut rows = vec![Row {
-            measurement: format!("scheduled: {n} members over 24 h loaded"),
-            bridge: format!("{:.1} s", self.load_seconds),
             ceiling: format!("{:.0} members/s", n as f64 / self.load_seconds.max(1e-9)),
-            ..Row::default()
+            ..Row::shown(
+                format!("scheduled: {n} members over 24 h loaded"),
+                format!("{:.1} s", self.load_seconds),
+            )
         }];
+        let lateness = format!(
+            "lateness p99 with {n} scheduled ({} msg/s; ceiling: same load, nothing scheduled)",
+            self.rate
+        );
         rows.push(Row {
-            measurement: format!(
-                "lateness p99 with {n} scheduled ({} msg/s; ceiling: same load, nothing scheduled)",
-                self.rate
-            ),
-            bridge: format!("{:.1} ms", f.lateness_p99_ms),
-            ceiling: format!("{:.1} ms", e.lateness_p99_ms),
-            goal: format!("<= {LATE_P99_MS} ms"),
-            result: verdict(f.lateness_p99_ms <= LATE_P99_MS),
-            ..Row::default()
+            ceiling: millis(e.lateness_p99_ms),
+            ..Row::judged(
+                lateness,
+                millis(f.lateness_p99_ms),
+                format!("<= {LATE_P99_MS} ms"),
+                f.lateness_p99_ms <= LATE_P99_MS,
+            )
         });
         let growth = match (f.claim_p99_ms, e.claim_p99_ms) {
             (Some(f), Some(e)) if e > 0.0 => Some(f / e),
@@ -82,18 +85,20 @@ impl ScheduledRun {
             goal: format!("<= {CLAIM_GROWTH}x empty"),
             result: verdict(growth.is_some_and(|g| g <= CLAIM_GROWTH)),
         });
-        rows.push(Row {
-            measurement: "  claim duration mean (bridge histogram)".into(),
-            bridge: ms(f.claim_mean_ms),
-            ceiling: ms(e.claim_mean_ms),
-            ..Row::default()
-        });
         let us = |v: Option<f64>| v.map_or("?".into(), |v| format!("{v:.1} us"));
         rows.push(Row {
-            measurement: "  redis time per EVALSHA meanwhile (every client)".into(),
-            bridge: us(f.evalsha_us_per_call),
+            ceiling: ms(e.claim_mean_ms),
+            ..Row::shown(
+                "  claim duration mean (bridge histogram)",
+                ms(f.claim_mean_ms),
+            )
+        });
+        rows.push(Row {
             ceiling: us(e.evalsha_us_per_call),
-            ..Row::default()
+            ..Row::shown(
+                "  redis time per EVALSHA meanwhile (every client)",
+                us(f.evalsha_us_per_call),
+            )
         });
         let (with, without) = (f.rss_bytes, e.rss_bytes);
         rows.push(Row {
@@ -104,13 +109,12 @@ impl ScheduledRun {
             goal: format!("<= {RSS_GROWTH}x none scheduled"),
             result: verdict(with as f64 <= RSS_GROWTH * without as f64),
         });
-        for (shape, bytes) in &self.redis_bytes_per_member {
-            rows.push(Row {
-                measurement: format!("redis memory per scheduled member ({shape})"),
-                bridge: format!("{bytes:.0} B"),
-                ..Row::default()
-            });
-        }
+        rows.extend(self.redis_bytes_per_member.iter().map(|(shape, bytes)| {
+            Row::shown(
+                format!("redis memory per scheduled member ({shape})"),
+                format!("{bytes:.0} B"),
+            )
+        }));
         rows
     }
 }

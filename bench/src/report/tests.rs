@@ -23,14 +23,18 @@ fn amqp_report(forward: f64) -> Report {
     }
 }
 
+/// The first of `rows` whose measurement starts with `prefix`.
+fn find(rows: &[Row], prefix: &str) -> Row {
+    rows.iter()
+        .find(|r| r.measurement.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line {prefix:?}"))
+        .clone()
+}
+
 #[test]
 fn forwarding_is_judged_against_the_broker_ceiling() {
     let pass = amqp_report(950.0);
-    let row = pass
-        .rows()
-        .into_iter()
-        .find(|r| r.measurement.starts_with("forwarding rate ("))
-        .unwrap();
+    let row = find(&pass.rows(), "forwarding rate (");
     assert_eq!((row.ratio.as_str(), row.result.as_str()), ("95%", "PASS"));
     assert!(pass.all_passed());
     assert!(!amqp_report(850.0).all_passed());
@@ -42,15 +46,9 @@ fn kafka_uses_the_lower_ceiling_and_an_absolute_floor() {
     r.settings.sink = "kafka".into();
     r.redis_ceiling = Some(Rate::new(1100, 1.0));
     let rows = r.rows();
-    let rel = rows
-        .iter()
-        .find(|r| r.measurement.starts_with("forwarding rate ("))
-        .unwrap();
+    let rel = find(&rows, "forwarding rate (");
     assert_eq!((rel.ratio.as_str(), rel.result.as_str()), ("85%", "PASS"));
-    let abs = rows
-        .iter()
-        .find(|r| r.measurement == "forwarding rate, absolute")
-        .unwrap();
+    let abs = find(&rows, "forwarding rate, absolute");
     assert_eq!(abs.result, "MISS");
 }
 
@@ -63,11 +61,7 @@ fn the_backlog_is_judged_against_its_own_ceiling() {
         broker_cpu_per_100k: None,
         ..*f
     });
-    let row = r
-        .rows()
-        .into_iter()
-        .find(|r| r.measurement.starts_with("backlog rate ("))
-        .unwrap();
+    let row = find(&r.rows(), "backlog rate (");
     assert_eq!((row.ratio.as_str(), row.result.as_str()), ("88%", "MISS"));
     assert!(!r.all_passed());
 }
@@ -85,18 +79,12 @@ fn the_cluster_is_judged_against_the_standalone_and_broker_ceilings() {
         forward: Rate::new(790, 1.0),
     });
     let rows = r.rows();
-    let find = |prefix: &str| {
-        rows.iter()
-            .find(|r| r.measurement.starts_with(prefix))
-            .unwrap()
-            .clone()
-    };
-    let spread = find("cluster redis ceiling, 12 shards");
+    let spread = find(&rows, "cluster redis ceiling, 12 shards");
     assert_eq!(
         (spread.ratio.as_str(), spread.result.as_str()),
         ("105% of standalone", "PASS")
     );
-    let forward = find("cluster forwarding rate");
+    let forward = find(&rows, "cluster forwarding rate");
     assert_eq!(
         (forward.ratio.as_str(), forward.result.as_str()),
         ("79%", "MISS")
