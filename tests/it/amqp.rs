@@ -20,8 +20,8 @@ async fn due_members_arrive_once_never_early_with_headers_and_exact_bytes() {
 
     let expected = schedule_orders(&mut r, &key).await;
 
-    bridge
-        .expect_arrivals(expected.len(), Duration::from_secs(20), || capture.count())
+    capture
+        .expect_arrivals(expected.len(), Duration::from_secs(20), &bridge)
         .await;
     // Give a duplicate the chance to show up before counting.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -81,8 +81,8 @@ async fn cancel_and_reschedule_are_honoured() {
         .await
         .unwrap();
 
-    bridge
-        .expect_arrivals(3, Duration::from_secs(15), || capture.count())
+    capture
+        .expect_arrivals(3, Duration::from_secs(15), &bridge)
         .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let got = capture.snapshot();
@@ -121,11 +121,8 @@ async fn an_unroutable_routing_key_holds_the_trigger_until_a_queue_is_bound() {
     let cfg = base_config(port) + &trigger("unroutable", &key, "rabbit", &unroutable);
     let bridge = Bridge::start(&cfg, port).ready(READY).await;
     schedule_now(&mut r, &key, ["lost-letter-1", "lost-letter-2"]).await;
-    let held = [("trigger", "unroutable")];
     let (seen, body) = bridge
-        .wait_scrape(Duration::from_secs(10), |body| {
-            metric_value(body, "delay_bridge_trigger_held", &held) == 1.0
-        })
+        .wait_held("unroutable", true, Duration::from_secs(10))
         .await;
     assert!(seen, "held within 10 s\n{body}\n{}", bridge.log());
     let stats = cli(&["stats"], &cfg, &[]).stdout;
@@ -152,13 +149,11 @@ async fn an_unroutable_routing_key_holds_the_trigger_until_a_queue_is_bound() {
     assert_eq!(capture.count(), 0);
 
     capture.bind(&capture.exchange, "nobody-listens").await;
-    bridge
-        .expect_arrivals(2, Duration::from_secs(15), || capture.count())
+    capture
+        .expect_arrivals(2, Duration::from_secs(15), &bridge)
         .await;
     let (released, body) = bridge
-        .wait_scrape(Duration::from_secs(10), |body| {
-            metric_value(body, "delay_bridge_trigger_held", &held) == 0.0
-        })
+        .wait_held("unroutable", false, Duration::from_secs(10))
         .await;
     assert!(released, "{body}");
     bridge.expect_readyz(200, Duration::from_secs(10)).await;
@@ -191,11 +186,8 @@ async fn a_missing_exchange_keeps_messages_in_redis_until_it_is_declared() {
         "not claimed, not counted as an attempt"
     );
     // Held, with the exchange's name, in the gauge, `stats` and `/readyz` within 10 s.
-    let held = [("trigger", "noex")];
     let (seen, body) = bridge
-        .wait_scrape(Duration::from_secs(10), |body| {
-            metric_value(body, "delay_bridge_trigger_held", &held) == 1.0
-        })
+        .wait_held("noex", true, Duration::from_secs(10))
         .await;
     assert!(seen, "{body}");
     let cfg = base_config(port) + &trigger;
@@ -227,9 +219,7 @@ async fn a_missing_exchange_keeps_messages_in_redis_until_it_is_declared() {
         bridge.log()
     );
     let (released, body) = bridge
-        .wait_scrape(Duration::from_secs(10), |body| {
-            metric_value(body, "delay_bridge_trigger_held", &held) == 0.0
-        })
+        .wait_held("noex", false, Duration::from_secs(10))
         .await;
     assert!(
         released,
@@ -273,8 +263,8 @@ async fn thousands_of_workers_share_a_few_channels() {
         pipe.cmd("ZADD").arg(key).arg(now).arg(format!("m-{i}"));
     }
     let _: () = pipe.query_async(&mut r).await.unwrap();
-    bridge
-        .expect_arrivals(TRIGGERS, Duration::from_secs(60), || capture.count())
+    capture
+        .expect_arrivals(TRIGGERS, Duration::from_secs(60), &bridge)
         .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let tally = capture.tally();

@@ -1,6 +1,8 @@
 //! The architecture page's "may use" table holds: every `crate::` path in a module's source
 //! names itself or a module its row allows, and every module of the library has a row.
 
+use crate::common::assert_none_found;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -190,11 +192,7 @@ fn every_module_uses_only_what_the_architecture_page_allows() {
             }
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "docs/architecture.md's table and the code disagree:\n{}",
-        wrong.join("\n")
-    );
+    assert_none_found("docs/architecture.md's table and the code disagree", &wrong);
 }
 
 #[test]
@@ -211,11 +209,7 @@ fn every_row_allows_only_rows_below_it() {
             }
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "docs/architecture.md's table runs back up:\n{}",
-        wrong.join("\n")
-    );
+    assert_none_found("docs/architecture.md's table runs back up", &wrong);
 }
 
 /// Modules that ask the running trigger only through its face: the items `src/trigger/mod.rs`
@@ -298,11 +292,8 @@ fn housekeeping_ingress_and_admin_ask_the_running_trigger_through_its_face() {
             }
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "only what src/trigger/mod.rs re-exports ({face:?}) is theirs to use:\n{}",
-        wrong.join("\n")
-    );
+    let what = format!("only what src/trigger/mod.rs re-exports ({face:?}) is theirs to use");
+    assert_none_found(&what, &wrong);
 }
 
 #[test]

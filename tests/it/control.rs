@@ -151,16 +151,10 @@ async fn a_rate_limit_holds_every_replica_together_and_drains_the_backlog() {
     assert_eq!(capture.tally().len(), n, "every message once");
     assert!(capture.tally().values().all(|c| *c == 1));
     let waited = a
-        .metric(
-            "delay_bridge_rate_limited_claims_total",
-            &[("trigger", "limited")],
-        )
+        .trigger_metric("delay_bridge_rate_limited_claims_total", "limited")
         .await
-        + b.metric(
-            "delay_bridge_rate_limited_claims_total",
-            &[("trigger", "limited")],
-        )
-        .await;
+        + b.trigger_metric("delay_bridge_rate_limited_claims_total", "limited")
+            .await;
     assert!(waited > 0.0, "claims found the bucket empty");
     for bridge in [&a, &b] {
         bridge.assert_no_panic();
@@ -230,10 +224,7 @@ async fn stray_control_values_are_repaired_counted_and_never_wedge_the_trigger()
     let tokens: f64 = fields["tokens"].parse().unwrap();
     assert!((0.0..=5.0).contains(&tokens), "repaired: {fields:?}");
     let repairs = bridge
-        .metric(
-            "delay_bridge_control_repairs_total",
-            &[("trigger", TRIGGER)],
-        )
+        .trigger_metric("delay_bridge_control_repairs_total", TRIGGER)
         .await;
     assert_eq!(
         repairs, 7.0,

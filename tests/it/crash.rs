@@ -11,15 +11,12 @@ async fn sigkill_mid_drain_then_restart_loses_nothing() {
     let (mut r, capture, key) = amqp_scene("kill", "delay", "kill").await;
     let n = 5000;
     schedule(&mut r, &key, n, 0).await;
-    let port = free_port();
     let options = "workers = 2\nbatch = 20\nlease = \"2s\"\npublish_timeout = \"1s\"";
-    let cfg = base_config(port) + &amqp_trigger("kill", &key, &capture, options);
-    let bridge = sigkill_mid_drain(Bridge::start(&cfg, port), &capture, n, "sigkill").await;
+    let bridge = amqp_bridge("kill", &key, &capture, options);
+    let bridge = sigkill_mid_drain(bridge, &capture, n, "sigkill").await;
     let seen = capture.tally();
     assert_eq!(seen.len(), n, "zero lost");
-    for i in 0..n {
-        assert!(seen.contains_key(&body(i, 0)));
-    }
+    assert_none_lost(&seen, n);
     assert_eq!(queue_sizes(&mut r, &key).await.0, 0);
     stop_and_clean(bridge, &mut r, &key).await;
 }
@@ -29,9 +26,7 @@ async fn sigterm_exits_zero_and_leaves_nothing_in_flight() {
     let (mut r, capture, key) = amqp_scene("term", "delay", "term").await;
     let n = 3000;
     schedule(&mut r, &key, n, 0).await;
-    let port = free_port();
-    let cfg = base_config(port) + &amqp_trigger("term", &key, &capture, "workers = 4\nbatch = 50");
-    let mut bridge = Bridge::start(&cfg, port);
+    let mut bridge = amqp_bridge("term", &key, &capture, "workers = 4\nbatch = 50");
     bridge
         .expect_arrivals(200, Duration::from_secs(30), || capture.count())
         .await;

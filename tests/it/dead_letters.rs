@@ -27,16 +27,7 @@ fn header(m: &Received, name: &str) -> Option<String> {
 
 /// The forwarding leases: member -> score as Redis prints it.
 async fn leases(r: &mut Conn, key: &str) -> HashMap<Vec<u8>, String> {
-    let keys = QueueKeys::derive(key).unwrap();
-    let pairs: Vec<(Vec<u8>, String)> = redis::cmd("ZRANGE")
-        .arg(&keys.dead_inflight)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query_async(r)
-        .await
-        .unwrap();
-    pairs.into_iter().collect()
+    zscored(r, QueueKeys::derive(key).unwrap().dead_inflight).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,8 +64,7 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
     let bad: Vec<String> = (0..30).map(|i| format!("not json {i}")).collect();
     let huge = format!(r#"{{"type":"ok","pad":"{}"}}"#, "x".repeat(400));
     schedule_now(&mut r, &key, good.iter().chain(&bad).chain([&huge])).await;
-    bridge
-        .expect_arrivals(good.len(), Duration::from_secs(15), || main.count())
+    main.expect_arrivals(good.len(), Duration::from_secs(15), &bridge)
         .await;
 
     // Unroutable at the dead-letter exchange: nothing is confirmed, so all stay in Redis.
@@ -96,8 +86,7 @@ async fn dead_letters_reach_the_broker_with_their_reason_and_leave_redis_only_th
 
     // Bind the routing key: the letters go after their lease expires, and leave Redis.
     dead.bind(&dead.exchange, "later").await;
-    bridge
-        .expect_arrivals(bad.len(), Duration::from_secs(20), || dead.count())
+    dead.expect_arrivals(bad.len(), Duration::from_secs(20), &bridge)
         .await;
     let (done, _) = poll(
         Duration::from_secs(10),
@@ -316,8 +305,7 @@ async fn forwarded_hash_letters_carry_their_id_and_a_missing_body_stays_requeuea
     // An id scheduled without its body.
     let now = redis_now(&mut r).await;
     let _: () = r.zadd(&keys.source, "invoice-4711", now).await.unwrap();
-    bridge
-        .expect_arrivals(1, Duration::from_secs(20), || dead.count())
+    dead.expect_arrivals(1, Duration::from_secs(20), &bridge)
         .await;
     let got = dead.snapshot();
     let letter = &got[0];
@@ -355,10 +343,7 @@ async fn forwarded_hash_letters_carry_their_id_and_a_missing_body_stays_requeuea
         "kept with the score +inf, never forwarded again: {score:?}"
     );
     let forwarded = bridge
-        .metric(
-            "delay_bridge_dead_letters_forwarded_total",
-            &[("trigger", "dlxid")],
-        )
+        .trigger_metric("delay_bridge_dead_letters_forwarded_total", "dlxid")
         .await;
     assert_eq!(forwarded, 1.0);
     // The remedy: the body, then a requeue; the message reaches its consumers.
@@ -379,8 +364,7 @@ async fn forwarded_hash_letters_carry_their_id_and_a_missing_body_stays_requeuea
         &[],
     );
     assert_eq!(out.code, 0, "requeue: {}", out.text());
-    bridge
-        .expect_arrivals(1, Duration::from_secs(20), || main.count())
+    main.expect_arrivals(1, Duration::from_secs(20), &bridge)
         .await;
     assert_eq!(main.snapshot()[0].body, b"the invoice");
     tokio::time::sleep(Duration::from_millis(500)).await;

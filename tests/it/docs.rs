@@ -3,6 +3,8 @@
 //! line is in `docs/cli.md`; every alert's runbook and every link of the README into the book
 //! names a heading that exists.
 
+use crate::common::assert_none_found;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -294,11 +296,7 @@ fn the_configuration_reference_names_every_key_and_its_bounds() {
         checked > 50,
         "only {checked} keys found: is the probe broken?"
     );
-    assert!(
-        missing.is_empty(),
-        "docs/configuration.md is behind the code:\n  {}",
-        missing.join("\n  ")
-    );
+    assert_none_found("docs/configuration.md is behind the code", &missing);
 }
 
 /// A command's flags: `--long`, and `-s` when it has a short form.
@@ -357,11 +355,7 @@ fn the_command_line_reference_names_every_command_and_flag() {
             }
         }
     }
-    assert!(
-        missing.is_empty(),
-        "docs/cli.md is behind the code:\n  {}",
-        missing.join("\n  ")
-    );
+    assert_none_found("docs/cli.md is behind the code", &missing);
 }
 
 /// The anchors MkDocs gives a page's headings: lowercase, punctuation dropped, spaces as `-`.
@@ -421,9 +415,5 @@ fn every_runbook_url_and_readme_link_names_a_heading_of_the_book() {
         "\"docs/",
     ));
     broken.extend(broken_links(&read("README.md"), "](docs/"));
-    assert!(
-        broken.is_empty(),
-        "broken links:\n  {}",
-        broken.join("\n  ")
-    );
+    assert_none_found("broken links", &broken);
 }

@@ -137,9 +137,7 @@ async fn the_foundation_holds_on_valkey() {
 async fn an_engine_without_config_or_notifications_says_so_and_still_delivers() {
     // As on managed services: CONFIG is not there, notifications are off.
     let server = RedisServer::start(&["--rename-command", "CONFIG", ""]).await;
-    let mut r = server.conn().await;
-    let capture = AmqpCapture::start("noconfig.rk").await;
-    let key = format!("{}:{{noconfig}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene_on(&server, "noconfig.rk", "noconfig").await;
     let port = free_port();
     let cfg = ConfigToml::base(port)
         .set_str("redis", "url", &server.url())
@@ -147,10 +145,7 @@ async fn an_engine_without_config_or_notifications_says_so_and_still_delivers() 
         .to_string()
         + &amqp_trigger("noconfig", &key, &capture, "guard_interval = \"1s\"");
     let bridge = Bridge::start(&cfg, port).ready(READY).await;
-    schedule_now(&mut r, &key, ["one", "two", "three"]).await;
-    bridge
-        .expect_arrivals(3, Duration::from_secs(10), || capture.count())
-        .await;
+    expect_three_forwarded(&bridge, &mut r, &key, &capture).await;
     // The fallback's lateness: with the head a minute away, a message due now waits for the
     // next guard tick (1 s), never for the head.
     let now = redis_now(&mut r).await;
@@ -251,9 +246,7 @@ async fn an_engine_that_cannot_run_the_scripts_is_refused() {
         .to_string()
         + &trigger("noscripts", &key, "rabbit", "exchange = \"x\"\n");
     let mut bridge = Bridge::start(&cfg, port);
-    let code = bridge.wait_exit(Duration::from_secs(20)).await;
-    let log = bridge.log();
-    assert_eq!(code, Some(78), "{log}");
+    let log = bridge.expect_exit(78, Duration::from_secs(20)).await;
     assert!(
         log.contains("EVALSHA failed") && log.contains("Lua script"),
         "{log}"

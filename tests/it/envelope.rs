@@ -162,9 +162,7 @@ fn assert_full_envelope_arrived(m: &Received) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_envelopes_carry_their_headers_and_record_key() {
     let mut r = redis().await;
-    let topic = unique("env-kafka");
-    create_topic(&kafka_brokers(), &topic, 3).await;
-    let capture = KafkaCapture::start(&kafka_brokers(), &topic, 3);
+    let (topic, capture) = new_topic("env-kafka", 3).await;
     let key = unique("env-kafka");
     let port = free_port();
     let config = ConfigToml::base(port)
@@ -306,9 +304,7 @@ async fn fields_for_the_other_broker_are_skipped_unread_whatever_they_hold() {
     // AMQP: Kafka-only fields that would not decode.
     let capture = AmqpCapture::start("orders.default").await;
     let key = unique("env-other-amqp");
-    let topic = unique("env-other-kafka");
-    create_topic(&kafka_brokers(), &topic, 1).await;
-    let kcapture = KafkaCapture::start(&kafka_brokers(), &topic, 1);
+    let (topic, kcapture) = new_topic("env-other-kafka", 1).await;
     let kkey = unique("env-other-kafka");
     let port = free_port();
     let config = ConfigToml::base(port)

@@ -20,12 +20,7 @@ async fn a_message_is_found_by_member_or_consumer_id_wherever_it_is() {
     };
     let now = redis_now(&mut r).await;
     // 2,500 scheduled later, past any first page; two due now, claimed; one dead.
-    zadd_all(
-        &mut r,
-        &key,
-        (0..2500).map(|i| (now + 3_600_000 + i, format!("later-{i:04}"))),
-    )
-    .await;
+    schedule_crowd(&mut r, &key, "later", 2500, now + 3_600_000).await;
     zadd_all(&mut r, &key, [(now - 1000, "due-a"), (now - 1000, "due-b")]).await;
     let s = store(&key).await;
     let claimed = s.claim(10, Duration::from_secs(300)).await.unwrap();

@@ -272,13 +272,7 @@ async fn missing_and_oversized_bodies_are_dead_lettered_with_their_reason_and_re
     assert_eq!(body_of(&mut r, &k, "fine").await, None, "delivered: gone");
 
     // Repaired: the body set, then requeued: delivered.
-    let _: () = redis::cmd("HSET")
-        .arg(&k.bodies)
-        .arg("bodiless")
-        .arg("repaired")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    hset(&mut r, &k.bodies, "bodiless", "repaired").await;
     let out = cli(
         &[
             "dead-letter",

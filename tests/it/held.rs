@@ -4,13 +4,12 @@
 
 use crate::common;
 use crate::refusals::{
-    assert_none_dead, broker_with_user, close_bridge_connections, dead_within, done, envelope,
-    refusal_key, set_topic_permissions, Topic,
+    assert_none_dead, close_bridge_connections, dead_within, done, envelope, refusal_key,
+    restricted, set_topic_permissions,
 };
 
 use std::time::Duration;
 
-use common::servers::RabbitServer;
 use common::*;
 
 /// Schedules `n` members `{prefix}-{i}` on `key`, due now.
@@ -30,9 +29,7 @@ async fn schedule_named(r: &mut Conn, key: &str, prefix: &str, n: usize) -> Vec<
 /// confirmed meanwhile; once the permissions are back everything arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permissions_revoked_behind_cached_channels_hold_and_dead_letter_nothing() {
-    let rabbit = RabbitServer::start().await;
-    let topic = Topic::start(&rabbit.url(), "#").await;
-    let url = broker_with_user(&rabbit, &topic.exchange, ".*").await;
+    let (rabbit, topic, url) = restricted("#", ".*").await;
     let mut r = redis().await;
     let (key, other) = (refusal_key("cached"), refusal_key("cached-other"));
     let port = free_port();
@@ -45,7 +42,6 @@ async fn permissions_revoked_behind_cached_channels_hold_and_dead_letter_nothing
     let bridge = topic
         .bridge_past(&cfg, port, 5, Duration::from_secs(30))
         .await;
-    let held = [("trigger", "cached")];
     for outage in ["first", "second"] {
         set_topic_permissions(&rabbit, &topic.exchange, "^other\\..*").await;
         if outage == "second" {
@@ -57,9 +53,7 @@ async fn permissions_revoked_behind_cached_channels_hold_and_dead_letter_nothing
         schedule_named(&mut r, &other, &format!("{outage}-other"), 10).await;
         let refused = schedule_named(&mut r, &key, &format!("{outage}-refused"), 30).await;
         let (seen, body) = bridge
-            .wait_scrape(Duration::from_secs(20), |body| {
-                metric_value(body, "delay_bridge_trigger_held", &held) == 1.0
-            })
+            .wait_held("cached", true, Duration::from_secs(20))
             .await;
         assert!(seen, "{outage} outage: held\n{body}\n{}", bridge.log());
         // Several tries of the refused trigger while the other's messages are confirmed.
@@ -74,9 +68,7 @@ async fn permissions_revoked_behind_cached_channels_hold_and_dead_letter_nothing
             .expect_distinct(before + 40, Duration::from_secs(30), &bridge)
             .await;
         let (released, body) = bridge
-            .wait_scrape(Duration::from_secs(10), |body| {
-                metric_value(body, "delay_bridge_trigger_held", &held) == 0.0
-            })
+            .wait_held("cached", false, Duration::from_secs(10))
             .await;
         assert!(released, "{outage} outage: released\n{body}");
     }
@@ -90,9 +82,7 @@ async fn permissions_revoked_behind_cached_channels_hold_and_dead_letter_nothing
 /// dead-lettered after `max_attempts`, none of them left unjudged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_messages_at_the_head_do_not_wedge_the_trigger() {
-    let rabbit = RabbitServer::start().await;
-    let topic = Topic::start(&rabbit.url(), "allowed.#").await;
-    let url = broker_with_user(&rabbit, &topic.exchange, "^allowed\\..*").await;
+    let (_rabbit, topic, url) = restricted("allowed.#", "^allowed\\..*").await;
     let mut r = redis().await;
     let key = refusal_key("head");
     let now = redis_now(&mut r).await;

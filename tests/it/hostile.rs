@@ -250,9 +250,7 @@ async fn a_key_of_the_wrong_type_backs_off_while_other_triggers_forward() {
 async fn an_evicting_redis_is_refused_or_warned_about() {
     let redis =
         RedisServer::start(&["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"]).await;
-    let mut r = redis.conn().await;
-    let capture = AmqpCapture::start("evict.rk").await;
-    let key = format!("{}:{{evict}}", unique("delay"));
+    let (mut r, capture, key) = amqp_scene_on(&redis, "evict.rk", "evict").await;
     let port = free_port();
     // No [log] section: the messages must show with the default log settings.
     let settings = ConfigToml::base(port)
@@ -265,9 +263,7 @@ async fn an_evicting_redis_is_refused_or_warned_about() {
     // Default: refuses before claiming anything, as a configuration error (78).
     zadd(&mut r, &key, "0", b"must stay").await;
     let mut bridge = Bridge::start(&config, port);
-    let code = bridge.wait_exit(Duration::from_secs(20)).await;
-    let log = bridge.log();
-    assert_eq!(code, Some(78), "{log}");
+    let log = bridge.expect_exit(78, Duration::from_secs(20)).await;
     assert!(
         log.contains("maxmemory-policy allkeys-lru") && log.contains("require_noeviction"),
         "{log}"

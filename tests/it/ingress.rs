@@ -30,6 +30,45 @@ fn config(
         )
 }
 
+/// One test's capture of what reaches RabbitMQ with its routing key, its ingress (a fresh
+/// exchange and queue) and a fresh queue key.
+struct Scene {
+    capture: AmqpCapture,
+    broker: IngressBroker,
+    key: String,
+}
+
+impl Scene {
+    /// A capture of `routing_key`, a new ingress, and the key `PREFIX-N`.
+    async fn new(routing_key: &str, prefix: &str) -> Self {
+        Self {
+            capture: AmqpCapture::start(routing_key).await,
+            broker: IngressBroker::new().await,
+            key: unique(prefix),
+        }
+    }
+
+    /// [`config`] for this scene's key, capture and ingress.
+    fn config(&self, port: u16, name: &str, extra: &str, ingress: &str) -> String {
+        let (key, capture, broker) = (&self.key, &self.capture, &self.broker);
+        config(port, name, key, capture, broker, extra, ingress)
+    }
+
+    /// The end: the ingress deleted, the queue's keys removed.
+    async fn finish(self) {
+        self.broker.delete().await;
+        cleanup_keys(&mut redis().await, &self.key).await;
+    }
+
+    /// A bridge on [`Scene::config`] on a free port, ready.
+    async fn bridge(&self, name: &str, extra: &str, ingress: &str) -> Bridge {
+        let port = free_port();
+        Bridge::start(&self.config(port, name, extra, ingress), port)
+            .ready(Duration::from_secs(30))
+            .await
+    }
+}
+
 /// The properties every message of the big test carries, `x-delay` in one of the forms the
 /// plugin takes (an int, a numeric string, a long).
 fn full_props(i: usize, delay_ms: i64) -> BasicProperties {
@@ -67,14 +106,9 @@ fn full_props(i: usize, delay_ms: i64) -> BasicProperties {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_messages_arrive_once_each_none_early_with_properties_and_headers() {
     let n = 1_000;
-    let capture = AmqpCapture::start("rk").await;
-    let broker = IngressBroker::new().await;
-    let key = unique("ingress");
-    let port = free_port();
-    let cfg = config(port, "ingress", &key, &capture, &broker, "", "");
-    let bridge = Bridge::start(&cfg, port)
-        .ready(Duration::from_secs(30))
-        .await;
+    let scene = Scene::new("rk", "ingress").await;
+    let bridge = scene.bridge("ingress", "", "").await;
+    let (capture, broker, key) = (&scene.capture, &scene.broker, &scene.key);
     let mut sent_at = HashMap::new();
     let mut delays = HashMap::new();
     let messages: Vec<_> = (0..n)
@@ -92,8 +126,8 @@ async fn delayed_messages_arrive_once_each_none_early_with_properties_and_header
         sent_at.insert(body.clone(), now_ms());
     }
     broker.publish_many(messages).await;
-    bridge
-        .expect_arrivals(n, Duration::from_secs(60), || capture.count())
+    capture
+        .expect_arrivals(n, Duration::from_secs(60), &bridge)
         .await;
     // Late copies would show now.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -139,10 +173,7 @@ async fn delayed_messages_arrive_once_each_none_early_with_properties_and_header
     }
     assert_eq!(early, 0, "messages delivered before their delay");
     let stored = bridge
-        .metric(
-            "delay_bridge_ingress_messages_total",
-            &[("trigger", "ingress")],
-        )
+        .trigger_metric("delay_bridge_ingress_messages_total", "ingress")
         .await;
     assert_eq!(stored, n as f64);
     assert!(bridge
@@ -150,23 +181,17 @@ async fn delayed_messages_arrive_once_each_none_early_with_properties_and_header
         .await
         .contains("delay_bridge_ingress_store_duration_seconds_count{trigger=\"ingress\"} 1000"));
     let mut r = redis().await;
-    let sizes = wait_drained(&mut r, &key, Duration::from_secs(10)).await;
+    let sizes = wait_drained(&mut r, key, Duration::from_secs(10)).await;
     assert_eq!(sizes.0 + sizes.1, 0);
     assert_eq!(broker.depth().await, Some(0), "every delivery acked");
-    broker.delete().await;
-    cleanup_keys(&mut r, &key).await;
+    scene.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_without_a_delay_arrive_at_once() {
-    let capture = AmqpCapture::start("now").await;
-    let broker = IngressBroker::new().await;
-    let key = unique("ingress-now");
-    let port = free_port();
-    let cfg = config(port, "now", &key, &capture, &broker, "", "");
-    let bridge = Bridge::start(&cfg, port)
-        .ready(Duration::from_secs(30))
-        .await;
+    let scene = Scene::new("now", "ingress-now").await;
+    let bridge = scene.bridge("now", "", "").await;
+    let (capture, broker) = (&scene.capture, &scene.broker);
     let past = (now_ms() - 60_000).to_string();
     let forms = [
         BasicProperties::default(),
@@ -190,8 +215,8 @@ async fn messages_without_a_delay_arrive_at_once() {
         )
     });
     broker.publish_many(messages).await;
-    bridge
-        .expect_arrivals(50, Duration::from_secs(10), || capture.count())
+    capture
+        .expect_arrivals(50, Duration::from_secs(10), &bridge)
         .await;
     let slowest = capture
         .snapshot()
@@ -200,19 +225,17 @@ async fn messages_without_a_delay_arrive_at_once() {
         .max()
         .unwrap();
     assert!(slowest < 2_000, "no-delay messages took up to {slowest} ms");
-    broker.delete().await;
-    cleanup_keys(&mut redis().await, &key).await;
+    scene.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_is_cancelled_by_its_message_id_and_stored_once_per_id() {
-    let capture = AmqpCapture::start("c").await;
-    let broker = IngressBroker::new().await;
-    let key = unique("ingress-cancel");
+    let scene = Scene::new("c", "ingress-cancel").await;
+    let (capture, broker, key) = (&scene.capture, &scene.broker, &scene.key);
     let (port, admin_port) = (free_port(), free_port());
     let token = "ingress-test-token-0123456789";
     let admin = format!("[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n");
-    let cfg = admin + &config(port, "cancel", &key, &capture, &broker, "", "");
+    let cfg = admin + &scene.config(port, "cancel", "", "");
     let bridge = Bridge::start_with_env(&cfg, port, &[("DELAY_BRIDGE_ADMIN_TOKEN", token)])
         .ready(Duration::from_secs(30))
         .await;
@@ -229,7 +252,7 @@ async fn a_message_is_cancelled_by_its_message_id_and_stored_once_per_id() {
     let (stored, _) = poll(
         Duration::from_secs(10),
         Duration::from_millis(50),
-        async || zcard(&mut r, &key).await,
+        async || zcard(&mut r, key).await,
         |n| *n == 3,
     )
     .await;
@@ -250,8 +273,8 @@ async fn a_message_is_cancelled_by_its_message_id_and_stored_once_per_id() {
     )
     .await;
     assert_eq!(answer.json()["cancelled"], 1, "{answer:?}");
-    bridge
-        .expect_arrivals(1, Duration::from_secs(10), || capture.count())
+    capture
+        .expect_arrivals(1, Duration::from_secs(10), &bridge)
         .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let got = capture.snapshot();
@@ -263,34 +286,17 @@ async fn a_message_is_cancelled_by_its_message_id_and_stored_once_per_id() {
     );
     assert_eq!(got[0].message_id.as_deref(), Some("order-keep"));
     let duplicates = bridge
-        .metric(
-            "delay_bridge_ingress_duplicates_total",
-            &[("trigger", "cancel")],
-        )
+        .trigger_metric("delay_bridge_ingress_duplicates_total", "cancel")
         .await;
     assert_eq!(duplicates, 1.0);
-    broker.delete().await;
-    cleanup_keys(&mut r, &key).await;
+    scene.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_delays_and_oversized_messages_are_dead_lettered_not_dropped() {
-    let capture = AmqpCapture::start("bad").await;
-    let broker = IngressBroker::new().await;
-    let key = unique("ingress-bad");
-    let port = free_port();
-    let cfg = config(
-        port,
-        "bad",
-        &key,
-        &capture,
-        &broker,
-        "max_message_bytes = 2000",
-        "",
-    );
-    let bridge = Bridge::start(&cfg, port)
-        .ready(Duration::from_secs(30))
-        .await;
+    let scene = Scene::new("bad", "ingress-bad").await;
+    let bridge = scene.bridge("bad", "max_message_bytes = 2000", "").await;
+    let (capture, broker, key) = (&scene.capture, &scene.broker, &scene.key);
     let id = |id: &str, p: BasicProperties| p.with_message_id(ShortString::from(id));
     broker
         .publish(
@@ -326,13 +332,13 @@ async fn bad_delays_and_oversized_messages_are_dead_lettered_not_dropped() {
         ("table", "bad_delay", "boolean"),
         ("big", "too_large", "max_message_bytes"),
     ] {
-        let why = wait_dead_reason(&mut r, &key, member.as_bytes(), deadline).await;
+        let why = wait_dead_reason(&mut r, key, member.as_bytes(), deadline).await;
         let why = why.unwrap_or_else(|| panic!("{member} not dead-lettered\n{}", bridge.log()));
         assert_eq!(why["reason"], reason, "{why}");
         assert!(why["detail"].as_str().unwrap().contains(detail), "{why}");
     }
-    bridge
-        .expect_arrivals(1, Duration::from_secs(10), || capture.count())
+    capture
+        .expect_arrivals(1, Duration::from_secs(10), &bridge)
         .await;
     assert_eq!(capture.snapshot()[0].body, b"fine");
     assert_eq!(
@@ -350,43 +356,31 @@ async fn bad_delays_and_oversized_messages_are_dead_lettered_not_dropped() {
         assert_eq!(got, count, "{reason}");
     }
     // The dead letter keeps the message: requeued, it is delivered (now, the delay gone).
+    let cfg = scene.config(free_port(), "bad", "max_message_bytes = 2000", "");
     let out = cli(
         &["dead-letter", "requeue", "-t", "bad", "--member", "soon"],
         &cfg,
         &[],
     );
     assert_eq!(out.code, 0, "{}", out.text());
-    bridge
-        .expect_arrivals(2, Duration::from_secs(10), || capture.count())
+    capture
+        .expect_arrivals(2, Duration::from_secs(10), &bridge)
         .await;
     let requeued = capture.snapshot()[1].clone();
     assert_eq!(
         (requeued.body.as_slice(), requeued.message_id.as_deref()),
         (&b"x"[..], Some("soon"))
     );
-    broker.delete().await;
-    cleanup_keys(&mut r, &key).await;
+    scene.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_on_one_ingress_queue_store_each_message_once() {
     let n = 2_000;
-    let capture = AmqpCapture::start("two").await;
-    let broker = IngressBroker::new().await;
-    let key = unique("ingress-two");
-    let (port_a, port_b) = (free_port(), free_port());
-    let a = Bridge::start(
-        &config(port_a, "two", &key, &capture, &broker, "", "prefetch = 50"),
-        port_a,
-    )
-    .ready(Duration::from_secs(30))
-    .await;
-    let b = Bridge::start(
-        &config(port_b, "two", &key, &capture, &broker, "", "prefetch = 50"),
-        port_b,
-    )
-    .ready(Duration::from_secs(30))
-    .await;
+    let scene = Scene::new("two", "ingress-two").await;
+    let a = scene.bridge("two", "", "prefetch = 50").await;
+    let b = scene.bridge("two", "", "prefetch = 50").await;
+    let (capture, broker) = (&scene.capture, &scene.broker);
     let messages = (0..n).map(|i| {
         (
             "two".to_string(),
@@ -405,8 +399,7 @@ async fn two_replicas_on_one_ingress_queue_store_each_message_once() {
     let [ta, tb] = metric_of_each([&a, &b], stored, &label).await;
     assert_eq!(ta + tb, n as f64);
     println!("two replicas: {n} messages, stored {ta} + {tb}, each delivered once");
-    broker.delete().await;
-    cleanup_keys(&mut redis().await, &key).await;
+    scene.finish().await;
 }
 
 /// The migration's path: an exchange that exists with another type (the plugin's, here a
@@ -414,29 +407,16 @@ async fn two_replicas_on_one_ingress_queue_store_each_message_once() {
 /// it again as its own within seconds, and producers publish to it as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exchange_of_another_type_is_used_as_it_is_and_declared_again_once_deleted() {
-    let capture = AmqpCapture::start("k1").await;
-    let broker = IngressBroker::new().await;
+    let scene = Scene::new("k1", "ingress-adopt").await;
+    let (capture, broker) = (&scene.capture, &scene.broker);
     broker.declare_exchange(lapin::ExchangeKind::Direct).await;
-    let key = unique("ingress-adopt");
-    let port = free_port();
-    let cfg = config(
-        port,
-        "adopt",
-        &key,
-        &capture,
-        &broker,
-        "",
-        "binding_keys = [\"k1\"]",
-    );
-    let bridge = Bridge::start(&cfg, port)
-        .ready(Duration::from_secs(30))
-        .await;
+    let bridge = scene.bridge("adopt", "", "binding_keys = [\"k1\"]").await;
     let now = || delayed(AMQPValue::LongInt(-60_000), &[]);
     broker
         .publish("k1", b"through the old exchange", now())
         .await;
-    bridge
-        .expect_arrivals(1, Duration::from_secs(10), || capture.count())
+    capture
+        .expect_arrivals(1, Duration::from_secs(10), &bridge)
         .await;
     assert!(
         bridge.log().contains("exists with other settings"),
@@ -459,8 +439,8 @@ async fn an_exchange_of_another_type_is_used_as_it_is_and_declared_again_once_de
     broker
         .publish("k1", b"through the bridge's own", now())
         .await;
-    bridge
-        .expect_arrivals(2, Duration::from_secs(10), || capture.count())
+    capture
+        .expect_arrivals(2, Duration::from_secs(10), &bridge)
         .await;
     let bodies: Vec<Vec<u8>> = capture.snapshot().into_iter().map(|m| m.body).collect();
     assert_eq!(
@@ -470,6 +450,5 @@ async fn an_exchange_of_another_type_is_used_as_it_is_and_declared_again_once_de
             b"through the bridge's own".to_vec()
         ]
     );
-    broker.delete().await;
-    cleanup_keys(&mut redis().await, &key).await;
+    scene.finish().await;
 }

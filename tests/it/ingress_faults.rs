@@ -30,6 +30,18 @@ fn config(
         )
 }
 
+/// Asserts that the `n` messages just published wait at the broker and that `/readyz` says
+/// the ingress does not consume because of Redis.
+async fn expect_not_consuming(broker: &IngressBroker, n: u32, bridge: &Bridge) {
+    broker
+        .expect_depth(n, Duration::from_secs(30), bridge)
+        .await;
+    let why = "ingress not consuming (Redis";
+    bridge
+        .expect_readyz_saying(503, why, Duration::from_secs(10))
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bridge_sigkilled_ten_times_while_messages_stream_in_loses_none() {
     let n = 20_000;
@@ -85,10 +97,7 @@ async fn a_bridge_sigkilled_ten_times_while_messages_stream_in_loses_none() {
         .expect_arrivals(n, Duration::from_secs(180), || capture.tally().len())
         .await;
     let seen = capture.tally();
-    for i in 0..n {
-        assert!(seen.contains_key(&body(i, 0)), "lost {i}");
-    }
-    let duplicates: usize = seen.values().map(|c| c - 1).sum();
+    let duplicates = assert_none_lost(&seen, n);
     println!(
         "ingress SIGKILL x{kills}: {n} messages, lost 0, delivered twice {duplicates}, {streaming} kills while streaming, drained {:?} after the last publish",
         started.elapsed()
@@ -130,24 +139,7 @@ async fn with_redis_stopped_or_full_the_ingress_stops_consuming_and_resumes_afte
     // Redis stopped: the messages stay at the broker, unconsumed.
     redis_server.shutdown().await;
     broker.publish_many(publish(100, 200)).await;
-    let (waiting, depth) = poll(
-        Duration::from_secs(30),
-        Duration::from_millis(100),
-        async || broker.depth().await,
-        |d| *d == Some(200),
-    )
-    .await;
-    assert!(
-        waiting,
-        "the 200 messages wait at the broker: {depth:?}\n{}",
-        bridge.log()
-    );
-    let (said, answer) = bridge
-        .wait_http("/readyz", Duration::from_secs(10), |s, b| {
-            s == 503 && b.contains("ingress not consuming")
-        })
-        .await;
-    assert!(said, "{answer:?}");
+    expect_not_consuming(&broker, 200, &bridge).await;
     assert_eq!(
         bridge
             .metric("delay_bridge_ingress_consuming", &[("trigger", "redis")])
@@ -163,39 +155,10 @@ async fn with_redis_stopped_or_full_the_ingress_stops_consuming_and_resumes_afte
 
     // Over maxmemory: Redis answers but refuses writes; the same.
     let mut r = redis_server.conn().await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg("1")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    config_set(&mut r, "maxmemory", "1").await;
     broker.publish_many(publish(300, 50)).await;
-    let (waiting, depth) = poll(
-        Duration::from_secs(30),
-        Duration::from_millis(100),
-        async || broker.depth().await,
-        |d| *d == Some(50),
-    )
-    .await;
-    assert!(
-        waiting,
-        "the 50 messages wait at the broker: {depth:?}\n{}",
-        bridge.log()
-    );
-    let (said, answer) = bridge
-        .wait_http("/readyz", Duration::from_secs(10), |s, b| {
-            s == 503 && b.contains("ingress not consuming (Redis")
-        })
-        .await;
-    assert!(said, "{answer:?}");
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg("0")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    expect_not_consuming(&broker, 50, &bridge).await;
+    config_set(&mut r, "maxmemory", "0").await;
     bridge
         .expect_arrivals(350, Duration::from_secs(30), || capture.tally().len())
         .await;
@@ -244,13 +207,8 @@ async fn while_redis_refuses_writes_the_ingress_hands_each_delivery_back_once() 
         .ready(Duration::from_secs(30))
         .await;
     let mut r = redis_server.conn().await;
-    let refuse = |n: u32| {
-        let mut cmd = redis::cmd("CONFIG");
-        cmd.arg("SET").arg("min-replicas-to-write").arg(n);
-        cmd
-    };
     // Reads answered, writes refused (NOREPLICAS), for 20 s.
-    let _: () = refuse(1).query_async(&mut r).await.unwrap();
+    config_set(&mut r, "min-replicas-to-write", 1).await;
     let n = 20;
     broker
         .publish_many((0..n).map(|i| {
@@ -259,18 +217,10 @@ async fn while_redis_refuses_writes_the_ingress_hands_each_delivery_back_once() 
         }))
         .await;
     let outage = Instant::now();
-    let (back, depth) = poll(
-        Duration::from_secs(15),
-        Duration::from_millis(100),
-        async || broker.depth().await,
-        |d| *d == Some(n as u32),
-    )
-    .await;
-    assert!(
-        back,
-        "the deliveries go back to the broker: {depth:?}\n{}",
-        bridge.log()
-    );
+    // The deliveries go back to the broker.
+    broker
+        .expect_depth(n as u32, Duration::from_secs(15), &bridge)
+        .await;
     // The rest of the outage: the ingress does not take them again.
     let (taken, depth) = poll(
         Duration::from_secs(20).saturating_sub(outage.elapsed()),
@@ -284,18 +234,12 @@ async fn while_redis_refuses_writes_the_ingress_hands_each_delivery_back_once() 
         "consuming resumed while Redis refused writes: depth {depth:?}\n{}",
         bridge.log()
     );
-    let _: () = refuse(0).query_async(&mut r).await.unwrap();
+    config_set(&mut r, "min-replicas-to-write", 0).await;
     let (stored, count) = poll(
         Duration::from_secs(30),
         Duration::from_millis(200),
-        async || -> usize {
-            redis::cmd("ZCARD")
-                .arg(&key)
-                .query_async(&mut r)
-                .await
-                .unwrap()
-        },
-        |c| *c == n,
+        async || zcard(&mut r, &key).await,
+        |c| *c == n as i64,
     )
     .await;
     assert!(

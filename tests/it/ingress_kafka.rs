@@ -34,23 +34,74 @@ async fn produce(topic: &str, records: Vec<Out>) {
     }
 }
 
-/// The ingress topic, the destination topic read from the beginning, and a bridge config
-/// whose trigger `name` reads the first and produces to the second in group `group`.
-async fn setup(name: &str, key: &str) -> (String, KafkaCapture, String) {
-    let ingress = unique("ingress-in");
-    let dest = unique("ingress-out");
-    create_topic(&kafka_brokers(), &ingress, PARTITIONS).await;
-    create_topic(&kafka_brokers(), &dest, PARTITIONS).await;
-    let capture = KafkaCapture::start(&kafka_brokers(), &dest, PARTITIONS);
-    let group = unique("ingress-group");
-    let trigger = kafka_trigger(
-        name,
-        key,
-        "kafka",
-        &dest,
-        &format!("[triggers.ingress]\ntopic = \"{ingress}\"\ngroup = \"{group}\"\n"),
-    );
-    (ingress, capture, trigger)
+/// One test's ingress topic, the capture of its destination topic (read from the
+/// beginning), its queue key and the trigger `name` that reads the first and produces to the
+/// second.
+struct Scene {
+    key: String,
+    ingress: String,
+    capture: KafkaCapture,
+    trigger: String,
+}
+
+impl Scene {
+    /// Fresh topics and key, the trigger `name` reading in its own consumer group.
+    async fn new(name: &str, key_prefix: &str) -> Self {
+        let key = unique(key_prefix);
+        let ingress = unique("ingress-in");
+        let dest = unique("ingress-out");
+        create_topic(&kafka_brokers(), &ingress, PARTITIONS).await;
+        create_topic(&kafka_brokers(), &dest, PARTITIONS).await;
+        let capture = KafkaCapture::start(&kafka_brokers(), &dest, PARTITIONS);
+        let group = unique("ingress-group");
+        let trigger = kafka_trigger(
+            name,
+            &key,
+            "kafka",
+            &dest,
+            &format!("[triggers.ingress]\ntopic = \"{ingress}\"\ngroup = \"{group}\"\n"),
+        );
+        Self {
+            key,
+            ingress,
+            capture,
+            trigger,
+        }
+    }
+
+    /// A bridge with the trigger, on `redis` (a URL) or else the shared Redis, ready.
+    async fn bridge(&self, redis: Option<&str>) -> Bridge {
+        let port = free_port();
+        let mut cfg = config(port, &self.trigger);
+        if let Some(url) = redis {
+            cfg = cfg.replace(&redis_url(), url);
+        }
+        Bridge::start(&cfg, port)
+            .ready(Duration::from_secs(30))
+            .await
+    }
+
+    /// The end: `bridge` stopped, the queue's keys and the topics deleted.
+    async fn finish(self, bridge: Option<Bridge>) {
+        cleanup_keys(&mut redis().await, &self.key).await;
+        drop(bridge);
+        self.capture.delete().await;
+        delete_topic(&kafka_brokers(), &self.ingress).await;
+    }
+}
+
+/// Records `from..from + n` (key `k-I`, body [`body`]), each due `I % 300` ms after it is
+/// read if `delayed`.
+fn records(from: usize, n: usize, delayed: bool) -> Vec<Out> {
+    (from..from + n)
+        .map(|i| {
+            let headers = match delayed {
+                true => vec![("x-delay", (i % 300).to_string())],
+                false => vec![],
+            };
+            (format!("k-{i}"), body(i, 0), headers)
+        })
+        .collect()
 }
 
 /// A bridge config on the shared Redis with sink `kafka` (a short session and poll interval,
@@ -71,12 +122,9 @@ fn config(port: u16, trigger: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_records_arrive_once_each_none_early_with_key_and_headers() {
     let n = 300;
-    let key = unique("ingress-kafka");
-    let (ingress, capture, trigger) = setup("kin", &key).await;
-    let port = free_port();
-    let mut bridge = Bridge::start(&config(port, &trigger), port)
-        .ready(Duration::from_secs(30))
-        .await;
+    let scene = Scene::new("kin", "ingress-kafka").await;
+    let (ingress, capture) = (&scene.ingress, &scene.capture);
+    let mut bridge = scene.bridge(None).await;
     let mut delays = HashMap::new();
     let records: Vec<Out> = (0..n)
         .map(|i| {
@@ -94,7 +142,7 @@ async fn delayed_records_arrive_once_each_none_early_with_key_and_headers() {
         })
         .collect();
     let sent = now_ms();
-    produce(&ingress, records).await;
+    produce(ingress, records).await;
     bridge
         .expect_arrivals(n, Duration::from_secs(60), || capture.count())
         .await;
@@ -112,47 +160,31 @@ async fn delayed_records_arrive_once_each_none_early_with_key_and_headers() {
         let id = r.header("x-delay-id").unwrap();
         assert!(id.starts_with(&format!("{ingress}/")), "{id}");
     }
-    let mut r = redis().await;
-    cleanup_keys(&mut r, &key).await;
-    drop(bridge);
-    capture.delete().await;
-    delete_topic(&kafka_brokers(), &ingress).await;
+    scene.finish(Some(bridge)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_delay_is_dead_lettered_and_the_offset_moves_on() {
-    let key = unique("ingress-kafka-bad");
-    let (ingress, capture, trigger) = setup("kbad", &key).await;
-    let port = free_port();
-    let bridge = Bridge::start(&config(port, &trigger), port)
-        .ready(Duration::from_secs(30))
-        .await;
+    let scene = Scene::new("kbad", "ingress-kafka-bad").await;
+    let (key, ingress, capture) = (&scene.key, &scene.ingress, &scene.capture);
+    let bridge = scene.bridge(None).await;
     let bad = vec![("x-delay", "soon".to_string())];
-    produce(&ingress, vec![("k".into(), b"bad".to_vec(), bad)]).await;
-    produce(&ingress, vec![("k".into(), b"good".to_vec(), vec![])]).await;
+    produce(ingress, vec![("k".into(), b"bad".to_vec(), bad)]).await;
+    produce(ingress, vec![("k".into(), b"good".to_vec(), vec![])]).await;
     bridge
         .expect_arrivals(1, Duration::from_secs(30), || capture.count())
         .await;
     assert_eq!(capture.snapshot()[0].body, b"good");
     let mut r = redis().await;
+    let dead_key = delay_bridge::keys::QueueKeys::derive(key).unwrap().dead;
     let (_, dead) = poll(
         Duration::from_secs(10),
         Duration::from_millis(100),
-        async || {
-            let keys = delay_bridge::keys::QueueKeys::derive(&key).unwrap();
-            let m: Vec<String> = redis::cmd("ZRANGE")
-                .arg(&keys.dead)
-                .arg(0)
-                .arg(-1)
-                .query_async(&mut r)
-                .await
-                .unwrap();
-            m
-        },
+        async || zmembers(&mut r, &dead_key).await,
         |m| m.len() == 1,
     )
     .await;
-    let why = dead_reason(&mut r, &key, &dead[0]).await.unwrap();
+    let why = dead_reason(&mut r, key, &dead[0]).await.unwrap();
     assert_eq!(why["reason"], "bad_delay", "{why}");
     assert!(dead[0].starts_with(&format!("{ingress}/")), "{dead:?}");
     let refused = bridge
@@ -162,39 +194,22 @@ async fn a_bad_delay_is_dead_lettered_and_the_offset_moves_on() {
         )
         .await;
     assert_eq!(refused, 1.0);
-    cleanup_keys(&mut r, &key).await;
-    drop(bridge);
-    capture.delete().await;
-    delete_topic(&kafka_brokers(), &ingress).await;
+    scene.finish(Some(bridge)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebalance_mid_stream_loses_nothing_and_delivers_nothing_twice() {
     let n = 3_000;
-    let key = unique("ingress-kafka-rebalance");
-    let (ingress, capture, trigger) = setup("kreb", &key).await;
-    let (port_a, port_b) = (free_port(), free_port());
-    let mut a = Bridge::start(&config(port_a, &trigger), port_a)
-        .ready(Duration::from_secs(30))
-        .await;
-    let batch = |from: usize| -> Vec<Out> {
-        (from..from + 500)
-            .map(|i| {
-                let headers = vec![("x-delay", (i % 300).to_string())];
-                (format!("k-{i}"), body(i, 0), headers)
-            })
-            .collect()
-    };
+    let scene = Scene::new("kreb", "ingress-kafka-rebalance").await;
+    let capture = &scene.capture;
+    let mut a = scene.bridge(None).await;
     let mut b = None;
     for (step, from) in (0..n).step_by(500).enumerate() {
-        produce(&ingress, batch(from)).await;
+        produce(&scene.ingress, records(from, 500, true)).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         match step {
             // A second member joins: the partitions are spread again.
-            1 => {
-                let bridge = Bridge::start(&config(port_b, &trigger), port_b);
-                b = Some(bridge.ready(Duration::from_secs(30)).await);
-            }
+            1 => b = Some(scene.bridge(None).await),
             // The first leaves: its partitions move to the second.
             3 => {
                 let label = [("trigger", "kreb")];
@@ -218,35 +233,20 @@ async fn a_rebalance_mid_stream_loses_nothing_and_delivers_nothing_twice() {
     b.terminate(Duration::from_secs(30)).await;
     capture.fence().await;
     let tally = capture.tally();
-    for i in 0..n {
-        assert!(tally.contains_key(&body(i, 0)), "lost {i}");
-    }
+    assert_none_lost(&tally, n);
     let twice = tally.values().filter(|&&c| c > 1).count();
     assert_eq!(twice, 0, "records delivered twice");
     println!("kafka ingress rebalance: {n} records, lost 0, delivered twice 0");
-    let mut r = redis().await;
-    cleanup_keys(&mut r, &key).await;
-    capture.delete().await;
-    delete_topic(&kafka_brokers(), &ingress).await;
+    scene.finish(None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bridge_sigkilled_mid_ingest_loses_nothing() {
     let n = 3_000;
-    let key = unique("ingress-kafka-kill");
-    let (ingress, capture, trigger) = setup("kkill", &key).await;
-    let port = free_port();
-    let mut bridge = Bridge::start(&config(port, &trigger), port)
-        .ready(Duration::from_secs(30))
-        .await;
+    let scene = Scene::new("kkill", "ingress-kafka-kill").await;
+    let mut bridge = scene.bridge(None).await;
     for (step, from) in (0..n).step_by(500).enumerate() {
-        let batch: Vec<Out> = (from..from + 500)
-            .map(|i| {
-                let headers = vec![("x-delay", (i % 300).to_string())];
-                (format!("k-{i}"), body(i, 0), headers)
-            })
-            .collect();
-        produce(&ingress, batch).await;
+        produce(&scene.ingress, records(from, 500, true)).await;
         if step % 2 == 1 {
             // Killed while it reads: what it stored since the last commit is read again.
             tokio::time::sleep(Duration::from_millis(150)).await;
@@ -261,58 +261,37 @@ async fn a_bridge_sigkilled_mid_ingest_loses_nothing() {
         }
     }
     bridge
-        .expect_arrivals(n, Duration::from_secs(120), || capture.tally().len())
+        .expect_arrivals(n, Duration::from_secs(120), || scene.capture.tally().len())
         .await;
     let again = bridge
-        .metric(
-            "delay_bridge_ingress_duplicates_total",
-            &[("trigger", "kkill")],
-        )
+        .trigger_metric("delay_bridge_ingress_duplicates_total", "kkill")
         .await;
     bridge.terminate(Duration::from_secs(30)).await;
-    capture.fence().await;
-    let tally = capture.tally();
-    for i in 0..n {
-        assert!(tally.contains_key(&body(i, 0)), "lost {i}");
-    }
+    scene.capture.fence().await;
+    let tally = scene.capture.tally();
+    assert_none_lost(&tally, n);
     let twice = tally.values().filter(|&&c| c > 1).count();
     println!(
         "kafka ingress SIGKILL x3: {n} records, lost 0, delivered twice {twice}, read again and found stored (last run) {again}"
     );
-    let mut r = redis().await;
-    cleanup_keys(&mut r, &key).await;
-    drop(bridge);
-    capture.delete().await;
-    delete_topic(&kafka_brokers(), &ingress).await;
+    scene.finish(Some(bridge)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_stopped_the_ingress_stops_reading_and_resumes_after() {
     let mut redis_server = common::servers::RedisServer::append_only().await;
-    let key = unique("ingress-kafka-redis");
-    let (ingress, capture, trigger) = setup("kredis", &key).await;
-    let port = free_port();
-    let cfg = config(port, &trigger).replace(&redis_url(), &redis_server.url());
-    let bridge = Bridge::start(&cfg, port)
-        .ready(Duration::from_secs(30))
-        .await;
-    let batch = |from: usize| -> Vec<Out> {
-        (from..from + 100)
-            .map(|i| (format!("k-{i}"), body(i, 0), vec![]))
-            .collect()
-    };
-    produce(&ingress, batch(0)).await;
+    let scene = Scene::new("kredis", "ingress-kafka-redis").await;
+    let (ingress, capture) = (&scene.ingress, &scene.capture);
+    let bridge = scene.bridge(Some(&redis_server.url())).await;
+    produce(ingress, records(0, 100, false)).await;
     bridge
         .expect_arrivals(100, Duration::from_secs(30), || capture.count())
         .await;
     redis_server.shutdown().await;
-    produce(&ingress, batch(100)).await;
-    let (said, answer) = bridge
-        .wait_http("/readyz", Duration::from_secs(20), |s, b| {
-            s == 503 && b.contains("ingress not consuming (Redis")
-        })
+    produce(ingress, records(100, 100, false)).await;
+    bridge
+        .expect_readyz_saying(503, "ingress not consuming (Redis", Duration::from_secs(20))
         .await;
-    assert!(said, "{answer:?}\n{}", bridge.log());
     let label = [("trigger", "kredis")];
     assert_eq!(
         bridge
@@ -327,40 +306,22 @@ async fn with_redis_stopped_the_ingress_stops_reading_and_resumes_after() {
         .expect_arrivals(200, Duration::from_secs(60), || capture.tally().len())
         .await;
     bridge.expect_readyz(200, Duration::from_secs(20)).await;
-    drop(bridge);
-    capture.delete().await;
-    delete_topic(&kafka_brokers(), &ingress).await;
+    scene.finish(Some(bridge)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_redis_refuses_writes_the_ingress_does_not_read_again() {
     let redis_server = common::servers::RedisServer::start(&[]).await;
-    let key = unique("ingress-kafka-noreplicas");
-    let (ingress, capture, trigger) = setup("knoreplicas", &key).await;
-    let port = free_port();
-    let cfg = config(port, &trigger).replace(&redis_url(), &redis_server.url());
-    let bridge = Bridge::start(&cfg, port)
-        .ready(Duration::from_secs(30))
-        .await;
+    let scene = Scene::new("knoreplicas", "ingress-kafka-noreplicas").await;
+    let bridge = scene.bridge(Some(&redis_server.url())).await;
     let mut r = redis_server.conn().await;
-    let refuse = |n: u32| {
-        let mut cmd = redis::cmd("CONFIG");
-        cmd.arg("SET").arg("min-replicas-to-write").arg(n);
-        cmd
-    };
     // Reads answered, writes refused (NOREPLICAS), for 10 s.
-    let _: () = refuse(1).query_async(&mut r).await.unwrap();
-    let records = (0..50)
-        .map(|i| (format!("k-{i}"), body(i, 0), vec![]))
-        .collect();
-    produce(&ingress, records).await;
+    config_set(&mut r, "min-replicas-to-write", 1).await;
+    produce(&scene.ingress, records(0, 50, false)).await;
     let outage = std::time::Instant::now();
-    let (said, answer) = bridge
-        .wait_http("/readyz", Duration::from_secs(20), |s, b| {
-            s == 503 && b.contains("ingress not consuming (Redis")
-        })
+    bridge
+        .expect_readyz_saying(503, "ingress not consuming (Redis", Duration::from_secs(20))
         .await;
-    assert!(said, "{answer:?}\n{}", bridge.log());
     // The rest of the outage: the ingress does not join the group again to read.
     let (read_again, sessions) = poll(
         Duration::from_secs(10).saturating_sub(outage.elapsed()),
@@ -369,17 +330,15 @@ async fn while_redis_refuses_writes_the_ingress_does_not_read_again() {
         |n| *n > 1,
     )
     .await;
+    let log = bridge.log();
     assert!(
         !read_again,
-        "read again ({sessions} sessions) while Redis refused writes\n{}",
-        bridge.log()
+        "read again ({sessions} sessions) while Redis refused writes\n{log}"
     );
-    let _: () = refuse(0).query_async(&mut r).await.unwrap();
+    config_set(&mut r, "min-replicas-to-write", 0).await;
     bridge
-        .expect_arrivals(50, Duration::from_secs(60), || capture.tally().len())
+        .expect_arrivals(50, Duration::from_secs(60), || scene.capture.tally().len())
         .await;
     assert_eq!(bridge.log().matches("ingress: reading").count(), 2);
-    drop(bridge);
-    capture.delete().await;
-    delete_topic(&kafka_brokers(), &ingress).await;
+    scene.finish(Some(bridge)).await;
 }

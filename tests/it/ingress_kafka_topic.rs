@@ -27,25 +27,37 @@ async fn produce(topic: &str, key: &str, value: &str, headers: &[(&str, &str)]) 
         .expect("record written");
 }
 
-/// A bridge config on the shared Redis: sink `kafka` (records time out after 2 s, so that
+/// A bridge on the shared Redis, ready: sink `kafka` (records time out after 2 s, so that
 /// one for a missing topic fails soon) and a trigger `name` on `key` producing to `dest`,
 /// reading `ingress`, with `extra` trigger lines (before its ingress table).
-fn config(port: u16, name: &str, key: &str, dest: &str, ingress: &str, extra: &str) -> String {
+async fn start_bridge(name: &str, key: &str, dest: &str, ingress: &str, extra: &str) -> Bridge {
+    let port = free_port();
     let props = [("message.timeout.ms", "2000")];
     let lines = format!(
         "{extra}max_attempts = 2\nbackoff_initial = \"100ms\"\n[triggers.ingress]\ntopic = \"{ingress}\"\ngroup = \"{}\"\n",
         unique("topic-group")
     );
-    ConfigToml::base(port)
+    let cfg = ConfigToml::base(port)
         .kafka_sink("kafka", &kafka_brokers(), &props)
         .to_string()
-        + &kafka_trigger(name, key, "kafka", dest, &lines)
+        + &kafka_trigger(name, key, "kafka", dest, &lines);
+    Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(30))
+        .await
 }
 
 /// Topics made for one test, deleted at its end.
 struct Topics(Vec<String>);
 
 impl Topics {
+    /// A test's topics: its ingress and destination topics, also returned in that order.
+    async fn new() -> (Self, String, String) {
+        let mut topics = Topics(Vec::new());
+        let ingress = topics.add(unique("topic-in")).await;
+        let dest = topics.add(unique("topic-dest")).await;
+        (topics, ingress, dest)
+    }
+
     /// Creates a topic of one partition named `name`.
     async fn add(&mut self, name: String) -> String {
         create_topic(&kafka_brokers(), &name, 1).await;
@@ -99,10 +111,8 @@ async fn schedule_envelope(r: &mut Conn, key: &str, id: &str, envelope: serde_js
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allowed_own_topic_is_honoured_and_any_other_is_dead_lettered_unproduced() {
-    let mut topics = Topics(Vec::new());
     let base = unique("topic-own");
-    let ingress = topics.add(unique("topic-in")).await;
-    let dest = topics.add(unique("topic-dest")).await;
+    let (mut topics, ingress, dest) = Topics::new().await;
     let chosen = topics.add(format!("{base}.eu")).await;
     let refused = topics.add(format!("{base}-eu")).await;
     let (to_dest, to_chosen, to_refused) = (
@@ -111,12 +121,8 @@ async fn an_allowed_own_topic_is_honoured_and_any_other_is_dead_lettered_unprodu
         KafkaCapture::start(&kafka_brokers(), &refused, 1),
     );
     let key = unique("ingress-topic");
-    let port = free_port();
     let allowed = format!("allowed_topics = ['{base}\\..*']\n");
-    let cfg = config(port, "ktopic", &key, &dest, &ingress, &allowed);
-    let bridge = Bridge::start(&cfg, port)
-        .ready(Duration::from_secs(30))
-        .await;
+    let bridge = start_bridge("ktopic", &key, &dest, &ingress, &allowed).await;
     let sent = now_ms();
     let own = [
         ("x-delay", "500"),
@@ -203,20 +209,14 @@ async fn an_allowed_own_topic_is_honoured_and_any_other_is_dead_lettered_unprodu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_allowed_topics_a_record_naming_a_topic_is_dead_lettered() {
-    let mut topics = Topics(Vec::new());
-    let ingress = topics.add(unique("topic-in")).await;
-    let dest = topics.add(unique("topic-dest")).await;
+    let (mut topics, ingress, dest) = Topics::new().await;
     let other = topics.add(unique("topic-other")).await;
     let (to_dest, to_other) = (
         KafkaCapture::start(&kafka_brokers(), &dest, 1),
         KafkaCapture::start(&kafka_brokers(), &other, 1),
     );
     let key = unique("ingress-topic-none");
-    let port = free_port();
-    let cfg = config(port, "knone", &key, &dest, &ingress, "");
-    let bridge = Bridge::start(&cfg, port)
-        .ready(Duration::from_secs(30))
-        .await;
+    let bridge = start_bridge("knone", &key, &dest, &ingress, "").await;
     // Even the trigger's own topic: without the patterns, records do not choose.
     produce(&ingress, "k1", "to-other", &[("x-delay-topic", &other)]).await;
     produce(&ingress, "k2", "to-dest", &[("x-delay-topic", &dest)]).await;
@@ -241,18 +241,12 @@ async fn without_allowed_topics_a_record_naming_a_topic_is_dead_lettered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allowed_topic_the_cluster_lacks_is_retried_then_dead_lettered_and_the_rest_flow() {
-    let mut topics = Topics(Vec::new());
     let base = unique("topic-missing");
-    let ingress = topics.add(unique("topic-in")).await;
-    let dest = topics.add(unique("topic-dest")).await;
+    let (topics, ingress, dest) = Topics::new().await;
     let to_dest = KafkaCapture::start(&kafka_brokers(), &dest, 1);
     let key = unique("ingress-topic-missing");
-    let port = free_port();
     let allowed = format!("allowed_topics = ['{base}\\..*']\n");
-    let cfg = config(port, "kmiss", &key, &dest, &ingress, &allowed);
-    let bridge = Bridge::start(&cfg, port)
-        .ready(Duration::from_secs(30))
-        .await;
+    let bridge = start_bridge("kmiss", &key, &dest, &ingress, &allowed).await;
     // The test broker does not create topics it is asked about.
     let missing = format!("{base}.nowhere");
     produce(&ingress, "k0", "lost?", &[("x-delay-topic", &missing)]).await;

@@ -13,10 +13,7 @@ const PARTITIONS: i32 = 3;
 
 /// A fresh 3-partition topic and a consumer reading all of it from the beginning.
 async fn topic(prefix: &str) -> (String, KafkaCapture) {
-    let topic = unique(prefix);
-    create_topic(&kafka_brokers(), &topic, PARTITIONS).await;
-    let capture = KafkaCapture::start(&kafka_brokers(), &topic, PARTITIONS);
-    (topic, capture)
+    new_topic(prefix, PARTITIONS).await
 }
 
 /// A test bridge producing to the Kafka broker through sink `kafka`, with librdkafka
@@ -59,8 +56,8 @@ async fn due_members_arrive_once_never_early_with_headers_and_exact_bytes() {
 
     let expected = schedule_orders(&mut r, &key).await;
 
-    bridge
-        .expect_arrivals(expected.len(), Duration::from_secs(30), || capture.count())
+    capture
+        .expect_arrivals(expected.len(), Duration::from_secs(30), &bridge)
         .await;
     assert!(
         forwarded(&bridge, "orders", expected.len()).await,
@@ -146,8 +143,8 @@ async fn cancel_and_reschedule_are_honoured() {
         .await
         .unwrap();
 
-    bridge
-        .expect_arrivals(3, Duration::from_secs(20), || capture.count())
+    capture
+        .expect_arrivals(3, Duration::from_secs(20), &bridge)
         .await;
     assert!(forwarded(&bridge, "cr", 3).await, "{}", bridge.log());
     assert_eq!(
@@ -270,8 +267,8 @@ async fn a_record_over_the_size_limit_is_dead_lettered_and_the_rest_flow() {
         reason["attempts"], 2,
         "the record's own fault: counted, then dead-lettered"
     );
-    bridge
-        .expect_arrivals(5, Duration::from_secs(10), || capture.count())
+    capture
+        .expect_arrivals(5, Duration::from_secs(10), &bridge)
         .await;
     assert_eq!(stop_and_count(&mut bridge, &capture).await, 5);
     assert!(capture.snapshot().iter().all(|m| m.body != big));
@@ -357,8 +354,7 @@ async fn dead_letters_go_to_the_dead_letter_topic_with_their_reason() {
         .collect();
     let bad: Vec<String> = (0..5).map(|i| format!("not an envelope {i}")).collect();
     schedule_now(&mut r, &key, good.iter().chain(&bad)).await;
-    bridge
-        .expect_arrivals(bad.len(), Duration::from_secs(20), || dead.count())
+    dead.expect_arrivals(bad.len(), Duration::from_secs(20), &bridge)
         .await;
     let drained = wait_sizes(&mut r, &key, Duration::from_secs(10), |s| *s == (0, 0, 0)).await;
     assert_eq!(drained, (0, 0, 0), "forwarded dead letters left Redis");

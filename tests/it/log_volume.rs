@@ -64,10 +64,7 @@ async fn a_minute_of_a_down_broker_or_redis_writes_fewer_than_thirty_lines() {
     let kafka = Bridge::start(&kafka_cfg, kafka_port);
     let amqp_port = free_port();
     let amqp_cfg = quiet_config(amqp_port)
-        .amqp_sink(
-            "rabbit",
-            &format!("amqp://guest:guest@127.0.0.1:{}/%2f", free_port()),
-        )
+        .amqp_sink("rabbit", &loopback_amqp(free_port()))
         .to_string()
         + &triggers(
             "rabbit",

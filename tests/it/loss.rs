@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use delay_bridge::keys::QueueKeys;
-use delay_bridge::redis::store::{FailOutcome, Failure, Settlement};
+use delay_bridge::redis::store::{FailOutcome, Failure, Settlement, Store};
 
 const LEASE: Duration = Duration::from_secs(600);
 
@@ -23,6 +23,14 @@ fn failing(member: &[u8], retry_in: Duration, permanent: bool) -> Settlement<'_>
         detail: None,
     });
     s
+}
+
+/// A connection, and the store of queue `key` holding the member `m`, long due.
+async fn holding_m(key: &str) -> (Conn, Store) {
+    let mut r = redis().await;
+    let s = store(key).await;
+    zadd(&mut r, key, "1", "m").await;
+    (r, s)
 }
 
 /// A producer adds a member again while its first copy is in flight: the second schedule
@@ -85,10 +93,8 @@ async fn a_member_added_again_while_in_flight_keeps_its_second_schedule() {
 /// claim that took it next.
 #[tokio::test]
 async fn a_stale_batch_cannot_ack_a_newer_claim() {
-    let mut r = redis().await;
     let key = unique("loss-stale");
-    let s = store(&key).await;
-    zadd(&mut r, &key, "1", "m").await;
+    let (mut r, s) = holding_m(&key).await;
     let a = s.claim(10, Duration::ZERO).await.unwrap();
     // Wait for the Redis clock to pass A's deadline, then recover and claim again.
     while redis_now(&mut r).await <= a.deadline_ms {
@@ -114,32 +120,21 @@ async fn a_stale_batch_cannot_ack_a_newer_claim() {
     cleanup_keys(&mut r, &key).await;
 }
 
-async fn set_string(r: &mut Conn, key: &str) {
-    let _: () = redis::cmd("SET")
-        .arg(key)
-        .arg("oops")
-        .query_async(r)
-        .await
-        .unwrap();
-}
-
 async fn del(r: &mut Conn, key: &str) {
-    let _: () = redis::cmd("DEL").arg(key).query_async(r).await.unwrap();
+    query::<()>(r, "DEL", key).await
 }
 
 /// Redis does not roll a script back: a wrong-typed key must fail every script before its
 /// first write, so each member stays in some set.
 #[tokio::test]
 async fn a_wrong_typed_key_fails_the_scripts_before_they_write() {
-    let mut r = redis().await;
     let key = format!("{}:{{w}}", unique("loss-type"));
-    let s = store(&key).await;
+    let (mut r, s) = holding_m(&key).await;
     let k = s.keys().clone();
-    zadd(&mut r, &key, "1", "m").await;
     zadd(&mut r, &key, "1", "n").await;
 
     // Claim with a broken attempts hash: nothing moves.
-    set_string(&mut r, &k.attempts).await;
+    set_string(&mut r, &k.attempts, "oops").await;
     let e = s.claim(10, LEASE).await.unwrap_err();
     assert_eq!(e.kind(), "wrong_type", "{e}");
     assert!(e.to_string().contains(&k.attempts), "names the key: {e}");
@@ -150,7 +145,7 @@ async fn a_wrong_typed_key_fails_the_scripts_before_they_write() {
     assert_eq!(batch.items.len(), 2);
 
     // Dead-lettering into a broken dead-letter set: the member stays leased.
-    set_string(&mut r, &k.dead).await;
+    set_string(&mut r, &k.dead, "oops").await;
     let e = s
         .settle(batch.deadline_ms, 3, &failing(b"m", Duration::ZERO, true))
         .await
@@ -163,7 +158,7 @@ async fn a_wrong_typed_key_fails_the_scripts_before_they_write() {
     while redis_now(&mut r).await <= batch.deadline_ms {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    set_string(&mut r, &k.source).await;
+    set_string(&mut r, &k.source, "oops").await;
     let e = s.recover(10, Some("0")).await.unwrap_err();
     assert_eq!(e.kind(), "wrong_type");
     del(&mut r, &k.source).await;
@@ -180,19 +175,10 @@ async fn a_wrong_typed_key_fails_the_scripts_before_they_write() {
 /// payload the producer schedules later, and swept from the hash.
 #[tokio::test]
 async fn an_attempt_count_does_not_outlive_its_member() {
-    let mut r = redis().await;
     let key = unique("loss-count");
-    let s = store(&key).await;
+    let (mut r, s) = holding_m(&key).await;
     let k = s.keys().clone();
-    zadd(&mut r, &key, "1", "m").await;
-    let a = s.claim(10, LEASE).await.unwrap();
-    s.settle(
-        a.deadline_ms,
-        10,
-        &failing(b"m", Duration::from_secs(3600), false),
-    )
-    .await
-    .unwrap();
+    fail_once(&s, b"m").await;
     let count: Option<String> = hget(&mut r, &k.attempts, "m").await;
     assert!(count.is_some_and(|c| c.starts_with("1:")));
 
@@ -210,14 +196,7 @@ async fn an_attempt_count_does_not_outlive_its_member() {
 
     // Cancelled for good: the sweep removes what is left.
     zadd(&mut r, &key, "1", "x").await;
-    let c = s.claim(10, LEASE).await.unwrap();
-    s.settle(
-        c.deadline_ms,
-        10,
-        &failing(b"x", Duration::from_secs(3600), false),
-    )
-    .await
-    .unwrap();
+    fail_once(&s, b"x").await;
     zrem(&mut r, &key, "x").await;
     let swept = s.recover(0, Some("0")).await.unwrap();
     assert_eq!((swept.cursor.as_str(), swept.swept), ("0", 1));
@@ -225,13 +204,18 @@ async fn an_attempt_count_does_not_outlive_its_member() {
     cleanup_keys(&mut r, &key).await;
 }
 
+/// Claims `member` and fails it once: due again in an hour, one attempt counted.
+async fn fail_once(s: &Store, member: &[u8]) {
+    let batch = s.claim(10, LEASE).await.unwrap();
+    let retry = failing(member, Duration::from_secs(3600), false);
+    s.settle(batch.deadline_ms, 10, &retry).await.unwrap();
+}
+
 /// A dead letter whose member is also parked at +inf fires when requeued.
 #[tokio::test]
 async fn requeue_moves_a_parked_copy_to_now() {
-    let mut r = redis().await;
     let key = unique("loss-parked");
-    let s = store(&key).await;
-    zadd(&mut r, &key, "1", "m").await;
+    let (mut r, s) = holding_m(&key).await;
     let a = s.claim(10, LEASE).await.unwrap();
     s.settle(a.deadline_ms, 3, &failing(b"m", Duration::ZERO, true))
         .await
@@ -255,20 +239,13 @@ async fn requeue_with_limit_zero_moves_nothing_and_enqueue_refuses_a_huge_delay(
     let k = QueueKeys::derive(&key).unwrap();
     zadd_all(&mut r, &k.dead, [(1, "d1"), (2, "d2")]).await;
     let config = base_config(free_port()) + &trigger("t", &key, "rabbit", "exchange = \"\"");
-    let out = cli(
-        &["dead-letter", "requeue", "-t", "t", "--limit", "0"],
-        &config,
-        &[],
-    );
+    let run = |args: &[&str]| cli(args, &config, &[]);
+    let out = run(&["dead-letter", "requeue", "-t", "t", "--limit", "0"]);
     assert_eq!(out.code, 0, "{}", out.text());
     assert!(out.text().contains("requeued 0"), "{}", out.text());
     assert_eq!(zcard(&mut r, &k.dead).await, 2);
 
-    let out = cli(
-        &["enqueue", "-t", "t", "--delay", "100000000years", "late"],
-        &config,
-        &[],
-    );
+    let out = run(&["enqueue", "-t", "t", "--delay", "100000000years", "late"]);
     assert_ne!(out.code, 0, "{}", out.text());
     assert!(out.text().contains("too far ahead"), "{}", out.text());
     assert_eq!(zcard(&mut r, &key).await, 0, "nothing was scheduled");
@@ -281,7 +258,7 @@ async fn requeue_with_limit_zero_moves_nothing_and_enqueue_refuses_a_huge_delay(
 async fn a_trigger_with_a_wrong_typed_key_waits_for_the_operator() {
     let (mut r, capture, key) = amqp_scene("wrongtype", "loss-e2e", "wt").await;
     let k = QueueKeys::derive(&key).unwrap();
-    set_string(&mut r, &k.dead).await;
+    set_string(&mut r, &k.dead, "oops").await;
     zadd_all(&mut r, &key, (0..20).map(|i| (1, format!("m{i}")))).await;
     let port = free_port();
     let cfg = base_config(port) + &amqp_trigger("wt", &key, &capture, "");
@@ -319,12 +296,7 @@ async fn cancel_with_a_wrong_typed_key_changes_nothing() {
     let s = store(&key).await.with_hash_bodies(1 << 20);
     let k = s.keys().clone();
     s.schedule_by_id(b"x", b"body", 1).await.unwrap();
-    let _: () = redis::cmd("SET")
-        .arg(&k.dead)
-        .arg("not a sorted set")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    set_string(&mut r, &k.dead, "not a sorted set").await;
     let e = s.cancel_by_id(b"x").await.unwrap_err();
     assert!(e.to_string().contains("WRONGTYPE"), "{e}");
     assert_eq!(zscore(&mut r, &k.source, "x").await, Some(1.0));

@@ -30,16 +30,6 @@ fn run_stdin(args: &[&str], config: &str, stdin: &[u8]) -> Output {
     cli_stdin(&all, config, stdin)
 }
 
-/// The score of `member` as Redis writes it (`inf`, `-inf`, digits), if it is scheduled.
-async fn score_text(r: &mut Conn, key: &str, member: &[u8]) -> Option<String> {
-    redis::cmd("ZSCORE")
-        .arg(key)
-        .arg(member)
-        .query_async(r)
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_megabyte_payload_goes_in_by_standard_input_or_file_and_out_by_the_same_forms() {
     let mut r = redis().await;
@@ -49,7 +39,7 @@ async fn a_megabyte_payload_goes_in_by_standard_input_or_file_and_out_by_the_sam
     assert_eq!(out.code, 0, "{}", out.text());
     assert!(out.stdout.contains("1048576 B"), "{}", out.stdout);
     assert!(
-        score_text(&mut r, &key, &big).await.is_some(),
+        zscore_text(&mut r, &key, &big).await.is_some(),
         "stored byte for byte"
     );
 
@@ -62,7 +52,7 @@ async fn a_megabyte_payload_goes_in_by_standard_input_or_file_and_out_by_the_sam
     let path = file.to_str().unwrap();
     let out = run(&["enqueue", "--delay", "1h", "--file", path], &config);
     assert_eq!(out.code, 0, "{}", out.text());
-    assert!(score_text(&mut r, &key, &other).await.is_some());
+    assert!(zscore_text(&mut r, &key, &other).await.is_some());
     assert_eq!(zcard(&mut r, &key).await, 2);
 
     // `show` takes the member the same ways; it is listed cut, with its size.
@@ -81,8 +71,8 @@ async fn a_megabyte_payload_goes_in_by_standard_input_or_file_and_out_by_the_sam
     // A literal `-` is never the payload.
     let out = run_stdin(&["enqueue", "-"], &config, b"from stdin");
     assert_eq!(out.code, 0, "{}", out.text());
-    assert!(score_text(&mut r, &key, b"from stdin").await.is_some());
-    assert!(score_text(&mut r, &key, b"-").await.is_none());
+    assert!(zscore_text(&mut r, &key, b"from stdin").await.is_some());
+    assert!(zscore_text(&mut r, &key, b"-").await.is_none());
     cleanup_keys(&mut r, &key).await;
 }
 
@@ -95,7 +85,7 @@ async fn a_binary_member_is_printed_pasteable_and_parked_or_now_in_words() {
     let out = run(&["enqueue", "--at", "+inf", "--base64", b64], &config);
     assert_eq!(out.code, 0, "{}", out.text());
     assert_eq!(
-        score_text(&mut r, &key, &member).await.as_deref(),
+        zscore_text(&mut r, &key, &member).await.as_deref(),
         Some("inf")
     );
 
@@ -131,7 +121,7 @@ async fn a_binary_member_is_printed_pasteable_and_parked_or_now_in_words() {
     let out = run(&["promote", "--base64", b64], &config);
     assert_eq!(out.code, 0, "{}", out.text());
     let now = redis_now(&mut r).await;
-    let due: f64 = score_text(&mut r, &key, &member)
+    let due: f64 = zscore_text(&mut r, &key, &member)
         .await
         .unwrap()
         .parse()
@@ -140,7 +130,7 @@ async fn a_binary_member_is_printed_pasteable_and_parked_or_now_in_words() {
     let out = run(&["reschedule", "--at", "-inf", "--base64", b64], &config);
     assert_eq!(out.code, 0, "{}", out.text());
     assert_eq!(
-        score_text(&mut r, &key, &member).await.as_deref(),
+        zscore_text(&mut r, &key, &member).await.as_deref(),
         Some("-inf")
     );
     let out = run(&["show", "--base64", b64], &config);
@@ -151,7 +141,7 @@ async fn a_binary_member_is_printed_pasteable_and_parked_or_now_in_words() {
     let out = run(&["reschedule", "--at", "park", "--base64", b64], &config);
     assert_eq!(out.code, 0, "{}", out.text());
     assert_eq!(
-        score_text(&mut r, &key, &member).await.as_deref(),
+        zscore_text(&mut r, &key, &member).await.as_deref(),
         Some("inf")
     );
 
@@ -189,7 +179,7 @@ async fn a_binary_member_is_printed_pasteable_and_parked_or_now_in_words() {
         &[],
     );
     assert_eq!(out.code, 0, "{}", out.text());
-    assert!(score_text(&mut r, &key, &member).await.is_some());
+    assert!(zscore_text(&mut r, &key, &member).await.is_some());
 
     // Cancel by base64.
     let out = run(&["cancel", "--base64", b64], &config);

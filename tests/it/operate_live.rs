@@ -30,12 +30,7 @@ async fn show_finds_a_message_by_the_id_its_consumer_saw() {
 
     // The producer schedules the same member again, behind 1,500 others.
     let now = redis_now(&mut r).await;
-    zadd_all(
-        &mut r,
-        &key,
-        (0..1500).map(|i| (now + 3_600_000 + i, format!("order-{i:04}"))),
-    )
-    .await;
+    schedule_crowd(&mut r, &key, "order", 1500, now + 3_600_000).await;
     zadd(&mut r, &key, now + 7_200_000, "order-1500").await;
     let out = cli(&["show", "-t", "ids", &id], &config, &[]);
     assert_eq!(out.code, 0, "{}", out.text());
@@ -144,10 +139,7 @@ async fn health_prints_the_reasons_readyz_gives() {
     let dead = free_port();
     // A sink nobody listens on: alive, not ready, and /readyz says why.
     let config = ConfigToml::base(port)
-        .amqp_sink(
-            "rabbit",
-            &format!("amqp://guest:guest@127.0.0.1:{dead}/%2f"),
-        )
+        .amqp_sink("rabbit", &loopback_amqp(dead))
         .to_string()
         + &trigger(
             "h",

@@ -4,7 +4,6 @@ use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -31,6 +30,18 @@ fn names_with(text: &str, prefix: &str) -> BTreeSet<String> {
         rest = &tail[end..];
     }
     out
+}
+
+/// The names of `names` in neither `a` nor `b`.
+fn in_neither<'n>(
+    names: &'n BTreeSet<String>,
+    a: &BTreeSet<String>,
+    b: &BTreeSet<String>,
+) -> Vec<&'n String> {
+    names
+        .iter()
+        .filter(|n| !a.contains(*n) && !b.contains(*n))
+        .collect()
 }
 
 /// Every metric family the bridge registers, read from every file of `src/metrics/`: the trigger
@@ -251,11 +262,7 @@ fn the_static_packaging_checks_pass() {
         "tests/static/check_compose.py",
         "tests/static/check_workflows.py",
     ] {
-        let out = Command::new("python3")
-            .arg(script)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("python3");
+        let out = run_in_repo("python3", &[script]);
         assert_success(&out, &format!("{script}:\n"));
     }
 }
@@ -263,11 +270,8 @@ fn the_static_packaging_checks_pass() {
 #[test]
 fn prometheus_config_and_alert_rules_pass_promtool() {
     let promtool = |args: &[&str]| {
-        let out = Command::new("promtool")
-            .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("promtool must be installed (Debian package `prometheus`)");
+        // From the Debian package `prometheus`.
+        let out = run_in_repo("promtool", args);
         assert_success(&out, &format!("promtool {args:?}:\n"));
     };
     promtool(&["check", "config", "docker/prometheus.yml"]);
@@ -310,14 +314,8 @@ async fn dashboard_and_alerts_query_only_metrics_the_bridge_exports() {
         missing.is_empty(),
         "queried but not exported: {missing:?}\nexported: {samples:?}"
     );
-    let unknown: Vec<_> = mentioned
-        .iter()
-        .filter(|m| !samples.contains(*m) && !families.contains(*m))
-        .collect();
-    assert!(
-        unknown.is_empty(),
-        "described but not exported: {unknown:?}"
-    );
+    let unknown = in_neither(&mentioned, &samples, &families);
+    assert_none_found("described but not exported", &unknown);
 
     assert_dashboard_shows_what_operators_need(&queries, &queried);
     assert_every_metric_on_one_panel(&dashboard, &registered, &families);
@@ -451,14 +449,8 @@ fn assert_every_metric_on_one_panel(
         process.contains("process_resident_memory_bytes"),
         "{families:?}"
     );
-    let unregistered: Vec<_> = families
-        .iter()
-        .filter(|f| !registered.contains(*f) && !process.contains(*f))
-        .collect();
-    assert!(
-        unregistered.is_empty(),
-        "exported but not found in src/metrics/: {unregistered:?}"
-    );
+    let unregistered = in_neither(families, registered, &process);
+    assert_none_found("exported but not found in src/metrics/", &unregistered);
     let panels = panel_metrics(dashboard);
     for metric in registered.iter().chain(&process) {
         let on: Vec<&str> = panels

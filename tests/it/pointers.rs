@@ -2,6 +2,8 @@
 //! ARCHITECTURE.md name, every file the architecture page's layout table lists under a folder,
 //! and every `module::Item` path of the crate they name.
 
+use crate::common::assert_none_found;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -81,11 +83,7 @@ fn every_path_the_docs_name_exists() {
             }
         }
     }
-    assert!(
-        missing.is_empty(),
-        "paths that do not exist:\n{}",
-        missing.join("\n")
-    );
+    assert_none_found("paths that do not exist", &missing);
 }
 
 /// Every file below `dir`, as paths relative to it.
@@ -141,10 +139,9 @@ fn every_file_of_the_layout_table_exists() {
             }
         }
     }
-    assert!(
-        missing.is_empty(),
-        "files the layout table lists that are not in their folder:\n{}",
-        missing.join("\n")
+    assert_none_found(
+        "files the layout table lists that are not in their folder",
+        &missing,
     );
 }
 
@@ -263,11 +260,7 @@ fn every_module_path_the_docs_name_exists() {
     }
     missing.sort();
     missing.dedup();
-    assert!(
-        missing.is_empty(),
-        "module paths that name nothing:\n{}",
-        missing.join("\n")
-    );
+    assert_none_found("module paths that name nothing", &missing);
 }
 
 /// Every Rust file below `dir`, concatenated.

@@ -1,20 +1,12 @@
 //! The quick start sets itself up: `scripts/demo.sh` and `scripts/test.sh` install what is
 //! missing through one script, `scripts/setup.sh`, and start the services the same way.
 
+use crate::common::{assert_success, run_in_repo};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn assert_success(out: &Output, what: &str) {
-    assert!(
-        out.status.success(),
-        "{what}{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The quick start and the test suite install what is missing through one script, which
@@ -35,20 +27,12 @@ fn the_quick_start_and_the_tests_set_up_through_one_script() {
         !demo.contains("redis-cli") && !demo.contains("curl"),
         "only the bridge's own tools"
     );
-    let out = Command::new("bash")
-        .args(["scripts/setup.sh", "demo"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("bash");
+    let out = run_in_repo("bash", &["scripts/setup.sh", "demo"]);
     assert_success(&out, "scripts/setup.sh demo:\n");
     assert!(
         !String::from_utf8_lossy(&out.stdout).contains("installing"),
         "nothing to install here"
     );
-    let out = Command::new("bash")
-        .args(["scripts/setup.sh", "nonsense"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("bash");
+    let out = run_in_repo("bash", &["scripts/setup.sh", "nonsense"]);
     assert_eq!(out.status.code(), Some(2));
 }

@@ -158,6 +158,16 @@ pub(crate) async fn broker_with_user(rabbit: &RabbitServer, exchange: &str, topi
     format!("amqp://bridge:bridge-pw@{}/%2f", rabbit.addr())
 }
 
+/// A private RabbitMQ, a [`Topic`] on it bound with `binding`, and the URL of a user
+/// `bridge` who may publish to that topic's exchange with the routing keys matching `allowed`
+/// only.
+pub(crate) async fn restricted(binding: &str, allowed: &str) -> (RabbitServer, Topic, String) {
+    let rabbit = RabbitServer::start().await;
+    let topic = Topic::start(&rabbit.url(), binding).await;
+    let url = broker_with_user(&rabbit, &topic.exchange, allowed).await;
+    (rabbit, topic, url)
+}
+
 /// Closes the connections of user `bridge`: its channels are made anew, and ask the broker
 /// for their permissions again (a channel caches what it was allowed).
 pub(crate) async fn close_bridge_connections(rabbit: &RabbitServer) {
@@ -248,9 +258,7 @@ pub(crate) fn envelope(body: &str, routing_key: &str) -> String {
 /// ten allowed messages behind it and another trigger on the same connection are delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_routing_key_outside_the_permissions_is_refused_alone_and_the_rest_flows() {
-    let rabbit = RabbitServer::start().await;
-    let topic = Topic::start(&rabbit.url(), "allowed.#").await;
-    let url = broker_with_user(&rabbit, &topic.exchange, "^allowed\\..*").await;
+    let (_rabbit, topic, url) = restricted("allowed.#", "^allowed\\..*").await;
     let mut r = redis().await;
     let key = refusal_key("acl");
     let other = refusal_key("acl-other");
@@ -391,9 +399,7 @@ async fn an_exchange_deleted_mid_stream_dead_letters_nothing_and_resumes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permissions_revoked_for_every_key_dead_letter_nothing_and_resume() {
     let n = 300;
-    let rabbit = RabbitServer::start().await;
-    let topic = Topic::start(&rabbit.url(), "#").await;
-    let url = broker_with_user(&rabbit, &topic.exchange, ".*").await;
+    let (rabbit, topic, url) = restricted("#", ".*").await;
     let mut r = redis().await;
     let key = refusal_key("revoked");
     schedule(&mut r, &key, 20, 0).await;

@@ -344,13 +344,8 @@ async fn no_configuration_strands_members_on_keys_it_does_not_serve() {
     // Another bridge with that configuration does not start; `check` says why.
     let other = free_port();
     let mut refused = Bridge::start(&config(other, "shards = 2"), other);
-    assert_eq!(
-        refused.wait_exit(Duration::from_secs(20)).await,
-        Some(78),
-        "{}",
-        refused.log()
-    );
-    assert!(refused.log().contains(&retired), "{}", refused.log());
+    let said = refused.expect_exit(78, Duration::from_secs(20)).await;
+    assert!(said.contains(&retired), "{said}");
     let (code, said) = check(&two);
     assert_eq!(code, 78, "{said}");
     assert!(said.contains(&retired), "{said}");

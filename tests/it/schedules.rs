@@ -43,18 +43,15 @@ fn ticks(capture: &AmqpCapture, name: &str) -> Vec<(i64, i64)> {
 }
 
 async fn clean(r: &mut Conn, key: &str) {
-    let marks = QueueKeys::derive(key)
-        .unwrap()
-        .control
-        .replace(":control", ":schedules");
-    let _: () = redis::cmd("DEL")
-        .arg(&marks)
-        .arg(format!("{marks}:defs"))
-        .arg(format!("{marks}:rev"))
-        .query_async(r)
-        .await
-        .unwrap();
+    cleanup_schedules(r, key).await;
     cleanup_keys(r, key).await;
+}
+
+/// The end: no panic in `bridge`'s log, the bridge stopped, the queue's keys and schedule keys
+/// removed.
+async fn done(bridge: Bridge, r: &mut Conn, key: &str) {
+    finish(bridge, r, key).await;
+    cleanup_schedules(r, key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,9 +164,7 @@ async fn skip_and_all_after_every_bridge_stopped() {
     assert!(missed >= 3.0, "missed ticks counted: {missed}");
     let dup = skip.windows(2).any(|w| w[0] == w[1]);
     assert!(!dup, "skip fired a tick twice: {skip:?}");
-    bridge.assert_no_panic();
-    drop(bridge);
-    clean(&mut r, &key).await;
+    done(bridge, &mut r, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,14 +203,7 @@ async fn a_reload_changes_the_cron() {
         "{said}"
     );
     let odd = config(port, &key, &capture, &schedule("s", "1-59/2 * * * * *", ""));
-    bridge.rewrite_config(&odd);
-    bridge.signal(1);
-    let (reloaded, body) = bridge
-        .wait_scrape(Duration::from_secs(10), |body| {
-            metric_value(body, "delay_bridge_config_reloads_total", &[]) >= 1.0
-        })
-        .await;
-    assert!(reloaded, "not reloaded:\n{body}\n{}", bridge.log());
+    bridge.reload(&odd).await;
     let reloaded = now_ms();
     assert!(
         wait_until(Duration::from_secs(10), || ticks(&capture, "s")
@@ -234,8 +222,7 @@ async fn a_reload_changes_the_cron() {
         after.iter().all(|t| (t / 1000) % 2 == 1),
         "odd seconds after the reload: {after:?}"
     );
-    finish(bridge, &mut r, &key).await;
-    clean(&mut r, &key).await;
+    done(bridge, &mut r, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,22 +240,11 @@ async fn a_pause_holds_ticks_and_skip_drops_the_missed_ones() {
         .await;
     assert!(wait_until(Duration::from_secs(10), || ticks(&capture, "p").len() >= 2).await);
     let control = QueueKeys::derive(&key).unwrap().control;
-    let _: () = redis::cmd("HSET")
-        .arg(&control)
-        .arg("paused")
-        .arg("1")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    hset(&mut r, &control, "paused", "1").await;
     let paused = now_ms();
     // Ticks fall due for 5 s while the trigger is paused.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let _: () = redis::cmd("HDEL")
-        .arg(&control)
-        .arg("paused")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    hdel(&mut r, &control, "paused").await;
     let resumed = now_ms();
     assert!(
         wait_until(Duration::from_secs(10), || ticks(&capture, "p")
@@ -290,8 +266,7 @@ async fn a_pause_holds_ticks_and_skip_drops_the_missed_ones() {
         .filter(|(_, at)| (paused + 200..resumed).contains(at))
         .count();
     assert_eq!(fired_while_paused, 0, "nothing fires while paused");
-    finish(bridge, &mut r, &key).await;
-    clean(&mut r, &key).await;
+    done(bridge, &mut r, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -391,6 +366,5 @@ async fn a_schedule_added_at_run_time_fires_until_removed() {
     let list = cli(&["schedule", "list", "-t", "sched"], &conf, &[]);
     assert!(!list.stdout.contains("\nrt\t"), "{}", list.stdout);
     bridge.assert_no_panic();
-    finish(bridge, &mut r, &key).await;
-    clean(&mut r, &key).await;
+    done(bridge, &mut r, &key).await;
 }

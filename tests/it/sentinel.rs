@@ -19,6 +19,11 @@ fn through_sentinels(port: u16, set: &SentinelSet) -> ConfigToml {
         .set_str("redis", "master_name", MASTER_NAME)
 }
 
+/// How `/readyz` and `stats` name the master at `port`.
+fn at(port: u16) -> String {
+    format!("master `{MASTER_NAME}` at 127.0.0.1:{port}")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_sigkilled_mid_stream_is_followed_to_its_replica_and_nothing_is_lost() {
     // No notifications configured: the bridge (enable_keyspace_events) turns them on, on the
@@ -44,13 +49,9 @@ async fn a_master_sigkilled_mid_stream_is_followed_to_its_replica_and_nothing_is
     let cfg =
         through_sentinels(port, &set).to_string() + &amqp_trigger("ha", &key, &capture, options);
     let bridge = Bridge::start(&cfg, port).ready(READY).await;
-    let at_master = format!("master `{MASTER_NAME}` at 127.0.0.1:{}", set.master.port);
-    let (named, got) = bridge
-        .wait_http("/readyz", Duration::from_secs(5), |_, body| {
-            body.contains(&at_master)
-        })
+    bridge
+        .expect_readyz_saying(200, &at(set.master.port), Duration::from_secs(5))
         .await;
-    assert!(named, "/readyz: {got:?}");
 
     // Mid-stream: a third delivered, the master SIGKILLed.
     bridge
@@ -71,10 +72,7 @@ async fn a_master_sigkilled_mid_stream_is_followed_to_its_replica_and_nothing_is
         );
     }
     let seen = capture.tally();
-    for i in 0..n {
-        assert!(seen.contains_key(&body(i, 0)), "lost {i}");
-    }
-    let duplicates: usize = seen.values().map(|c| c - 1).sum();
+    let duplicates = assert_none_lost(&seen, n);
     println!(
         "sentinel failover: {n} messages, lost 0, duplicates {duplicates} \
          (killed after {before}, all in {:?} after the kill)",
@@ -87,16 +85,10 @@ async fn a_master_sigkilled_mid_stream_is_followed_to_its_replica_and_nothing_is
         set.master_port().await,
         Some(set.replica.as_ref().unwrap().port)
     );
-    let at_replica = format!(
-        "master `{MASTER_NAME}` at 127.0.0.1:{}",
-        set.replica.as_ref().unwrap().port
-    );
-    let (named, got) = bridge
-        .wait_http("/readyz", Duration::from_secs(5), |status, body| {
-            status == 200 && body.contains(&at_replica)
-        })
+    let at_replica = at(set.replica.as_ref().unwrap().port);
+    bridge
+        .expect_readyz_saying(200, &at_replica, Duration::from_secs(5))
         .await;
-    assert!(named, "/readyz: {got:?}");
     let mut promoted = set.replica.as_ref().unwrap().conn().await;
     let (enabled, flags) = poll(
         Duration::from_secs(10),
@@ -152,16 +144,9 @@ async fn sentinels_and_a_master_over_tls_deliver() {
         .to_string()
         + &amqp_trigger("ha-tls", &key, &capture, "");
     let bridge = Bridge::start(&cfg, port).ready(READY).await;
-    schedule_now(&mut r, &key, ["one", "two", "three"]).await;
+    expect_three_forwarded(&bridge, &mut r, &key, &capture).await;
     bridge
-        .expect_arrivals(3, Duration::from_secs(10), || capture.count())
+        .expect_readyz_saying(200, &at(set.master.port), Duration::from_secs(5))
         .await;
-    let at_master = format!("master `{MASTER_NAME}` at 127.0.0.1:{}", set.master.port);
-    let (named, got) = bridge
-        .wait_http("/readyz", Duration::from_secs(5), |_, body| {
-            body.contains(&at_master)
-        })
-        .await;
-    assert!(named, "/readyz: {got:?}");
     bridge.assert_no_panic();
 }

@@ -51,13 +51,7 @@ async fn the_admin_listener_refuses_foreign_hosts_and_sends_security_headers() {
     let bridge = Bridge::start(&config, port)
         .ready(Duration::from_secs(20))
         .await;
-    let _: () = redis::cmd("ZADD")
-        .arg(&key)
-        .arg("+inf")
-        .arg("secret-body")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    zadd(&mut r, &key, "+inf", "secret-body").await;
     let scheduled = "/api/v1/triggers/api/scheduled";
     for host in [
         "attacker.example",

@@ -26,12 +26,7 @@ async fn the_api_carries_binary_members_as_base64_infinite_scores_as_words_and_f
     zadd(&mut r, &key, "+inf", binary).await;
     let now = redis_now(&mut r).await;
     // 1,500 ahead of the one looked for: it is past the first 1,000 in due order.
-    zadd_all(
-        &mut r,
-        &key,
-        (0..1500).map(|i| (now + 600_000 + i, format!("fill-{i:04}"))),
-    )
-    .await;
+    schedule_crowd(&mut r, &key, "fill", 1500, now + 600_000).await;
     zadd(&mut r, &key, now + 7_200_000, "deep-target").await;
     let huge = "h".repeat(1_200_000);
     dead_letter(

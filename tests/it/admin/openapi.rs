@@ -374,16 +374,7 @@ async fn schedules_are_added_listed_and_removed(api: &mut Api, r: &mut Conn, key
             .await;
         assert_eq!(removed.status, status, "{}", removed.body);
     }
-    let marks = QueueKeys::derive(key)
-        .unwrap()
-        .control
-        .replace(":control", ":schedules");
-    let _: () = redis::cmd("DEL")
-        .arg(&marks)
-        .arg(format!("{marks}:rev"))
-        .query_async(r)
-        .await
-        .unwrap();
+    cleanup_schedules(r, key).await;
 }
 
 fn check_openapi(calls: &[(String, String, u16)]) {

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use lapin::options::{
@@ -12,7 +13,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
-use super::{amqp_url, now_ms, socket_addr, unique};
+use super::{amqp_url, now_ms, socket_addr, unique, Bridge};
 
 /// Messages ready in `queue` (a passive declare on a channel of its own, closed after), or
 /// why they cannot be counted (no such queue, or the connection cannot open a channel).
@@ -218,6 +219,11 @@ impl AmqpCapture {
         self.received.lock().unwrap().len()
     }
 
+    /// Asserts that `n` messages arrive from `bridge` within `timeout`.
+    pub async fn expect_arrivals(&self, n: usize, timeout: Duration, bridge: &Bridge) {
+        bridge.expect_arrivals(n, timeout, || self.count()).await;
+    }
+
     /// A copy of everything received so far.
     pub fn snapshot(&self) -> Vec<Received> {
         self.received.lock().unwrap().clone()
@@ -237,14 +243,13 @@ impl AmqpCapture {
 /// restarts it, and waits until every message `0..n` (see [`super::body`]) has arrived at
 /// least once; prints the duplicates as `what`. Returns the restarted bridge.
 pub async fn sigkill_mid_drain(
-    mut bridge: super::Bridge,
+    mut bridge: Bridge,
     capture: &AmqpCapture,
     n: usize,
     what: &str,
-) -> super::Bridge {
-    use std::time::Duration;
-    bridge
-        .expect_arrivals(300, Duration::from_secs(30), || capture.count())
+) -> Bridge {
+    capture
+        .expect_arrivals(300, Duration::from_secs(30), &bridge)
         .await;
     bridge.signal(9);
     assert!(bridge.wait_exit(Duration::from_secs(5)).await.is_some());

@@ -95,6 +95,21 @@ impl Bridge {
         std::fs::write(&self.config, config).unwrap();
     }
 
+    /// Rewrites the config file with `config`, sends SIGHUP and asserts that
+    /// `delay_bridge_config_reloads_total` counts the reload within 10 s.
+    pub async fn reload(&self, config: &str) {
+        const RELOADS: &str = "delay_bridge_config_reloads_total";
+        let before = self.metric(RELOADS, &[]).await;
+        self.rewrite_config(config);
+        self.signal(1);
+        let (reloaded, body) = self
+            .wait_scrape(Duration::from_secs(10), |body| {
+                metric_value(body, RELOADS, &[]) > before
+            })
+            .await;
+        assert!(reloaded, "not reloaded:\n{body}\n{}", self.log());
+    }
+
     /// Sends a signal to the process.
     pub fn signal(&self, sig: i32) {
         kill(self.child.id() as i32, sig);
@@ -117,6 +132,14 @@ impl Bridge {
         )
         .await;
         status.map(|s| s.code().unwrap_or(-1))
+    }
+
+    /// Asserts that the process exits with `code` within `timeout`; returns its log.
+    pub async fn expect_exit(&mut self, code: i32, timeout: Duration) -> String {
+        let exited = self.wait_exit(timeout).await;
+        let log = self.log();
+        assert_eq!(exited, Some(code), "{log}");
+        log
     }
 
     /// The process's log so far.
@@ -195,6 +218,20 @@ impl Bridge {
         );
     }
 
+    /// Asserts that `/readyz` answers `status` with a body holding `text` within `timeout`.
+    pub async fn expect_readyz_saying(&self, status: u16, text: &str, timeout: Duration) {
+        let (said, answer) = self
+            .wait_http("/readyz", timeout, |s, body| {
+                s == status && body.contains(text)
+            })
+            .await;
+        assert!(
+            said,
+            "/readyz did not answer {status} with {text:?}: {answer:?}\n{}",
+            self.log()
+        );
+    }
+
     /// The value of one sample in `/metrics` (e.g. `delay_bridge_messages_forwarded_total{...}`),
     /// 0 if absent, NaN if `/metrics` does not answer.
     pub async fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
@@ -202,6 +239,11 @@ impl Bridge {
             return f64::NAN;
         };
         metric_value(&body, name, labels)
+    }
+
+    /// [`metric`](Self::metric) for the label `trigger` alone.
+    pub async fn trigger_metric(&self, name: &str, trigger: &str) -> f64 {
+        self.metric(name, &[("trigger", trigger)]).await
     }
 
     /// Several samples from one scrape of `/metrics`, in the order of `names` (as
@@ -241,6 +283,17 @@ impl Bridge {
         )
         .await;
         (held, last)
+    }
+
+    /// Scrapes `/metrics` until `trigger`'s `delay_bridge_trigger_held` gauge says `held` or
+    /// `timeout` passes; returns whether it did and the last body scraped.
+    pub async fn wait_held(&self, trigger: &str, held: bool, timeout: Duration) -> (bool, String) {
+        let labels = [("trigger", trigger)];
+        let want = if held { 1.0 } else { 0.0 };
+        self.wait_scrape(timeout, |body| {
+            metric_value(body, "delay_bridge_trigger_held", &labels) == want
+        })
+        .await
     }
 
     /// GETs `path` until `f(status, body)` holds or `timeout` passes; returns the last answer.

@@ -32,13 +32,7 @@ pub fn run_cli(args: &[&str], config: &Path, env: &[(&str, &str)]) -> Output {
         .envs(env.iter().copied())
         .output()
         .unwrap();
-    let out = Output {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).to_string(),
-        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
-    };
-    assert!(!out.text().contains("panicked"), "{args:?}: {}", out.text());
-    out
+    finished(args, &out)
 }
 
 /// Writes `config` to a temp file and runs [`run_cli`] on it; the file's path reads `FILE` in
@@ -88,6 +82,11 @@ pub fn cli_stdin(args: &[&str], config: &str, stdin: &[u8]) -> Output {
     });
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap();
+    finished(args, &out)
+}
+
+/// What a finished run of `delay-bridge ARGS` printed; asserts that it did not panic.
+fn finished(args: &[&str], out: &std::process::Output) -> Output {
     let out = Output {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).to_string(),

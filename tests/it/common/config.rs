@@ -12,6 +12,11 @@ pub const MINIMAL_SINK: &str =
 pub const MINIMAL_TRIGGER: &str =
     "[[triggers]]\nname = \"t\"\nkey = \"k\"\nsink = \"r\"\nexchange = \"\"\n";
 
+/// The URL of a RabbitMQ on loopback `port` as user `guest` (nobody need listen there).
+pub fn loopback_amqp(port: u16) -> String {
+    format!("amqp://guest:guest@127.0.0.1:{port}/%2f")
+}
+
 /// A TOML basic string.
 pub fn quoted(value: &str) -> String {
     format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))

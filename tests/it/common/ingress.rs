@@ -6,7 +6,9 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
-use super::{amqp_url, unique};
+use std::time::Duration;
+
+use super::{amqp_url, poll, unique, Bridge};
 
 /// Unique names for an ingress's exchange and queue, and a publisher's channel on the shared
 /// RabbitMQ (or another broker's URL).
@@ -84,6 +86,23 @@ impl IngressBroker {
     /// Messages ready in the ingress queue (a passive declare); `None` if it does not exist.
     pub async fn depth(&self) -> Option<u32> {
         super::amqp::queue_depth(&self.conn, &self.queue).await.ok()
+    }
+
+    /// Asserts that the queue holds `n` messages within `timeout`, with `bridge`'s log if not.
+    pub async fn expect_depth(&self, n: u32, timeout: Duration, bridge: &Bridge) {
+        let every = Duration::from_millis(100);
+        let (held, depth) = poll(
+            timeout,
+            every,
+            async || self.depth().await,
+            |d| *d == Some(n),
+        )
+        .await;
+        assert!(
+            held,
+            "{n} messages wait at the broker, not {depth:?}\n{}",
+            bridge.log()
+        );
     }
 
     /// Declares the exchange, durable, of `kind`, before the bridge does.

@@ -14,8 +14,19 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::{kafka_brokers, unique, Bridge};
+
 /// Header marking the test's own fence records.
 const FENCE_HEADER: &str = "x-test-fence";
+
+/// A fresh topic `PREFIX-N` of `partitions` on the test broker, and a consumer reading all of
+/// it from the beginning.
+pub async fn new_topic(prefix: &str, partitions: i32) -> (String, KafkaCapture) {
+    let topic = unique(prefix);
+    create_topic(&kafka_brokers(), &topic, partitions).await;
+    let capture = KafkaCapture::start(&kafka_brokers(), &topic, partitions);
+    (topic, capture)
+}
 
 /// Creates `topic` with the Admin API (the test brokers do not auto-create topics) and waits
 /// until its metadata lists every partition.
@@ -202,6 +213,11 @@ impl KafkaCapture {
     /// Records read so far.
     pub fn count(&self) -> usize {
         self.received.lock().unwrap().len()
+    }
+
+    /// Asserts that `n` records arrive from `bridge` within `timeout`.
+    pub async fn expect_arrivals(&self, n: usize, timeout: Duration, bridge: &Bridge) {
+        bridge.expect_arrivals(n, timeout, || self.count()).await;
     }
 
     /// A copy of everything read so far.

@@ -6,12 +6,12 @@
 //!
 //! | module | what it starts or reads |
 //! | --- | --- |
-//! | [`redis`](self::redis) | connections, the server clock, sorted-set writes and reads, a queue's sizes |
+//! | [`redis`](self::redis) | connections, any command in one call, the server clock, sorted-set writes and reads, a queue's sizes |
 //! | [`amqp`] | a capturing consumer on the shared RabbitMQ |
-//! | `hashes` | one field of a Redis hash read or written |
-//! | `shell` | a finished command's success, or its output |
-//! | `reads` | a sorted set's members, a page's members, a metric, read back in one call |
-//! | `scene` | what most end-to-end tests start from: Redis, a capture and a fresh key |
+//! | `hashes` | one field of a Redis hash read, written or deleted |
+//! | `shell` | a command run from the repository, its success, or its output |
+//! | `reads` | a sorted set's members (with their scores), a page's members, a metric, read back in one call |
+//! | `scene` | what most end-to-end tests start from: Redis, a capture, a fresh key and a bridge |
 //! | [`bridge`] | `delay-bridge run` as a process: signals, exit, log, HTTP endpoints |
 //! | [`cli`] | the other subcommands (`check`, `stats`, ...) run once |
 //! | [`config`] | bridge configs as TOML |
@@ -141,6 +141,12 @@ pub async fn poll<T>(
         }
         tokio::time::sleep(every).await;
     }
+}
+
+/// Asserts that a check found nothing: else panics with `what` and what it found, one a line.
+pub fn assert_none_found<T: std::fmt::Display>(what: &str, found: &[T]) {
+    let lines: Vec<String> = found.iter().map(T::to_string).collect();
+    assert!(found.is_empty(), "{what}:\n  {}", lines.join("\n  "));
 }
 
 /// The last `n` lines of `log`, for a failed assertion.

@@ -1,4 +1,5 @@
-//! Redis helpers: connections, the server clock, sorted-set writes and reads, a queue's sizes.
+//! Redis helpers: connections, any command in one call, the server clock, sorted-set writes and
+//! reads, a queue's sizes.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -7,7 +8,7 @@ use std::time::{Duration, Instant};
 use delay_bridge::keys::QueueKeys;
 use delay_bridge::redis::store::Store;
 use redis::aio::MultiplexedConnection;
-use redis::ToRedisArgs;
+use redis::{FromRedisValue, ToRedisArgs};
 
 use super::{poll, redis_url, socket_addr};
 
@@ -52,6 +53,17 @@ pub async fn redis_now(conn: &mut Conn) -> i64 {
     s * 1000 + us / 1000
 }
 
+/// Runs the command `name` with `args` (a tuple for several) and returns its reply as the
+/// type asked for.
+pub async fn query<T: FromRedisValue>(r: &mut Conn, name: &str, args: impl ToRedisArgs) -> T {
+    redis::cmd(name).arg(args).query_async(r).await.unwrap()
+}
+
+/// `CONFIG SET name value` on the server behind `r`.
+pub async fn config_set(r: &mut Conn, name: &str, value: impl ToRedisArgs) {
+    query::<()>(r, "CONFIG", ("SET", name, value)).await
+}
+
 /// Deletes a queue's keys (source and derived).
 pub async fn cleanup_keys(conn: &mut Conn, key: &str) {
     let keys = QueueKeys::derive(key).unwrap();
@@ -60,6 +72,14 @@ pub async fn cleanup_keys(conn: &mut Conn, key: &str) {
         .query_async(conn)
         .await
         .unwrap();
+}
+
+/// Deletes a queue's schedule keys (`K:schedules`, its definitions and its revision).
+pub async fn cleanup_schedules(conn: &mut Conn, key: &str) {
+    let control = QueueKeys::derive(key).unwrap().control;
+    let marks = control.replace(":control", ":schedules");
+    let (defs, rev) = (format!("{marks}:defs"), format!("{marks}:rev"));
+    query::<()>(conn, "DEL", (&marks, defs, rev)).await
 }
 
 /// `ZADD key score member`; the score may be a number or text such as `"+inf"`.
@@ -90,6 +110,13 @@ pub async fn zadd_all<S: ToRedisArgs, M: ToRedisArgs>(
     }
 }
 
+/// Schedules `n` members `PREFIX-NNNN` (four digits), one ms apart from `from_ms` on: the
+/// crowd a test's message stands behind.
+pub async fn schedule_crowd(r: &mut Conn, key: &str, prefix: &str, n: i64, from_ms: i64) {
+    let members = (0..n).map(|i| (from_ms + i, format!("{prefix}-{i:04}")));
+    zadd_all(r, key, members).await;
+}
+
 /// Schedules `members` due now on the Redis clock.
 pub async fn schedule_now<M: ToRedisArgs>(
     r: &mut Conn,
@@ -106,6 +133,15 @@ pub fn body(i: usize, pad: usize) -> Vec<u8> {
     let mut b = format!("msg-{i:07}").into_bytes();
     b.resize(b.len() + pad, b'.');
     b
+}
+
+/// Asserts that each of the `n` bodies [`body`]`(i, 0)` is among what arrived (`seen`: body
+/// to copies); returns how many copies arrived beyond the first.
+pub fn assert_none_lost(seen: &HashMap<Vec<u8>, usize>, n: usize) -> usize {
+    for i in 0..n {
+        assert!(seen.contains_key(&body(i, 0)), "lost {i}");
+    }
+    seen.values().map(|c| c - 1).sum()
 }
 
 /// Schedules messages `0..n` (see [`body`]) due a minute ago, with distinct scores so the
@@ -149,12 +185,16 @@ pub async fn schedule_orders(r: &mut Conn, key: &str) -> HashMap<Vec<u8>, i64> {
 
 /// `ZSCORE key member`.
 pub async fn zscore(r: &mut Conn, key: &str, member: impl ToRedisArgs) -> Option<f64> {
-    redis::cmd("ZSCORE")
-        .arg(key)
-        .arg(member)
-        .query_async(r)
-        .await
-        .unwrap()
+    zscore_as(r, key, member).await
+}
+
+/// `ZSCORE key member` as Redis writes it (`inf`, `-inf`, digits).
+pub async fn zscore_text(r: &mut Conn, key: &str, member: impl ToRedisArgs) -> Option<String> {
+    zscore_as(r, key, member).await
+}
+
+async fn zscore_as<T: FromRedisValue>(r: &mut Conn, key: &str, member: impl ToRedisArgs) -> T {
+    query(r, "ZSCORE", (key, member)).await
 }
 
 /// `ZCARD key`.

@@ -443,7 +443,7 @@ impl RabbitServer {
 
     /// `amqp://guest:guest@127.0.0.1:PORT/%2f`
     pub fn url(&self) -> String {
-        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+        super::loopback_amqp(self.port)
     }
 
     /// Its address, for a proxy in front of it.

@@ -1,6 +1,17 @@
-//! What a command run to completion left: success, or its output to say why not.
+//! Commands run to completion from the repository, and what they left: success, or their
+//! output to say why not.
 
-use std::process::Output;
+use std::process::{Command, Output};
+
+/// Runs `program ARGS` from the repository's root to completion (`program` must be
+/// installed).
+pub fn run_in_repo(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap_or_else(|e| panic!("{program} must be installed: {e}"))
+}
 
 /// Panics with `what` followed by the command's stdout and stderr unless it succeeded.
 pub fn assert_success(out: &Output, what: &str) {

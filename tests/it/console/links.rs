@@ -31,8 +31,7 @@ async fn fill(r: &mut Conn, key: &str, keys: &QueueKeys, huge: &str) -> i64 {
     zadd(r, key, now + 300_000, b"bin-\xff\xfe".as_slice()).await;
     zadd(r, key, now + 301_000, huge).await;
     schedule_later(r, key, now).await;
-    let fill = (0..1500).map(|i| (now + 900_000 + i, format!("fill-{i:04}")));
-    zadd_all(r, key, fill).await;
+    schedule_crowd(r, key, "fill", 1500, now + 900_000).await;
     zadd(r, key, now + 7_200_000, "deep-target").await;
     let nack = r#"{"reason":"nack","attempts":3,"detail":"broker said no"}"#;
     dead_letter(r, key, "dead-0", now - 60_000, nack).await;
@@ -78,21 +77,13 @@ async fn the_console_links_finds_by_consumer_id_and_fits_the_window() {
         status.as_str().unwrap().starts_with("unauthorized"),
         "{status}"
     );
-    browser
-        .js("document.querySelector('#token').value = ''")
-        .await;
+    browser.set_value("#token", "").await;
 
     // The deep link opens the trigger and the message, and a reload keeps both.
     browser
         .type_into("#token", &format!("{TOKEN}\u{E007}"))
         .await;
-    browser
-        .wait_js(
-            "return document.querySelector('#status').textContent",
-            WAIT,
-            |v| v == "Connected",
-        )
-        .await;
+    browser.wait_text("#status", "Connected").await;
     deep_link_opens(&browser, "later-1").await;
     browser.js("window.before = true; location.reload()").await;
     browser
@@ -122,13 +113,7 @@ async fn the_console_links_finds_by_consumer_id_and_fits_the_window() {
 /// The drawer shows `member` with the id its consumers see, in trigger `links`.
 async fn deep_link_opens(browser: &Browser, member: &str) {
     browser.wait_drawer(true).await;
-    browser
-        .wait_js(
-            "return document.querySelector('#drawer-title').textContent",
-            WAIT,
-            |v| v == member,
-        )
-        .await;
+    browser.wait_text("#drawer-title", member).await;
     assert_eq!(browser.text_of("#detail-name").await, "links");
     let fields = browser.text_of("#drawer-fields").await;
     assert!(
@@ -145,16 +130,12 @@ async fn found_by_consumer_id(browser: &Browser, key: &str) {
     let id = MessageId::new(key, b"deep-target").as_str().to_string();
     browser.type_into("#search", &format!("{id}\u{E007}")).await;
     deep_link_opens(browser, "deep-target").await;
-    let fields = browser.text_of("#drawer-fields").await;
-    assert!(
-        fields.as_str().unwrap().contains(&format!("Id{id}")),
-        "{fields}"
-    );
-    let found = browser.text_of("#found").await;
-    assert!(
-        found.as_str().unwrap().contains("the id its consumers see"),
-        "{found}"
-    );
+    browser
+        .assert_text_has("#drawer-fields", &format!("Id{id}"))
+        .await;
+    browser
+        .assert_text_has("#found", "the id its consumers see")
+        .await;
     let hash = browser.js("return location.hash").await;
     assert_eq!(hash, format!("#t=links&q={id}&m=deep-target"));
     browser.escape_drawer().await;
@@ -165,13 +146,8 @@ async fn found_by_consumer_id(browser: &Browser, key: &str) {
 /// another trigger is chosen.
 async fn binary_promoted_and_status_per_trigger(browser: &Browser, r: &mut Conn, key: &str) {
     let binary = "#scheduled tbody tr[data-member-b64='YmluLf/+'] button[data-action='promote']";
-    browser
-        .wait_js(
-            &format!("return !!document.querySelector(\"{binary}\")"),
-            WAIT,
-            |v| v == true,
-        )
-        .await;
+    let listed = format!("return !!document.querySelector(\"{binary}\")");
+    browser.wait_value(&listed, true).await;
     browser.click(binary).await;
     let status = browser
         .wait_js(
@@ -192,13 +168,7 @@ async fn binary_promoted_and_status_per_trigger(browser: &Browser, r: &mut Conn,
     browser
         .click("#triggers tr[data-trigger='other'] button[data-action='select']")
         .await;
-    browser
-        .wait_js(
-            "return document.querySelector('#status').textContent",
-            WAIT,
-            |v| v == "",
-        )
-        .await;
+    browser.wait_text("#status", "").await;
     assert_eq!(browser.js("return location.hash").await, "#t=other");
     browser
         .click("#triggers tr[data-trigger='links'] button[data-action='select']")
@@ -228,11 +198,9 @@ async fn drawer_actions_and_details(browser: &Browser) {
     browser
         .wait_js(actions, WAIT, |v| v == &serde_json::json!(["requeue"]))
         .await;
-    let fields = browser.text_of("#drawer-fields").await;
-    assert!(
-        fields.as_str().unwrap().contains("Detail1200000 bytes"),
-        "{fields}"
-    );
+    browser
+        .assert_text_has("#drawer-fields", "Detail1200000 bytes")
+        .await;
     // The 1.2 MB member is too long for a URL: the link names it by its id.
     let hash = browser.js("return location.hash").await;
     assert!(hash.as_str().unwrap().starts_with("#t=links&id="), "{hash}");

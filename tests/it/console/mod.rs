@@ -78,11 +78,7 @@ async fn the_console_shows_redis_pauses_resumes_and_requeues_in_a_real_browser()
 
     // Requeue the dead letter from its row.
     browser
-        .wait_js(
-            "return document.querySelector('#dead tbody tr td:nth-child(3)')?.textContent ?? null",
-            WAIT,
-            |v| v == "nack",
-        )
+        .wait_text("#dead tbody tr td:nth-child(3)", "nack")
         .await;
     browser
         .confirm("#dead button[data-action=\"requeue\"]", "Requeue dead-0?")
@@ -169,13 +165,8 @@ async fn the_console_renders_infinite_scores_and_huge_or_binary_members() {
         .await;
     assert_eq!(huge_shown, Value::Bool(true));
     browser.click("#next-page").await;
-    browser
-        .wait_js(
-            "return [...document.querySelectorAll('#scheduled tbody tr td:nth-child(2)')].map(td => td.textContent).join()",
-            WAIT,
-            |v| v == "parked",
-        )
-        .await;
+    let members = "return [...document.querySelectorAll('#scheduled tbody tr td:nth-child(2)')].map(td => td.textContent).join()";
+    browser.wait_value(members, "parked").await;
     // The API is read-only: the console offers no action that would be refused.
     let offered: Value = browser
         .js("return [...document.querySelectorAll('button.changes, .changes button')].filter(b => b.offsetParent !== null).length")
@@ -273,12 +264,7 @@ async fn the_console_marks_its_numbers_stale_when_redis_or_the_bridge_is_gone() 
     let capture = AmqpCapture::start("console-stale").await;
     let key = format!("{}:{{console-stale}}", unique("ui"));
     let now = redis_now(&mut r).await;
-    zadd_all(
-        &mut r,
-        &key,
-        (0..2).map(|i| (now + 600_000 + i, format!("later-{i}"))),
-    )
-    .await;
+    schedule_crowd(&mut r, &key, "later", 2, now + 600_000).await;
     let proxy = Proxy::start(shared_redis_addr()).await;
     let (port, admin_port) = (free_port(), free_port());
     let config = ConfigToml::base(port)

@@ -64,8 +64,16 @@ pub(super) trait Page {
     async fn wait_drawer(&self, open: bool);
     /// Presses Escape on the drawer's Close button, and waits until the drawer is hidden.
     async fn escape_drawer(&self);
-    /// The text of the element `css` selects.
+    /// The text of the element `css` selects (null if none).
     async fn text_of(&self, css: &str) -> Value;
+    /// Waits until the text of the element `css` selects is `want`.
+    async fn wait_text(&self, css: &str, want: &str);
+    /// Waits until `script` returns `want`.
+    async fn wait_value(&self, script: &str, want: impl Into<Value>);
+    /// Sets the value of the input or select `css` selects.
+    async fn set_value(&self, css: &str, value: &str);
+    /// Asserts that the text of the element `css` selects holds `part`.
+    async fn assert_text_has(&self, css: &str, part: &str);
     /// Clicks `css`, accepts the dialog it opens, and checks that the dialog asked `question`.
     async fn confirm(&self, css: &str, question: &str);
     /// Clicks `css`, dismisses the dialog it opens, and checks that the dialog asked
@@ -100,10 +108,31 @@ impl Page for Browser {
     }
 
     async fn text_of(&self, css: &str) -> Value {
+        self.js(&text_script(css)).await
+    }
+
+    async fn wait_text(&self, css: &str, want: &str) {
+        self.wait_js(&text_script(css), WAIT, |v| v == want).await;
+    }
+
+    async fn wait_value(&self, script: &str, want: impl Into<Value>) {
+        let want = want.into();
+        self.wait_js(script, WAIT, |v| *v == want).await;
+    }
+
+    async fn set_value(&self, css: &str, value: &str) {
         self.js(&format!(
-            "return document.querySelector('{css}').textContent"
+            "document.querySelector('{css}').value = '{value}'"
         ))
-        .await
+        .await;
+    }
+
+    async fn assert_text_has(&self, css: &str, part: &str) {
+        let text = self.text_of(css).await;
+        assert!(
+            text.as_str().is_some_and(|t| t.contains(part)),
+            "{css}: {text}"
+        );
     }
 
     async fn confirm(&self, css: &str, question: &str) {
@@ -124,4 +153,9 @@ impl Page for Browser {
             .await;
         assert_eq!(errors, Value::Null);
     }
+}
+
+/// The script that reads the text of the element `css` selects (null if none).
+fn text_script(css: &str) -> String {
+    format!("return document.querySelector('{css}')?.textContent ?? null")
 }

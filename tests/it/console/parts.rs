@@ -49,22 +49,11 @@ pub(super) async fn history_and_forecast(browser: &Browser, admin_port: u16) {
             .await;
         assert!(n.as_u64().unwrap() >= 4, "#chart-{chart}: {n}");
     }
-    browser.click("#window-1h").await;
-    browser
-        .wait_js(
-            "return document.querySelector('#chart-due').dataset.window",
-            WAIT,
-            |v| v == "1h",
-        )
-        .await;
-    browser.click("#window-15m").await;
-    browser
-        .wait_js(
-            "return document.querySelector('#chart-due').dataset.window",
-            WAIT,
-            |v| v == "15m",
-        )
-        .await;
+    let window = "return document.querySelector('#chart-due').dataset.window";
+    for span in ["1h", "15m"] {
+        browser.click(&format!("#window-{span}")).await;
+        browser.wait_value(window, span).await;
+    }
     // The forecast's labels cover neither its bars nor its axis.
     let overlaps = browser
         .js("const box = (e) => e.getBoundingClientRect();
@@ -129,14 +118,9 @@ pub(super) async fn drawer_and_search(browser: &Browser, envelope: &str) {
     );
     browser.click("#inflight tbody tr td:nth-child(2)").await;
     browser.wait_drawer(true).await;
-    let fields = browser.text_of("#drawer-fields").await;
-    assert!(
-        fields
-            .as_str()
-            .unwrap()
-            .contains("Statein flightLease ends"),
-        "{fields}"
-    );
+    browser
+        .assert_text_has("#drawer-fields", "Statein flightLease ends")
+        .await;
     browser.escape_drawer().await;
     let row = format!(
         "#scheduled tbody tr[data-member='{}'] td:nth-child(2)",
@@ -149,20 +133,12 @@ pub(super) async fn drawer_and_search(browser: &Browser, envelope: &str) {
         body, "{\n  \"order\": 42,\n  \"items\": [\n    1,\n    2\n  ]\n}",
         "{body}"
     );
-    let headers = browser.text_of("#drawer-headers").await;
-    assert!(
-        headers.as_str().unwrap().contains("traceparent00-4bf92f35"),
-        "{headers}"
-    );
-    let fields = browser.text_of("#drawer-fields").await;
-    assert!(
-        fields
-            .as_str()
-            .unwrap()
-            .contains("routing_keyorders.created"),
-        "{fields}"
-    );
-    assert!(fields.as_str().unwrap().contains("Due"), "{fields}");
+    browser
+        .assert_text_has("#drawer-headers", "traceparent00-4bf92f35")
+        .await;
+    for part in ["routing_keyorders.created", "Due"] {
+        browser.assert_text_has("#drawer-fields", part).await;
+    }
     browser
         .screenshot(&shots().join("console-drawer.png"))
         .await;
@@ -178,9 +154,7 @@ pub(super) async fn drawer_and_search(browser: &Browser, envelope: &str) {
     browser.wait_drawer(true).await;
     assert_eq!(browser.text_of("#drawer-title").await, "later-1");
     browser.type_into("#drawer-close", "\u{E00C}").await;
-    browser
-        .js("document.querySelector('#search').value = ''")
-        .await;
+    browser.set_value("#search", "").await;
     browser.type_into("#search", "later\u{E007}").await;
     browser
         .wait_js(&texts("#scheduled tbody tr td:nth-child(2)"), WAIT, |v| {
@@ -225,43 +199,34 @@ async fn dead_letter_drawer(browser: &Browser) {
     browser.wait_drawer(false).await;
 }
 
+/// Confirms the bulk action of button `css`, checking that it asked `question`, and waits
+/// until trigger `more` has `left` dead letters.
+async fn dead_left_after(browser: &Browser, css: &str, question: &str, left: &str) {
+    browser.confirm(css, question).await;
+    browser.wait_field("more", "dead", left).await;
+}
+
 /// Bulk: the oldest 5, the 10 with one reason, then all of the rest; each question names the
 /// count. A purge asked and declined deletes nothing. Then dark mode.
 pub(super) async fn bulk_and_dark_mode(browser: &Browser) {
-    browser
-        .js("document.querySelector('#requeue-count').value = '5'")
-        .await;
+    browser.set_value("#requeue-count", "5").await;
     let question = "Requeue the 5 oldest dead letters of more?";
-    browser.confirm("#requeue-oldest", question).await;
-    browser.wait_field("more", "dead", "25").await;
+    dead_left_after(browser, "#requeue-oldest", question, "25").await;
     // The 10 whose reason is too_large, counted before the question.
-    browser
-        .wait_js(
-            "return [...document.querySelectorAll('#purge-reason option')].map(o => o.value)",
-            WAIT,
-            |v| v == &serde_json::json!(["nack", "too_large"]),
-        )
-        .await;
-    browser
-        .js("const s = document.querySelector('#purge-reason'); s.value = 'too_large'; return s.value")
-        .await;
+    let reasons = "return [...document.querySelectorAll('#purge-reason option')].map(o => o.value)";
+    let offered = serde_json::json!(["nack", "too_large"]);
+    browser.wait_value(reasons, offered).await;
+    browser.set_value("#purge-reason", "too_large").await;
     let question = "Delete the 10 dead letters of more whose reason is too_large";
-    browser.confirm("#purge-by-reason", question).await;
-    browser.wait_field("more", "dead", "15").await;
+    dead_left_after(browser, "#purge-by-reason", question, "15").await;
     browser
-        .wait_js(
-            "return document.querySelector('#purge-dead').textContent",
-            WAIT,
-            |v| v == "Purge all dead letters (15)",
-        )
+        .wait_text("#purge-dead", "Purge all dead letters (15)")
         .await;
     browser
         .decline("#purge-dead", "Delete all 15 dead letters of more")
         .await;
-    browser
-        .confirm("#requeue-all", "Requeue all 15 dead letters of more?")
-        .await;
-    browser.wait_field("more", "dead", "0").await;
+    let question = "Requeue all 15 dead letters of more?";
+    dead_left_after(browser, "#requeue-all", question, "0").await;
 
     // Dark mode follows the system's preference.
     browser.prefer_dark().await;

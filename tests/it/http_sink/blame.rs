@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use common::webhook::*;
 use common::*;
-use delay_bridge::keys::QueueKeys;
 
-use super::{expect_settled, http_bridge, http_config, new_key, FAST_RETRY};
+use super::{
+    expect_all_delivered, expect_kept, expect_settled, hook_lines, http_bridge, http_bridge_with,
+    http_config, new_key, scheduled, FAST_RETRY,
+};
 
 /// `status` to every request until the endpoint is fixed, then 200: with two attempts, a
 /// failure counted against the messages would dead-letter them in well under a second.
@@ -23,32 +25,20 @@ async fn every_request_gets(status: u16, tag: &str) {
         false => Answer::status(status).body("no such route"),
     })
     .await;
-    let key = new_key(tag);
     let n = 20;
-    schedule(&mut r, &key, n, 0).await;
-    let lines = format!(
-        "url = {}\nmax_attempts = 2\nbatch = 20\n{FAST_RETRY}",
-        quoted(&hook.url("/"))
+    let key = scheduled(&mut r, tag, n).await;
+    let lines = hook_lines(
+        &hook,
+        &format!("max_attempts = 2\nbatch = 20\n{FAST_RETRY}"),
     );
     let bridge = http_bridge(&key, &lines);
     // Each message asked several times: long past what two attempts would take.
     let asked = wait_until(Duration::from_secs(20), || hook.count() >= 3 * n).await;
     assert!(asked, "{} requests\n{}", hook.count(), bridge.log());
-    let (waiting, inflight, dead) = queue_sizes(&mut r, &key).await;
-    assert_eq!(
-        dead, 0,
-        "nothing dead-lettered for a {status} to every request"
-    );
-    assert_eq!(waiting + inflight, n as i64, "every message still in Redis");
-    let keys = QueueKeys::derive(&key).unwrap();
-    assert_eq!(hlen(&mut r, &keys.attempts).await, 0, "no attempt counted");
+    expect_kept(&mut r, &key, n as i64).await;
 
     fixed.store(true, Ordering::SeqCst);
-    expect_settled(&mut r, &key, 0, &bridge).await;
-    let tally = hook.tally();
-    for i in 0..n {
-        assert!(tally.contains_key(&body(i, 0)), "message {i} delivered");
-    }
+    expect_all_delivered(&mut r, &key, n, &hook, &bridge).await;
     cleanup_keys(&mut r, &key).await;
 }
 
@@ -79,13 +69,9 @@ async fn a_400_for_a_few_messages_dead_letters_exactly_those() {
         false => Answer::status(200),
     })
     .await;
-    let key = new_key("few400");
     let n = 20;
-    schedule(&mut r, &key, n, 0).await;
-    let lines = format!(
-        "url = {}\nmax_attempts = 4\n{FAST_RETRY}",
-        quoted(&hook.url("/"))
-    );
+    let key = scheduled(&mut r, "few400", n).await;
+    let lines = hook_lines(&hook, &format!("max_attempts = 4\n{FAST_RETRY}"));
     let bridge = http_bridge(&key, &lines);
     expect_settled(&mut r, &key, bad.len() as i64, &bridge).await;
     for b in &bad {
@@ -122,16 +108,7 @@ async fn an_endpoint_that_never_finishes_the_tls_handshake_is_down() {
 /// firewall would. Down, as above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_that_drops_syns_is_down() {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    socket
-        .bind(
-            &"127.0.0.1:0"
-                .parse::<std::net::SocketAddr>()
-                .unwrap()
-                .into(),
-        )
-        .unwrap();
+    let socket = bound_socket();
     socket.listen(0).unwrap();
     let addr = socket.local_addr().unwrap().as_socket().unwrap();
     // Never accepted: connections fill the queue until a SYN goes unanswered.
@@ -148,24 +125,27 @@ async fn an_endpoint_that_drops_syns_is_down() {
     drop((socket, queued));
 }
 
+/// A TCP socket bound to a free loopback port, not listening yet.
+fn bound_socket() -> socket2::Socket {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let any_port: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    socket.bind(&any_port.into()).unwrap();
+    socket
+}
+
 /// Messages due for `url`, which never connects: the endpoint is down and stays so,
 /// nothing is dead-lettered and no attempt counted.
 async fn never_connects_is_down(url: &str, tag: &str) {
     let mut r = redis().await;
-    let key = new_key(tag);
     let n = 20;
-    schedule(&mut r, &key, n, 0).await;
-    let metrics_port = free_port();
+    let key = scheduled(&mut r, tag, n).await;
     let lines = format!("url = \"{url}\"\nmax_attempts = 1\n{FAST_RETRY}");
     let settings = [("timeout", "\"20s\""), ("connect_timeout", "\"500ms\"")];
-    let config = http_config(metrics_port, &settings, &key, &lines);
-    let bridge = Bridge::start(&config, metrics_port);
-    let (said, answer) = bridge
-        .wait_http("/readyz", Duration::from_secs(10), |status, body| {
-            status == 503 && body.contains("unreachable")
-        })
+    let bridge = http_bridge_with(&settings, &key, &lines);
+    bridge
+        .expect_readyz_saying(503, "unreachable", Duration::from_secs(10))
         .await;
-    assert!(said, "readiness says why: {answer:?}\n{}", bridge.log());
     // Down for as long as it lasts (the probes too must connect): sampled over 4 s.
     for _ in 0..20 {
         let up = bridge
@@ -174,11 +154,7 @@ async fn never_connects_is_down(url: &str, tag: &str) {
         assert_eq!(up, 0.0, "sink_up while {url} never connects");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (waiting, inflight, dead) = queue_sizes(&mut r, &key).await;
-    assert_eq!(dead, 0, "nothing dead-lettered");
-    assert_eq!(waiting + inflight, n as i64);
-    let keys = QueueKeys::derive(&key).unwrap();
-    assert_eq!(hlen(&mut r, &keys.attempts).await, 0, "no attempt counted");
+    expect_kept(&mut r, &key, n as i64).await;
     cleanup_keys(&mut r, &key).await;
 }
 
@@ -284,31 +260,19 @@ async fn only_redirects_that_keep_the_method_and_body_are_followed() {
 async fn a_reload_that_corrects_the_url_makes_the_sink_up_again() {
     let mut r = redis().await;
     let hook = Webhook::ok().await;
-    let key = new_key("corrected");
     let n = 10;
-    schedule(&mut r, &key, n, 0).await;
+    let key = scheduled(&mut r, "corrected", n).await;
     let port = free_port();
     // Bound, never listening: connections are refused, and no other test can take the port.
-    let closed = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    closed
-        .bind(
-            &"127.0.0.1:0"
-                .parse::<std::net::SocketAddr>()
-                .unwrap()
-                .into(),
-        )
-        .unwrap();
+    let closed = bound_socket();
     let closed_port = closed.local_addr().unwrap().as_socket().unwrap().port();
     let wrong = format!("url = \"http://127.0.0.1:{closed_port}/\"\n{FAST_RETRY}");
     let bridge = Bridge::start(&http_config(port, &[], &key, &wrong), port);
-    let (said, answer) = bridge
-        .wait_http("/readyz", Duration::from_secs(20), |status, body| {
-            status == 503 && body.contains("unreachable")
-        })
+    bridge
+        .expect_readyz_saying(503, "unreachable", Duration::from_secs(20))
         .await;
-    assert!(said, "{answer:?}\n{}", bridge.log());
 
-    let right = format!("url = {}\n{FAST_RETRY}", quoted(&hook.url("/")));
+    let right = hook_lines(&hook, FAST_RETRY);
     bridge.rewrite_config(&http_config(port, &[], &key, &right));
     bridge.signal(1);
     expect_settled(&mut r, &key, 0, &bridge).await;

@@ -6,9 +6,11 @@ use std::time::{Duration, Instant};
 
 use common::webhook::*;
 use common::*;
-use delay_bridge::keys::QueueKeys;
 
-use super::{expect_settled, http_bridge, http_config, new_key, FAST_RETRY};
+use super::{
+    expect_all_delivered, expect_kept, expect_settled, hook_lines, http_bridge, http_bridge_with,
+    new_key, scheduled, FAST_RETRY,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_down_for_10s_dead_letters_nothing_and_gets_everything_after() {
@@ -16,10 +18,7 @@ async fn an_endpoint_down_for_10s_dead_letters_nothing_and_gets_everything_after
     let mut hook = Webhook::ok().await;
     let key = new_key("down");
     // Two attempts: a failure counted against the messages would dead-letter them.
-    let lines = format!(
-        "url = {}\nmax_attempts = 2\n{FAST_RETRY}",
-        quoted(&hook.url("/"))
-    );
+    let lines = hook_lines(&hook, &format!("max_attempts = 2\n{FAST_RETRY}"));
     let bridge = http_bridge(&key, &lines)
         .ready(Duration::from_secs(20))
         .await;
@@ -30,25 +29,14 @@ async fn an_endpoint_down_for_10s_dead_letters_nothing_and_gets_everything_after
     let down_at = Instant::now();
     let now = redis_now(&mut r).await;
     zadd_all(&mut r, &key, (20..50).map(|i| (now + i as i64, body(i, 0)))).await;
-    let (said, answer) = bridge
-        .wait_http("/readyz", Duration::from_secs(10), |status, body| {
-            status == 503 && body.contains("unreachable")
-        })
+    bridge
+        .expect_readyz_saying(503, "unreachable", Duration::from_secs(10))
         .await;
-    assert!(said, "readiness says why: {answer:?}\n{}", bridge.log());
     tokio::time::sleep(Duration::from_secs(10).saturating_sub(down_at.elapsed())).await;
-    let (waiting, inflight, dead) = queue_sizes(&mut r, &key).await;
-    assert_eq!(dead, 0, "nothing dead-lettered while the endpoint is down");
-    assert_eq!(waiting + inflight, 30, "every message still in Redis");
-    let keys = QueueKeys::derive(&key).unwrap();
-    assert_eq!(hlen(&mut r, &keys.attempts).await, 0, "no attempt counted");
+    expect_kept(&mut r, &key, 30).await;
 
     hook.resume().await;
-    expect_settled(&mut r, &key, 0, &bridge).await;
-    let tally = hook.tally();
-    for i in 0..50 {
-        assert!(tally.contains_key(&body(i, 0)), "message {i} delivered");
-    }
+    expect_all_delivered(&mut r, &key, 50, &hook, &bridge).await;
     bridge.expect_readyz(200, Duration::from_secs(10)).await;
     cleanup_keys(&mut r, &key).await;
 }
@@ -57,12 +45,11 @@ async fn an_endpoint_down_for_10s_dead_letters_nothing_and_gets_everything_after
 async fn sigkill_mid_stream_loses_nothing() {
     let mut r = redis().await;
     let hook = Webhook::start(|_, _| Answer::status(200).after(Duration::from_millis(2))).await;
-    let key = new_key("kill");
     let n = 2000;
-    schedule(&mut r, &key, n, 0).await;
-    let lines = format!(
-        "url = {}\nworkers = 2\nbatch = 20\nlease = \"2s\"\npublish_timeout = \"1s\"",
-        quoted(&hook.url("/"))
+    let key = scheduled(&mut r, "kill", n).await;
+    let lines = hook_lines(
+        &hook,
+        "workers = 2\nbatch = 20\nlease = \"2s\"\npublish_timeout = \"1s\"",
     );
     let mut bridge = http_bridge(&key, &lines);
     assert!(
@@ -75,11 +62,7 @@ async fn sigkill_mid_stream_loses_nothing() {
     let before = hook.tally().len();
     assert!(before < n, "killed mid-stream ({before} of {n} delivered)");
     let bridge = bridge.restart();
-    expect_settled(&mut r, &key, 0, &bridge).await;
-    let tally = hook.tally();
-    for i in 0..n {
-        assert!(tally.contains_key(&body(i, 0)), "message {i} lost");
-    }
+    expect_all_delivered(&mut r, &key, n, &hook, &bridge).await;
     cleanup_keys(&mut r, &key).await;
 }
 
@@ -91,12 +74,9 @@ async fn an_endpoint_whose_name_does_not_resolve_is_the_sinks_failure() {
     let lines =
         format!("url = \"http://no-such-host.invalid/hook\"\nmax_attempts = 1\n{FAST_RETRY}");
     let bridge = http_bridge(&key, &lines);
-    let (said, answer) = bridge
-        .wait_http("/readyz", Duration::from_secs(20), |status, body| {
-            status == 503 && body.contains("no-such-host.invalid")
-        })
+    bridge
+        .expect_readyz_saying(503, "no-such-host.invalid", Duration::from_secs(20))
         .await;
-    assert!(said, "{answer:?}\n{}", bridge.log());
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (waiting, inflight, dead) = queue_sizes(&mut r, &key).await;
     assert_eq!(dead, 0, "nothing dead-lettered");
@@ -108,14 +88,12 @@ async fn an_endpoint_whose_name_does_not_resolve_is_the_sinks_failure() {
 async fn sigterm_waits_for_the_answers_and_leaves_nothing_in_flight() {
     let mut r = redis().await;
     let hook = Webhook::start(|_, _| Answer::status(200).after(Duration::from_millis(300))).await;
-    let key = new_key("term");
     let n = 400;
-    schedule(&mut r, &key, n, 0).await;
-    let port = free_port();
+    let key = scheduled(&mut r, "term", n).await;
     // One worker: what it holds claimed is answered well within the shutdown timeout.
-    let lines = format!("url = {}\nbatch = 20\nworkers = 1", quoted(&hook.url("/")));
+    let lines = hook_lines(&hook, "batch = 20\nworkers = 1");
     let settings = [("max_concurrency", "8")];
-    let mut bridge = Bridge::start(&http_config(port, &settings, &key, &lines), port);
+    let mut bridge = http_bridge_with(&settings, &key, &lines);
     assert!(
         wait_until(Duration::from_secs(30), || hook.count() >= 40).await,
         "{}",

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use common::webhook::*;
 use common::*;
+use delay_bridge::keys::QueueKeys;
 
 /// A config with the HTTP sink `hooks` (`settings` as TOML values) and one trigger `hooks`
 /// on `key` with `lines`.
@@ -26,13 +27,53 @@ pub(super) fn http_config(port: u16, settings: &[(&str, &str)], key: &str, lines
 
 /// A bridge on a free port with [`http_config`]'s sink and trigger.
 pub(super) fn http_bridge(key: &str, lines: &str) -> Bridge {
+    http_bridge_with(&[], key, lines)
+}
+
+/// [`http_bridge`] with `settings` for the sink.
+pub(super) fn http_bridge_with(settings: &[(&str, &str)], key: &str, lines: &str) -> Bridge {
     let port = free_port();
-    Bridge::start(&http_config(port, &[], key, lines), port)
+    Bridge::start(&http_config(port, settings, key, lines), port)
 }
 
 /// A fresh key with a hash tag.
 pub(super) fn new_key(tag: &str) -> String {
     format!("{}:{{{tag}}}", unique("delay"))
+}
+
+/// A fresh key with a hash tag and `n` messages ([`body`]) due now.
+pub(super) async fn scheduled(r: &mut Conn, tag: &str, n: usize) -> String {
+    let key = new_key(tag);
+    schedule(r, &key, n, 0).await;
+    key
+}
+
+/// A trigger's lines: `hook`'s `/` as the URL, then `extra`.
+pub(super) fn hook_lines(hook: &Webhook, extra: &str) -> String {
+    format!("url = {}\n{extra}", quoted(&hook.url("/")))
+}
+
+/// Waits until the queue is empty with nothing dead-lettered, and asserts that `hook` got
+/// each of the `n` messages ([`body`]).
+pub(super) async fn expect_all_delivered(
+    r: &mut Conn,
+    key: &str,
+    n: usize,
+    hook: &Webhook,
+    bridge: &Bridge,
+) {
+    expect_settled(r, key, 0, bridge).await;
+    assert_none_lost(&hook.tally(), n);
+}
+
+/// Asserts that all `n` messages of `key` are still in Redis (waiting or in flight), none
+/// dead-lettered and no attempt counted: what an endpoint's own failure leaves.
+pub(super) async fn expect_kept(r: &mut Conn, key: &str, n: i64) {
+    let (waiting, inflight, dead) = queue_sizes(r, key).await;
+    assert_eq!(dead, 0, "nothing dead-lettered");
+    assert_eq!(waiting + inflight, n, "every message still in Redis");
+    let keys = QueueKeys::derive(key).unwrap();
+    assert_eq!(hlen(r, &keys.attempts).await, 0, "no attempt counted");
 }
 
 /// Quick retries, for tests that watch them.
@@ -48,9 +89,8 @@ pub(super) async fn expect_settled(r: &mut Conn, key: &str, dead: i64, bridge: &
 async fn a_2xx_delivers_every_message_once_with_the_bridge_headers() {
     let mut r = redis().await;
     let hook = Webhook::ok().await;
-    let key = new_key("ok");
     let n = 50;
-    schedule(&mut r, &key, n, 0).await;
+    let key = scheduled(&mut r, "ok", n).await;
     let lines = format!("url = {}\nbatch = 10", quoted(&hook.url("/orders")));
     let bridge = http_bridge(&key, &lines)
         .ready(Duration::from_secs(20))
@@ -102,10 +142,9 @@ async fn a_503_is_tried_again_without_an_attempt_and_then_delivered() {
         _ => Answer::status(200),
     })
     .await;
-    let key = new_key("retry");
     let n = 10;
-    schedule(&mut r, &key, n, 0).await;
-    let lines = format!("url = {}\n{FAST_RETRY}", quoted(&hook.url("/")));
+    let key = scheduled(&mut r, "retry", n).await;
+    let lines = hook_lines(&hook, FAST_RETRY);
     let bridge = http_bridge(&key, &lines);
     expect_settled(&mut r, &key, 0, &bridge).await;
     let tally = hook.tally();
@@ -148,11 +187,10 @@ async fn a_400_is_dead_lettered_with_an_excerpt_of_the_answer() {
         false => Answer::status(200),
     })
     .await;
-    let key = new_key("bad");
-    schedule(&mut r, &key, 10, 0).await;
-    let lines = format!(
-        "url = {}\nmax_attempts = 1\nbatch = 10\n{FAST_RETRY}",
-        quoted(&hook.url("/"))
+    let key = scheduled(&mut r, "bad", 10).await;
+    let lines = hook_lines(
+        &hook,
+        &format!("max_attempts = 1\nbatch = 10\n{FAST_RETRY}"),
     );
     let bridge = http_bridge(&key, &lines);
     expect_settled(&mut r, &key, n as i64, &bridge).await;
@@ -182,13 +220,9 @@ async fn retry_after_is_honoured() {
         _ => Answer::status(200),
     })
     .await;
-    let key = new_key("later");
     let n = 3;
-    schedule(&mut r, &key, n, 0).await;
-    let lines = format!(
-        "url = {}\nbackoff_initial = \"100ms\"\nbackoff_max = \"30s\"",
-        quoted(&hook.url("/"))
-    );
+    let key = scheduled(&mut r, "later", n).await;
+    let lines = hook_lines(&hook, "backoff_initial = \"100ms\"\nbackoff_max = \"30s\"");
     let bridge = http_bridge(&key, &lines);
     expect_settled(&mut r, &key, 0, &bridge).await;
     for i in 0..n {
@@ -216,13 +250,11 @@ async fn an_endpoint_that_hangs_times_out_and_is_retried() {
         _ => Answer::status(200),
     })
     .await;
-    let key = new_key("hang");
     let n = 3;
-    schedule(&mut r, &key, n, 0).await;
-    let port = free_port();
-    let lines = format!("url = {}\n{FAST_RETRY}", quoted(&hook.url("/")));
+    let key = scheduled(&mut r, "hang", n).await;
+    let lines = hook_lines(&hook, FAST_RETRY);
     let settings = [("timeout", "\"500ms\"")];
-    let bridge = Bridge::start(&http_config(port, &settings, &key, &lines), port);
+    let bridge = http_bridge_with(&settings, &key, &lines);
     expect_settled(&mut r, &key, 0, &bridge).await;
     for i in 0..n {
         let received: Vec<Request> = hook
@@ -254,11 +286,10 @@ async fn a_slow_answer_does_not_hold_the_fast_ones_of_its_batch() {
         false => Answer::status(200),
     })
     .await;
-    let key = new_key("early");
     let n = 10;
-    schedule(&mut r, &key, n, 0).await;
+    let key = scheduled(&mut r, "early", n).await;
     // One worker, one batch of all ten.
-    let lines = format!("url = {}\nworkers = 1\nbatch = 10", quoted(&hook.url("/")));
+    let lines = hook_lines(&hook, "workers = 1\nbatch = 10");
     let bridge = http_bridge(&key, &lines);
     assert!(
         wait_until(Duration::from_secs(20), || hook.count() == n).await,
@@ -284,13 +315,11 @@ async fn a_slow_answer_does_not_hold_the_fast_ones_of_its_batch() {
 async fn max_concurrency_bounds_the_requests_in_flight() {
     let mut r = redis().await;
     let hook = Webhook::start(|_, _| Answer::status(200).after(Duration::from_millis(200))).await;
-    let key = new_key("bounded");
     let n = 12;
-    schedule(&mut r, &key, n, 0).await;
-    let port = free_port();
-    let lines = format!("url = {}\nworkers = 4\nbatch = 6", quoted(&hook.url("/")));
+    let key = scheduled(&mut r, "bounded", n).await;
+    let lines = hook_lines(&hook, "workers = 4\nbatch = 6");
     let settings = [("max_concurrency", "3")];
-    let bridge = Bridge::start(&http_config(port, &settings, &key, &lines), port);
+    let bridge = http_bridge_with(&settings, &key, &lines);
     expect_settled(&mut r, &key, 0, &bridge).await;
     assert_eq!(hook.tally().len(), n);
     assert_eq!(

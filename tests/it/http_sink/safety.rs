@@ -12,7 +12,9 @@ use common::*;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::{expect_settled, http_bridge, http_config, new_key, FAST_RETRY};
+use super::{
+    expect_settled, http_bridge, http_bridge_with, http_config, new_key, scheduled, FAST_RETRY,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allowed_urls_refuses_the_urls_it_does_not_list() {
@@ -74,9 +76,8 @@ async fn link_local_and_metadata_addresses_are_refused() {
     let mut r = redis().await;
     let key = new_key("meta");
     schedule_now(&mut r, &key, ["a", "b"]).await;
-    let port = free_port();
     let lines = "url = \"http://169.254.169.254/latest/meta-data\"";
-    let bridge = Bridge::start(&http_config(port, &[], &key, lines), port);
+    let bridge = http_bridge_with(&[], &key, lines);
     expect_settled(&mut r, &key, 2, &bridge).await;
     let why = dead_reason(&mut r, &key, "a").await.unwrap();
     assert_eq!(why["reason"], "address_not_allowed", "{why}");
@@ -122,14 +123,12 @@ async fn the_test_server_verifies_the_signature() {
     let dir = tempfile::tempdir().unwrap();
     let secret_file = dir.path().join("hook-key");
     std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
-    let key = new_key("signed");
     let n = 10;
-    schedule(&mut r, &key, n, 0).await;
-    let port = free_port();
+    let key = scheduled(&mut r, "signed", n).await;
     let settings = [("signing_secret_file", quoted(secret_file.to_str().unwrap()))];
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let lines = format!("url = {}", quoted(&hook.url("/")));
-    let bridge = Bridge::start(&http_config(port, &settings, &key, &lines), port);
+    let bridge = http_bridge_with(&settings, &key, &lines);
     expect_settled(&mut r, &key, 0, &bridge).await;
     assert_eq!(hook.count(), n, "each verified at once");
     // A wrong secret would be refused: the check is not vacuous.
@@ -146,9 +145,8 @@ async fn over_tls_with_the_test_ca_and_http2() {
     let pki = Pki::new();
     let (cert, key_file) = pki.server(ServerCert::Loopback);
     let hook = Webhook::start_tls(&cert, &key_file, |_, _| Answer::status(200)).await;
-    let key = new_key("tls");
     let n = 5;
-    schedule(&mut r, &key, n, 0).await;
+    let key = scheduled(&mut r, "tls", n).await;
     let port = free_port();
     // A config whose sink trusts the authority `ca` signed.
     let cfg = |ca: PathBuf| {
@@ -180,12 +178,9 @@ async fn over_tls_with_the_test_ca_and_http2() {
     // messages' fault: they wait in Redis, and readiness says why.
     schedule_now(&mut r, &key, ["untrusted"]).await;
     let bridge = Bridge::start(&cfg(pki.other_ca()), port);
-    let (said, answer) = bridge
-        .wait_http("/readyz", Duration::from_secs(20), |status, body| {
-            status == 503 && body.contains("unreachable")
-        })
+    bridge
+        .expect_readyz_saying(503, "unreachable", Duration::from_secs(20))
         .await;
-    assert!(said, "{answer:?}\n{}", bridge.log());
     let (waiting, inflight, dead) = queue_sizes(&mut r, &key).await;
     assert_eq!((waiting + inflight, dead), (1, 0));
     assert_eq!(hook.tally().len(), n, "nothing reached the endpoint");

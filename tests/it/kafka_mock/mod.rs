@@ -36,6 +36,11 @@ struct Case {
 }
 
 impl Case {
+    /// A connection to the shared Redis, and the case.
+    async fn open(name: &'static str) -> (Conn, Self) {
+        (redis().await, Self::new(name))
+    }
+
     fn new(name: &'static str) -> Self {
         let topic = unique(name);
         let mock = MockCluster::new(1).unwrap();
@@ -71,11 +76,15 @@ impl Case {
         settings.to_string() + &trigger
     }
 
-    /// Runs the bridge on [`Case::config`] and waits until its sink is up.
-    async fn start(&self, properties: &[(&str, &str)], trigger_extra: &str) -> InProcess {
-        InProcess::start(&self.config(properties, trigger_extra))
-            .up()
-            .await
+    /// A consumer of the topic, then the bridge on [`Case::config`] once its sink is up.
+    async fn start(
+        &self,
+        properties: &[(&str, &str)],
+        trigger_extra: &str,
+    ) -> (KafkaCapture, InProcess) {
+        let capture = self.capture();
+        let bridge = InProcess::start(&self.config(properties, trigger_extra));
+        (capture, bridge.up().await)
     }
 }
 

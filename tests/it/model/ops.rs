@@ -264,16 +264,18 @@ pub(super) fn forward_limit() -> impl Strategy<Value = usize> {
     ]
 }
 
+/// Any key but the bodies hash (inline mode has none), each as likely.
 pub(super) fn derived() -> impl Strategy<Value = Derived> {
-    prop_oneof![
-        Just(Derived::Source),
-        Just(Derived::Inflight),
-        Just(Derived::Attempts),
-        Just(Derived::Dead),
-        Just(Derived::DeadReasons),
-        Just(Derived::Control),
-        Just(Derived::DeadInflight),
-    ]
+    use Derived::*;
+    proptest::sample::select(vec![
+        Source,
+        Inflight,
+        Attempts,
+        Dead,
+        DeadReasons,
+        Control,
+        DeadInflight,
+    ])
 }
 
 pub(super) fn script() -> impl Strategy<Value = Script> {

@@ -4,7 +4,7 @@
 
 use super::*;
 
-use delay_bridge::redis::store::{Enqueued, Offer};
+use delay_bridge::redis::store::{Enqueued, Mark, Offer};
 use delay_bridge::schedule::tick;
 
 /// A fresh queue (inline, or hash payload mode) and its store.
@@ -18,6 +18,21 @@ async fn scene(hash: bool) -> (Store, MultiplexedConnection, QueueKeys) {
         store = store.with_hash_bodies(1 << 20);
     }
     (store, conn, keys)
+}
+
+/// A fresh inline queue whose schedule `s` enqueued one tick `late_ms` before the Redis clock
+/// under `all` (which keeps a missed tick): the queue, the clock then, and the mark it left.
+async fn marked(
+    grace_ms: i64,
+    late_ms: i64,
+) -> (Store, MultiplexedConnection, QueueKeys, i64, Mark) {
+    let (store, conn, keys) = scene(false).await;
+    let (now, _) = store.schedule_marks(&["s"]).await.unwrap();
+    offer(&store, b"", "all", grace_ms, 10, &[now - late_ms])
+        .await
+        .unwrap();
+    let (_, mut marks) = store.schedule_marks(&["s"]).await.unwrap();
+    (store, conn, keys, now, marks.remove(0))
 }
 
 /// Offers `ticks` (epoch ms) of schedule `s` planned from `planned` under `policy`.
@@ -50,14 +65,7 @@ async fn offer(
 
 /// The ticks waiting in the source set, ascending.
 async fn waiting(conn: &mut MultiplexedConnection, keys: &QueueKeys) -> Vec<i64> {
-    let members: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
-        .arg(&keys.source)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query_async(conn)
-        .await
-        .unwrap();
+    let members: Vec<(Vec<u8>, f64)> = common::zscored(conn, &keys.source).await;
     members
         .iter()
         .map(|(m, score)| {
@@ -94,12 +102,8 @@ async fn the_mark_moves_once_from_the_mark_planned_from() {
         assert_eq!(marks[0].tick_ms, Some(t));
         assert!(marks[0].waiting);
         if hash {
-            let body: Vec<u8> = redis::cmd("HGET")
-                .arg(&keys.bodies)
-                .arg(tick::member("s", t, None))
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            let member = tick::member("s", t, None);
+            let body: Vec<u8> = common::hget(&mut conn, &keys.bodies, member).await;
             assert_eq!(body, b"b");
         }
         // From the new mark the next tick is enqueued.
@@ -121,17 +125,11 @@ async fn each_policy_treats_missed_ticks_and_a_missed_mark_as_stated() {
         ("once", vec![-3000, -500, 1000], 3),
         ("all", vec![-10_000, -4000, -3000, -500, 1000], 1),
     ] {
-        let (store, mut conn, keys) = scene(false).await;
-        let (now, _) = store.schedule_marks(&["s"]).await.unwrap();
+        let (store, mut conn, keys, now, mark) = marked(2000, 10_000).await;
         let at = |offsets: &[i64]| offsets.iter().map(|o| now + o).collect::<Vec<_>>();
-        // Enqueued under `all`, which keeps a missed tick.
-        offer(&store, b"", "all", 2000, 10, &at(&[-10_000]))
-            .await
-            .unwrap();
-        let (_, marks) = store.schedule_marks(&["s"]).await.unwrap();
         let r = offer(
             &store,
-            &marks[0].raw,
+            &mark.raw,
             policy,
             2000,
             2,
@@ -152,92 +150,40 @@ async fn each_policy_treats_missed_ticks_and_a_missed_mark_as_stated() {
 
 #[tokio::test]
 async fn a_paused_trigger_enqueues_nothing_and_keeps_its_mark() {
-    let (store, mut conn, keys) = scene(false).await;
-    let (now, _) = store.schedule_marks(&["s"]).await.unwrap();
-    offer(&store, b"", "all", 1000, 10, &[now - 5000])
+    let (store, mut conn, keys, now, mark) = marked(1000, 5000).await;
+    common::hset(&mut conn, &keys.control, "paused", "1").await;
+    let late_and_next = [now - 4000, now + 1000];
+    let r = offer(&store, &mark.raw, "skip", 1000, 10, &late_and_next)
         .await
         .unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg(&keys.control)
-        .arg("paused")
-        .arg("1")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let (_, marks) = store.schedule_marks(&["s"]).await.unwrap();
-    let r = offer(
-        &store,
-        &marks[0].raw,
-        "skip",
-        1000,
-        10,
-        &[now - 4000, now + 1000],
-    )
-    .await
-    .unwrap();
     assert!(r.paused, "{r:?}");
     // The missed mark is taken back and counted; nothing new is enqueued, the mark stays.
     assert_eq!((r.missed, r.mark_ms), (1, Some(now - 5000)));
     assert!(waiting(&mut conn, &keys).await.is_empty());
     let (_, after) = store.schedule_marks(&["s"]).await.unwrap();
-    assert_eq!(after[0].raw, marks[0].raw);
+    assert_eq!(after[0].raw, mark.raw);
     clean(&mut conn, &store, &keys).await;
 }
 
 #[tokio::test]
 async fn a_wrong_typed_key_fails_the_call_with_nothing_changed() {
-    let (store, mut conn, keys) = scene(false).await;
-    let (now, _) = store.schedule_marks(&["s"]).await.unwrap();
-    offer(&store, b"", "all", 1000, 10, &[now - 5000])
-        .await
-        .unwrap();
-    let (_, marks) = store.schedule_marks(&["s"]).await.unwrap();
+    let (store, mut conn, keys, now, mark) = marked(1000, 5000).await;
     for wrong in [keys.bodies.clone(), store.schedules_key()] {
         let before: Vec<i64> = waiting(&mut conn, &keys).await;
         let backup = format!("{wrong}:backup");
-        let existed: i64 = redis::cmd("EXISTS")
-            .arg(&wrong)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let existed: i64 = common::query(&mut conn, "EXISTS", &wrong).await;
         if existed == 1 {
-            let _: () = redis::cmd("RENAME")
-                .arg(&wrong)
-                .arg(&backup)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            common::query::<()>(&mut conn, "RENAME", (&wrong, &backup)).await;
         }
-        let _: () = redis::cmd("SET")
-            .arg(&wrong)
-            .arg("x")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let r = offer(
-            &store,
-            &marks[0].raw,
-            "all",
-            1000,
-            10,
-            &[now - 4000, now + 1000],
-        )
-        .await;
+        common::set_string(&mut conn, &wrong, "x").await;
+        let late_and_next = [now - 4000, now + 1000];
+        let r = offer(&store, &mark.raw, "all", 1000, 10, &late_and_next).await;
         let e = r.expect_err("a wrong-typed key fails the call");
         assert!(e.to_string().contains("WRONGTYPE"), "{e}");
         assert_eq!(waiting(&mut conn, &keys).await, before);
-        let _: () = redis::cmd("DEL")
-            .arg(&wrong)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        common::query::<()>(&mut conn, "DEL", &wrong).await;
         if existed == 1 {
-            let _: () = redis::cmd("RENAME")
-                .arg(&backup)
-                .arg(&wrong)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            common::query::<()>(&mut conn, "RENAME", (&backup, &wrong)).await;
         }
     }
     clean(&mut conn, &store, &keys).await;

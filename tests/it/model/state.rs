@@ -61,20 +61,27 @@ pub(super) struct Bodies {
     pub(super) next_version: u64,
 }
 
-/// A claimed batch the "worker" has not settled yet.
+/// What a claim took and has not settled yet.
 #[derive(Debug, Clone)]
-pub(super) struct OpenBatch {
+pub(super) struct Open<T> {
     pub(super) id: u64,
     pub(super) deadline: i64,
-    pub(super) items: Vec<Claimed>,
-    /// The schedules each item stood for when claimed: delivered if its ack is confirmed.
+    pub(super) items: Vec<T>,
+    /// The schedules each item stood for when claimed: delivered if its ack (or forward) is
+    /// confirmed.
     pub(super) schedules: Vec<Schedules>,
 }
 
-impl OpenBatch {
-    /// A batch with this one's id and lease deadline and no items.
+/// A claimed batch the "worker" has not settled yet.
+pub(super) type OpenBatch = Open<Claimed>;
+
+/// Dead letters claimed for forwarding that the "forwarder" has not settled yet.
+pub(super) type OpenDeadClaim = Open<DeadItem>;
+
+impl<T> Open<T> {
+    /// A claim with this one's id and lease deadline and no items.
     pub(super) fn empty_like(&self) -> Self {
-        OpenBatch {
+        Open {
             id: self.id,
             deadline: self.deadline,
             items: Vec::new(),
@@ -98,16 +105,6 @@ pub(super) struct Lease {
     pub(super) short: bool,
     pub(super) failures: i64,
     pub(super) schedules: Schedules,
-}
-
-/// Dead letters claimed for forwarding that the "forwarder" has not settled yet.
-#[derive(Debug, Clone)]
-pub(super) struct OpenDeadClaim {
-    pub(super) id: u64,
-    pub(super) deadline: i64,
-    pub(super) items: Vec<DeadItem>,
-    /// The schedules each letter stood for when claimed: delivered if its forward is confirmed.
-    pub(super) schedules: Vec<Schedules>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

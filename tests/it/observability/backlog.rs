@@ -25,10 +25,7 @@ async fn backlog_gauges_and_readyz_follow_the_sink_going_away_and_coming_back() 
     // Nothing listens on this port until the proxy below starts.
     let broker_port = free_port();
     let settings = ConfigToml::base(port)
-        .amqp_sink(
-            "flaky",
-            &format!("amqp://guest:guest@127.0.0.1:{broker_port}/%2f"),
-        )
+        .amqp_sink("flaky", &loopback_amqp(broker_port))
         .set_str("sinks.flaky", "reconnect_max", "300ms");
     let to = capture.destination() + "workers = 2";
     let config = settings.to_string() + &trigger("backlog", &key, "flaky", &to);
@@ -153,12 +150,7 @@ async fn an_empty_queue_is_read_again_when_written_to_or_paused() {
         .wait_scrape(Duration::from_secs(5), |b| gauge("scheduled")(b) == 1.0)
         .await;
     assert!(seen, "a write to an empty queue is read:\n{body}");
-    let _: () = redis::cmd("ZREM")
-        .arg(&key)
-        .arg("in an hour")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    assert_eq!(zrem(&mut r, &key, "in an hour").await, 1);
     let (seen, body) = bridge
         .wait_scrape(Duration::from_secs(5), |b| gauge("scheduled")(b) == 0.0)
         .await;

@@ -74,9 +74,7 @@ async fn json_logs_carry_worker_spans_and_never_a_password() {
     let config = settings.set_str("redis", "url", &redis_url).to_string() + &triggers;
     assert!(config.contains(&redis_secret));
     let mut bridge = Bridge::start(&config, port);
-    let code = bridge.wait_exit(Duration::from_secs(15)).await;
-    assert_eq!(code, Some(1), "{}", bridge.log());
-    let log = bridge.log();
+    let log = bridge.expect_exit(1, Duration::from_secs(15)).await;
     assert!(log.contains("credentials"), "{log}");
     assert!(
         !log.contains(&redis_secret),

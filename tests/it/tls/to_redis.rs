@@ -43,10 +43,7 @@ async fn redis_over_tls_with_a_private_ca_delivers_everything() {
 
     expect_all_then_drained(&capture, n, &bridge, (&mut r, &key), "tls").await;
     let forwarded = bridge
-        .metric(
-            "delay_bridge_messages_forwarded_total",
-            &[("trigger", "tls")],
-        )
+        .trigger_metric("delay_bridge_messages_forwarded_total", "tls")
         .await;
     assert!(forwarded >= n as f64, "forwarded_total = {forwarded}");
     println!(
