@@ -9,9 +9,10 @@ use super::bytes::{os_bytes, ByteForms};
 use super::text::{due_number, late_text, member_json, pasteable};
 use super::when::{self, When};
 use super::*;
+use crate::config::Trigger;
 use crate::redis::conn::Conn;
-use crate::redis::queue::Queue;
-use crate::redis::store::{score_arg, QueueStats};
+use crate::redis::queue::{Queue, Stranded};
+use crate::redis::store::{score_arg, HeldNote, QueueStats};
 
 pub(super) async fn connect(config: &Config) -> anyhow::Result<Conn> {
     let endpoint = crate::bridge::redis_endpoint(config)?;
@@ -36,65 +37,92 @@ pub(super) fn queue_for(config: &Config, conn: Conn, trigger: &str) -> anyhow::R
     Queue::new(t, conn)
 }
 
+/// One trigger's row of `stats`, and what stands under it.
+struct TriggerStats {
+    /// The trigger's name.
+    name: String,
+    /// Its stats, summed over its shards.
+    total: QueueStats,
+    /// Each shard's source key and stats.
+    shards: Vec<(String, QueueStats)>,
+    /// Keys this configuration does not serve that still hold members.
+    stranded: Vec<Stranded>,
+    /// Why its destination is held, while it is.
+    held: Option<HeldNote>,
+    /// Its schedules with their last and next fire.
+    schedules: Vec<super::schedule::ScheduleRow>,
+}
+
+impl TriggerStats {
+    /// A trigger's state: `paused` by an operator, `held` while its destination fails, else
+    /// `active`.
+    fn state(&self) -> &'static str {
+        state(&self.total, self.held.as_ref())
+    }
+}
+
 /// The backlog of every trigger; with `shards`, one row per shard of each sharded trigger too.
 pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::Result<i32> {
     let conn = connect(&config).await?;
     let mut rows = Vec::new();
-    let mut schedule_rows = Vec::new();
     for t in &config.triggers {
-        let queue = queue_for(&config, conn.clone(), t.name())?;
-        let each = queue.shard_stats().await?;
-        let keys: Vec<String> = queue
-            .shards()
-            .iter()
-            .map(|s| s.keys().source.clone())
-            .collect();
-        let stranded = queue.stranded().await?;
-        let schedules = super::schedule::schedule_rows(&queue.shards()[0], t).await?;
-        let held = queue.held().await?;
-        rows.push((
-            t.name().to_string(),
-            QueueStats::sum(&each),
-            keys,
-            each,
-            stranded,
-            held,
-        ));
-        schedule_rows.push(schedules);
+        rows.push(trigger_stats(&config, &conn, t).await?);
     }
     if json {
-        let v: Vec<_> = rows
-            .iter()
-            .zip(&schedule_rows)
-            .map(|((name, s, keys, each, stranded, held), schedules)| {
-                let mut row = serde_json::json!({
-                    "trigger": name,
-                    "state": state(s, held.as_ref()),
-                    "stats": s,
-                    "held": held,
-                });
-                if !schedules.is_empty() {
-                    row["schedules"] = serde_json::json!(schedules);
-                }
-                if !stranded.is_empty() {
-                    row["unserved_keys"] = serde_json::json!(stranded);
-                }
-                if shards && each.len() > 1 {
-                    row["shards"] = keys
-                        .iter()
-                        .zip(each)
-                        .map(|(key, s)| serde_json::json!({"key": key, "stats": s}))
-                        .collect();
-                }
-                row
-            })
-            .collect();
+        let v: Vec<_> = rows.iter().map(|row| stats_json(row, shards)).collect();
         say!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
     if let Some(master) = conn.endpoint().sentinel_master() {
         say!("redis: {master}");
     }
+    say_stats(&rows, shards);
+    Ok(0)
+}
+
+/// Reads one trigger's row of `stats` from Redis.
+async fn trigger_stats(config: &Config, conn: &Conn, t: &Trigger) -> anyhow::Result<TriggerStats> {
+    let queue = queue_for(config, conn.clone(), t.name())?;
+    let each = queue.shard_stats().await?;
+    let keys = queue.shards().iter().map(|s| s.keys().source.clone());
+    Ok(TriggerStats {
+        name: t.name().to_string(),
+        total: QueueStats::sum(&each),
+        shards: keys.zip(each).collect(),
+        stranded: queue.stranded().await?,
+        held: queue.held().await?,
+        schedules: super::schedule::schedule_rows(&queue.shards()[0], t).await?,
+    })
+}
+
+/// `stats --json`: one trigger's object; with `shards`, each shard of a sharded trigger too.
+fn stats_json(row: &TriggerStats, shards: bool) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "trigger": row.name,
+        "state": row.state(),
+        "stats": row.total,
+        "held": row.held,
+    });
+    if !row.schedules.is_empty() {
+        v["schedules"] = serde_json::json!(row.schedules);
+    }
+    if !row.stranded.is_empty() {
+        v["unserved_keys"] = serde_json::json!(row.stranded);
+    }
+    if shards && row.shards.len() > 1 {
+        v["shards"] = row
+            .shards
+            .iter()
+            .map(|(key, s)| serde_json::json!({"key": key, "stats": s}))
+            .collect();
+    }
+    v
+}
+
+/// `stats` as a table: a line per trigger, with what is held, its schedules and (with
+/// `shards`) its shards under it; then a warning for each key that holds members this
+/// configuration does not serve.
+fn say_stats(rows: &[TriggerStats], shards: bool) {
     say!(
         "{:<24} {:>12} {:>10} {:>10} {:>10} {:>16}  STATE",
         "TRIGGER",
@@ -116,10 +144,9 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
             state
         );
     };
-    let mut unserved = Vec::new();
-    for ((name, s, keys, each, stranded, held), schedules) in rows.into_iter().zip(&schedule_rows) {
-        line(&name, &s, state(&s, held.as_ref()));
-        if let Some(h) = &held {
+    for row in rows {
+        line(&row.name, &row.total, row.state());
+        if let Some(h) = &row.held {
             // Why, on the line under the trigger's.
             say!(
                 "  held: {} (since {})",
@@ -127,26 +154,28 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
                 super::text::ms_text(h.since_ms)
             );
         }
-        super::schedule::say_rows(schedules);
-        if shards && each.len() > 1 {
-            for (key, s) in keys.iter().zip(&each) {
+        super::schedule::say_rows(&row.schedules);
+        if shards && row.shards.len() > 1 {
+            for (key, s) in &row.shards {
                 line(&format!("  {key}"), s, state(s, None));
             }
         }
-        unserved.extend(stranded.into_iter().map(|k| (name.clone(), k)));
     }
-    for (name, k) in &unserved {
-        say!(
-            "warning: trigger {name}: {k}, on a key this configuration does not serve              (add `drain_shards = {}` to deliver them)",
-            k.shards
-        );
+    for row in rows {
+        for k in &row.stranded {
+            say!(
+                "warning: trigger {}: {k}, on a key this configuration does not serve \
+                 (add `drain_shards = {}` to deliver them)",
+                row.name,
+                k.shards
+            );
+        }
     }
-    Ok(0)
 }
 
 /// A trigger's state: `paused` by an operator, `held` while its destination fails, else
 /// `active`.
-fn state(s: &QueueStats, held: Option<&crate::redis::store::HeldNote>) -> &'static str {
+fn state(s: &QueueStats, held: Option<&HeldNote>) -> &'static str {
     crate::trigger::State::of(s.paused, held.is_some()).as_str()
 }
 

@@ -3,7 +3,9 @@
 use std::borrow::Cow;
 
 use super::route::{routing_key_at, url_at};
-use crate::config::{AmqpRouting, Destination, HttpTarget, MessageFormat, Trigger};
+use crate::config::{
+    AmqpRoute, AmqpRouting, Destination, HttpRoute, HttpTarget, KafkaRoute, MessageFormat, Trigger,
+};
 use crate::envelope::{self, HeaderValue, Properties};
 use crate::redis::store::{Body, Claimed};
 use crate::sink::PublishError;
@@ -42,86 +44,22 @@ pub(super) fn prepare<'a>(
         Body::Member => tick.as_ref().and_then(|t| t.body).unwrap_or(&c.member),
         Body::Stored(body) => body.as_slice(),
     };
-    let (body, properties) = match cfg.format() {
-        MessageFormat::Raw => (Cow::Borrowed(payload), None),
-        MessageFormat::Envelope => {
-            let broker = match destination {
-                Destination::Amqp(_) => envelope::Broker::Amqp,
-                Destination::Kafka(_) => envelope::Broker::Kafka,
-                Destination::Http(_) => envelope::Broker::Http,
-            };
-            let e = envelope::parse(payload, broker).map_err(PublishError::BadEnvelope)?;
-            (Cow::Owned(e.body), Some(e.properties))
-        }
-    };
+    let (body, properties) = read_format(cfg.format(), destination, payload)?;
     let properties = match &tick {
-        Some(t) => {
-            let mut p = properties.unwrap_or_default();
-            p.headers
-                .retain(|(name, _)| !name.eq_ignore_ascii_case(HEADER_SCHEDULE));
-            p.headers
-                .push((HEADER_SCHEDULE.into(), HeaderValue::Text(t.schedule.into())));
-            Some(p)
-        }
+        Some(t) => Some(with_schedule_header(
+            properties.unwrap_or_default(),
+            t.schedule,
+        )),
         None => properties,
     };
-    // Lateness is measured from the score; a score of 0 or below (or -inf) means "now" and
-    // has no due time to be late against.
-    let late = cfg.expire_after().filter(|_| c.due_ms > 0).map(|d| {
-        c.due_ms
-            .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-    });
-    let until = [late, properties.as_ref().and_then(|p| p.expires_at_ms)]
-        .into_iter()
-        .flatten()
-        .min();
-    if until.is_some_and(|until| now_ms > until) {
+    if expires_at(cfg, c, properties.as_ref()).is_some_and(|until| now_ms > until) {
         return Err(PublishError::Expired);
     }
-    let routing_key = match destination {
-        Destination::Amqp(route) => {
-            let own = properties.as_ref().and_then(|p| p.routing_key.clone());
-            let key = match (own, &route.routing) {
-                (Some(key), _) => Some(key),
-                (None, AmqpRouting::Pointer(pointer)) => Some(routing_key_at(&body, pointer)?),
-                (None, AmqpRouting::Key(_)) => None,
-            };
-            if let Some(key) = &key {
-                if !route.allows(key) {
-                    return Err(PublishError::RouteNotAllowed(key.clone()));
-                }
-            }
-            key
-        }
-        Destination::Kafka(_) | Destination::Http(_) => None,
-    };
-    let url = match destination {
-        Destination::Http(route) => {
-            let own = properties.as_ref().and_then(|p| p.url.clone());
-            let url = match (own, &route.url) {
-                (Some(url), _) => Some(url),
-                (None, HttpTarget::Pointer(pointer)) => Some(url_at(&body, pointer)?),
-                (None, HttpTarget::Url(_)) => None,
-            };
-            if let Some(url) = &url {
-                if !route.allows(url) {
-                    return Err(PublishError::UrlNotAllowed(url.clone()));
-                }
-            }
-            url
-        }
-        _ => None,
-    };
-    let topic = match destination {
-        Destination::Kafka(route) => match properties.as_ref().and_then(|p| p.topic.clone()) {
-            // Never produced to a topic the trigger does not allow: not even asked of the
-            // broker, which may create topics it is asked about.
-            Some(topic) if !route.allows(&topic) => {
-                return Err(PublishError::TopicNotAllowed(topic));
-            }
-            own => own,
-        },
-        _ => None,
+    let own = properties.as_ref();
+    let (routing_key, url, topic) = match destination {
+        Destination::Amqp(route) => (routing_key(route, own, &body)?, None, None),
+        Destination::Http(route) => (None, url(route, own, &body)?, None),
+        Destination::Kafka(route) => (None, None, topic(route, own)?),
     };
     if body.len() > cfg.max_message_bytes() {
         return Err(PublishError::TooLarge);
@@ -134,4 +72,118 @@ pub(super) fn prepare<'a>(
         topic,
         tick_ms: tick.map(|t| t.tick_ms),
     })
+}
+
+/// The body to publish and, for a trigger that reads envelopes, the envelope's properties.
+fn read_format<'a>(
+    format: MessageFormat,
+    destination: &Destination,
+    payload: &'a [u8],
+) -> Result<(Cow<'a, [u8]>, Option<Properties>), PublishError> {
+    match format {
+        MessageFormat::Raw => Ok((Cow::Borrowed(payload), None)),
+        MessageFormat::Envelope => {
+            let broker = match destination {
+                Destination::Amqp(_) => envelope::Broker::Amqp,
+                Destination::Kafka(_) => envelope::Broker::Kafka,
+                Destination::Http(_) => envelope::Broker::Http,
+            };
+            let e = envelope::parse(payload, broker).map_err(PublishError::BadEnvelope)?;
+            Ok((Cow::Owned(e.body), Some(e.properties)))
+        }
+    }
+}
+
+/// `p` with the schedule header naming `schedule`, in place of any the payload carried.
+fn with_schedule_header(mut p: Properties, schedule: &str) -> Properties {
+    p.headers
+        .retain(|(name, _)| !name.eq_ignore_ascii_case(HEADER_SCHEDULE));
+    p.headers
+        .push((HEADER_SCHEDULE.into(), HeaderValue::Text(schedule.into())));
+    p
+}
+
+/// When `c` expires, in epoch ms: the sooner of the trigger's `expire_after` past its due
+/// time and the envelope's own expiry; `None`: never.
+fn expires_at(cfg: &Trigger, c: &Claimed, properties: Option<&Properties>) -> Option<i64> {
+    // Lateness is measured from the score; a score of 0 or below (or -inf) means "now" and
+    // has no due time to be late against.
+    let late = cfg.expire_after().filter(|_| c.due_ms > 0).map(|d| {
+        c.due_ms
+            .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    });
+    [late, properties.and_then(|p| p.expires_at_ms)]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// AMQP: the message's own routing key (envelope, else the trigger's JSON Pointer), if it
+/// has one the exchange's route allows; `None`: the trigger's fixed key.
+fn routing_key(
+    route: &AmqpRoute,
+    own: Option<&Properties>,
+    body: &[u8],
+) -> Result<Option<String>, PublishError> {
+    let pointer = match &route.routing {
+        AmqpRouting::Pointer(pointer) => Some(pointer.as_str()),
+        AmqpRouting::Key(_) => None,
+    };
+    let key = own_or_at(
+        own.and_then(|p| p.routing_key.clone()),
+        pointer,
+        body,
+        routing_key_at,
+    )?;
+    allowed(key, |k| route.allows(k), PublishError::RouteNotAllowed)
+}
+
+/// HTTP: the message's own URL (envelope, else the trigger's JSON Pointer), if it has one
+/// the route allows; `None`: the trigger's fixed URL.
+fn url(
+    route: &HttpRoute,
+    own: Option<&Properties>,
+    body: &[u8],
+) -> Result<Option<String>, PublishError> {
+    let pointer = match &route.url {
+        HttpTarget::Pointer(pointer) => Some(pointer.as_str()),
+        HttpTarget::Url(_) => None,
+    };
+    let url = own_or_at(own.and_then(|p| p.url.clone()), pointer, body, url_at)?;
+    allowed(url, |u| route.allows(u), PublishError::UrlNotAllowed)
+}
+
+/// Kafka: the record's own topic (envelope), if it has one `allowed_topics` allows; never
+/// produced to a topic the trigger does not allow: not even asked of the broker, which may
+/// create topics it is asked about.
+fn topic(route: &KafkaRoute, own: Option<&Properties>) -> Result<Option<String>, PublishError> {
+    let topic = own.and_then(|p| p.topic.clone());
+    allowed(topic, |t| route.allows(t), PublishError::TopicNotAllowed)
+}
+
+/// The message's own value if the envelope gave one, else the string at the trigger's
+/// JSON Pointer in the body, read by `at`; `None` if neither.
+fn own_or_at(
+    own: Option<String>,
+    pointer: Option<&str>,
+    body: &[u8],
+    at: fn(&[u8], &str) -> Result<String, PublishError>,
+) -> Result<Option<String>, PublishError> {
+    match (own, pointer) {
+        (Some(own), _) => Ok(Some(own)),
+        (None, Some(pointer)) => at(body, pointer).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `value` if the route `allows` it (or there is none), else the refusal `refused` names.
+fn allowed(
+    value: Option<String>,
+    allows: impl Fn(&str) -> bool,
+    refused: fn(String) -> PublishError,
+) -> Result<Option<String>, PublishError> {
+    match value {
+        Some(v) if !allows(&v) => Err(refused(v)),
+        v => Ok(v),
+    }
 }
