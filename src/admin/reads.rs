@@ -10,8 +10,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::extract::{cursor, page_limit, query, Named, Reply};
 use super::json::{from_b64, put_bytes, put_time};
-use super::routes::{cursor, page_limit, query, Named, Reply};
 use super::{Admin, AdminTrigger, ApiError};
 use crate::redis::store::{Lookup, Place, MAX_BUCKETS};
 

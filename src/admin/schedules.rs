@@ -10,7 +10,7 @@ use axum::routing::{delete, get};
 use axum::{Json, Router};
 use serde_json::json;
 
-use super::routes::{body, Act, Named, Reply};
+use super::extract::{body, Act, Named, Reply};
 use super::{Admin, ApiError};
 use crate::config::ScheduleConfig;
 use crate::schedule::stored::{self, ChangeError};

@@ -78,15 +78,10 @@ async fn reload_config(
     }
 }
 
-/// Where the configured Redis is, with the password file and TLS files read.
-pub fn redis_endpoint(config: &Config) -> anyhow::Result<Arc<Endpoint>> {
-    Ok(Arc::new(Endpoint::new(&config.redis)?))
-}
-
 /// Runs the daemon until `shutdown.stop` is cancelled, then drains within `shutdown.timeout`.
 pub async fn run(mut config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow::Result<()> {
     let stop = shutdown.stop.clone();
-    let endpoint = redis_endpoint(&config)?;
+    let endpoint = Arc::new(Endpoint::new(&config.redis)?);
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }

@@ -6,7 +6,7 @@ use crate::config::{Config, Destination, SinkConfig, Trigger};
 use crate::keys::QueueKeys;
 use crate::secret::redact_url;
 
-use super::{find_and_load, queue, ConfigArg, EXIT_CONFIG};
+use super::{find_and_load, reach, ConfigArg, EXIT_CONFIG};
 
 /// The TLS settings in a `check` line: which files and names are used, never their contents.
 fn tls_summary(tls: Option<&crate::config::TlsConfig>) -> String {
@@ -263,7 +263,7 @@ fn ingress_line(t: &Trigger, i: &crate::config::IngressConfig) {
 /// Members on keys of a trigger that this configuration does not serve (an earlier shard
 /// count's): the bridge would refuse to start; `EXIT_CONFIG` if there are some.
 async fn unserved_keys(config: &Config) -> i32 {
-    let conn = match queue::connect(config).await {
+    let conn = match reach::connect(config).await {
         Ok(conn) => conn,
         Err(e) => {
             say!(
@@ -294,7 +294,7 @@ async fn shard_map(config: &Config) {
     if sharded.is_empty() {
         return;
     }
-    let conn = match queue::connect(config).await {
+    let conn = match reach::connect(config).await {
         Ok(conn) => conn,
         Err(e) => return say!("shards: cannot reach the cluster to place them: {e:#}"),
     };

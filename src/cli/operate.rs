@@ -5,7 +5,7 @@ use std::time::Duration;
 use std::ffi::OsString;
 
 use super::bytes::ByteForms;
-use super::queue::{connect, queue_for};
+use super::reach::{connect, queue_for};
 use super::text::{due_number, listed, member_json, ms_text};
 use super::when::{self, When};
 use super::*;
