@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{ConnectInfo, FromRequestParts, Path, Query};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::Json;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{Admin, AdminTrigger, ApiError};
@@ -59,16 +59,32 @@ impl Act {
     }
 }
 
-/// A query string read into `T`, or 400 saying what is wrong with it.
-pub(super) fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
-    q.map(|Query(q)| q)
-        .map_err(|e| ApiError::bad(format!("bad query: {}", e.body_text())))
+/// The query string read into `T`; a query that does not read is a 400 that says why.
+pub(super) struct Params<T>(pub(super) T);
+
+impl<T: DeserializeOwned> FromRequestParts<Admin> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, admin: &Admin) -> Result<Self, ApiError> {
+        let Query(q) = Query::<T>::from_request_parts(parts, admin)
+            .await
+            .map_err(|e| ApiError::bad(format!("bad query: {}", e.body_text())))?;
+        Ok(Params(q))
+    }
 }
 
-/// A JSON body read into `T`, or 400 saying what is wrong with it.
-pub(super) fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
-    b.map(|Json(b)| b)
-        .map_err(|e| ApiError::bad(format!("bad JSON body: {}", e.body_text())))
+/// The JSON body read into `T`; a body that does not read is a 400 that says why.
+pub(super) struct JsonBody<T>(pub(super) T);
+
+impl<T: DeserializeOwned> FromRequest<Admin> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, admin: &Admin) -> Result<Self, ApiError> {
+        let Json(b) = Json::<T>::from_request(request, admin)
+            .await
+            .map_err(|e| ApiError::bad(format!("bad JSON body: {}", e.body_text())))?;
+        Ok(JsonBody(b))
+    }
 }
 
 /// A page's `limit`: 100 unless given, 1 to [`MAX_PAGE`].

@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{ConnectInfo, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::routing::{get, post};
@@ -10,7 +9,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::{body, Act, Reply};
+use super::extract::{Act, JsonBody, Reply};
 use super::json::members_of;
 use super::{reads, Admin, ApiError};
 use crate::redis::store::{Purge, MAX_PAGE};
@@ -151,9 +150,8 @@ struct Members {
     members_b64: Vec<String>,
 }
 
-async fn promote(act: Act, b: Result<Json<Members>, JsonRejection>) -> Reply {
+async fn promote(act: Act, JsonBody(b): JsonBody<Members>) -> Reply {
     let t = &act.t;
-    let b = body(b)?;
     let members = members(b.members, b.members_b64)?;
     let changed = t.queue.reschedule(&members, None, true).await?;
     act.audit("promote", changed);
@@ -170,19 +168,17 @@ struct Reschedule {
     due_ms: i64,
 }
 
-async fn reschedule(act: Act, b: Result<Json<Reschedule>, JsonRejection>) -> Reply {
+async fn reschedule(act: Act, JsonBody(b): JsonBody<Reschedule>) -> Reply {
     let t = &act.t;
-    let b = body(b)?;
     let members = members(b.members, b.members_b64)?;
     let changed = t.queue.reschedule(&members, Some(b.due_ms), false).await?;
     act.audit("reschedule", changed);
     Ok(Json(json!({ "changed": changed })))
 }
 
-async fn cancel(act: Act, b: Result<Json<Members>, JsonRejection>) -> Reply {
+async fn cancel(act: Act, JsonBody(b): JsonBody<Members>) -> Reply {
     let t = &act.t;
     let mut cancelled = 0u64;
-    let b = body(b)?;
     for m in members(b.members, b.members_b64)? {
         cancelled += u64::from(t.queue.cancel(&m).await?);
     }
@@ -205,9 +201,8 @@ struct PurgeBody {
     dry_run: bool,
 }
 
-async fn purge(act: Act, b: Result<Json<PurgeBody>, JsonRejection>) -> Reply {
+async fn purge(act: Act, JsonBody(b): JsonBody<PurgeBody>) -> Reply {
     let t = &act.t;
-    let b = body(b)?;
     if b.reason.is_some() && b.what != "dead" {
         return Err(ApiError::bad("`reason` filters dead letters only"));
     }
@@ -249,9 +244,8 @@ struct Requeue {
     limit: Option<usize>,
 }
 
-async fn requeue(act: Act, b: Result<Json<Requeue>, JsonRejection>) -> Reply {
+async fn requeue(act: Act, JsonBody(b): JsonBody<Requeue>) -> Reply {
     let t = &act.t;
-    let b = body(b)?;
     let limit = b.limit.unwrap_or(MAX_PAGE);
     let members = members_of(b.members, b.members_b64)?;
     if members.len() > MAX_MEMBERS || !(1..=MAX_PAGE).contains(&limit) {

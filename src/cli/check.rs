@@ -40,42 +40,21 @@ pub(super) async fn check(arg: &ConfigArg, connect: bool) -> i32 {
     for warning in config.warnings() {
         say!("warning: {warning}");
     }
-    let redis = match config.redis.settings().mode {
-        crate::config::RedisMode::Standalone => redact_url(&config.redis.settings().url),
-        crate::config::RedisMode::Cluster => {
-            let nodes: Vec<String> = config
-                .redis
-                .settings()
-                .nodes
-                .iter()
-                .map(|n| redact_url(n))
-                .collect();
-            format!("cluster via {}", nodes.join(", "))
-        }
-        crate::config::RedisMode::Sentinel => {
-            let nodes: Vec<String> = config
-                .redis
-                .settings()
-                .sentinels
-                .iter()
-                .map(|n| redact_url(n))
-                .collect();
-            format!(
-                "master `{}` via sentinels {}",
-                config
-                    .redis
-                    .settings()
-                    .master_name
-                    .as_deref()
-                    .unwrap_or_default(),
-                nodes.join(", ")
-            )
-        }
+    let settings = config.redis.settings();
+    let listed = |urls: &[String]| {
+        let urls: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
+        urls.join(", ")
     };
-    say!(
-        "redis: {redis}{}",
-        tls_summary(config.redis.settings().tls.as_ref())
-    );
+    let redis = match settings.mode {
+        crate::config::RedisMode::Standalone => redact_url(&settings.url),
+        crate::config::RedisMode::Cluster => format!("cluster via {}", listed(&settings.nodes)),
+        crate::config::RedisMode::Sentinel => format!(
+            "master `{}` via sentinels {}",
+            settings.master_name.as_deref().unwrap_or_default(),
+            listed(&settings.sentinels)
+        ),
+    };
+    say!("redis: {redis}{}", tls_summary(settings.tls.as_ref()));
     say!("metrics: http://{}/metrics", config.metrics.listen);
     for (name, sink) in &config.sinks {
         say!("sink {name}: {}", sink_line(sink.settings()));
@@ -85,7 +64,7 @@ pub(super) async fn check(arg: &ConfigArg, connect: bool) -> i32 {
         super::schedule::schedule_lines(t);
     }
     super::schedule::tzdata_line(&config);
-    if config.redis.settings().mode == crate::config::RedisMode::Cluster {
+    if settings.mode == crate::config::RedisMode::Cluster {
         shard_map(&config).await;
     }
     let code = unserved_keys(&config).await;

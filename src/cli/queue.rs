@@ -7,7 +7,7 @@ use std::ffi::OsString;
 
 use super::bytes::{os_bytes, ByteForms};
 use super::reach::{connect, queue_for};
-use super::text::{due_number, late_text, member_json, pasteable};
+use super::text::{due_number, late_text, member_json, pasteable, say_json};
 use super::when::{self, When};
 use super::*;
 use crate::redis::queue::Queue;
@@ -202,11 +202,7 @@ pub(super) async fn dead_list(
                 })
             })
             .collect();
-        say!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "items": items }))?
-        );
-        return Ok(0);
+        return say_json(&serde_json::json!({ "items": items }));
     }
     say!(
         "{:<24} {:>8}  {:<20} MEMBER",

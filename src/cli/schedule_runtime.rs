@@ -9,7 +9,7 @@ use clap::Args;
 
 use super::bytes::ByteForms;
 use super::reach::{connect, queue_for, trigger};
-use super::text::{fire_text, rfc3339};
+use super::text::{fire_text, rfc3339, say_json};
 use super::ConfigArg;
 use crate::config::{Config, Misfire, ScheduleConfig};
 use crate::schedule::stored::{self, ChangeError};
@@ -125,8 +125,7 @@ pub(super) async fn list(config: Config, trigger_name: String, json: bool) -> an
     let queue = queue_for(&config, connect(&config).await?, t.name())?;
     let rows = stored::list(&queue.shards()[0], t).await?;
     if json {
-        say!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(0);
+        return say_json(&rows);
     }
     say!("NAME\tSOURCE\tCRON\tTIMEZONE\tMISFIRE\tLAST FIRE\tNEXT FIRE");
     for r in &rows {

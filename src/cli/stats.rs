@@ -2,7 +2,7 @@
 //! and the keys that hold members this configuration does not serve.
 
 use super::reach::{connect, queue_for};
-use super::text::{fire_text, ms_text};
+use super::text::{fire_text, ms_text, say_json};
 use crate::config::{Config, Trigger};
 use crate::redis::conn::Conn;
 use crate::redis::queue::Stranded;
@@ -41,8 +41,7 @@ pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::R
     }
     if json {
         let v: Vec<_> = rows.iter().map(|row| stats_json(row, shards)).collect();
-        say!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(0);
+        return say_json(&v);
     }
     if let Some(master) = conn.endpoint().sentinel_master() {
         say!("redis: {master}");

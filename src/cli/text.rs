@@ -90,6 +90,12 @@ pub(super) fn fire_text(ms: Option<i64>) -> String {
     ms.map_or_else(|| "-".to_string(), |ms| rfc3339(ms, None))
 }
 
+/// `--json`: `value` pretty-printed on standard output; the command's exit code.
+pub(super) fn say_json(value: &impl serde::Serialize) -> anyhow::Result<i32> {
+    say!("{}", serde_json::to_string_pretty(value)?);
+    Ok(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,9 +3,7 @@
 use std::borrow::Cow;
 
 use super::route::{routing_key_at, url_at};
-use crate::config::{
-    AmqpRoute, AmqpRouting, Destination, HttpRoute, HttpTarget, KafkaRoute, MessageFormat, Trigger,
-};
+use crate::config::{Destination, MessageFormat, Trigger};
 use crate::envelope::{self, HeaderValue, Properties};
 use crate::redis::store::{Body, Claimed};
 use crate::sink::PublishError;
@@ -46,20 +44,34 @@ pub(super) fn prepare<'a>(
     };
     let (body, properties) = read_format(cfg.format(), destination, payload)?;
     let properties = match &tick {
-        Some(t) => Some(with_schedule_header(
-            properties.unwrap_or_default(),
-            t.schedule,
-        )),
+        Some(t) => Some(schedule_header(properties.unwrap_or_default(), t.schedule)),
         None => properties,
     };
     if expires_at(cfg, c, properties.as_ref()).is_some_and(|until| now_ms > until) {
         return Err(PublishError::Expired);
     }
+    // The message's own routing key, URL or topic: from its envelope, else (AMQP, HTTP) at
+    // the trigger's JSON Pointer; never one its route does not allow. A Kafka topic is not
+    // even asked of the broker, which may create topics it is asked about.
     let own = properties.as_ref();
     let (routing_key, url, topic) = match destination {
-        Destination::Amqp(route) => (routing_key(route, own, &body)?, None, None),
-        Destination::Http(route) => (None, url(route, own, &body)?, None),
-        Destination::Kafka(route) => (None, None, topic(route, own)?),
+        Destination::Amqp(route) => {
+            let key = own.and_then(|p| p.routing_key.clone());
+            let key = own_or_at(key, route.routing.pointer(), &body, routing_key_at)?;
+            let key = allowed(key, |k| route.allows(k), PublishError::RouteNotAllowed)?;
+            (key, None, None)
+        }
+        Destination::Http(route) => {
+            let url = own.and_then(|p| p.url.clone());
+            let url = own_or_at(url, route.url.pointer(), &body, url_at)?;
+            let url = allowed(url, |u| route.allows(u), PublishError::UrlNotAllowed)?;
+            (None, url, None)
+        }
+        Destination::Kafka(route) => {
+            let topic = own.and_then(|p| p.topic.clone());
+            let topic = allowed(topic, |t| route.allows(t), PublishError::TopicNotAllowed)?;
+            (None, None, topic)
+        }
     };
     if body.len() > cfg.max_message_bytes() {
         return Err(PublishError::TooLarge);
@@ -95,7 +107,7 @@ fn read_format<'a>(
 }
 
 /// `p` with the schedule header naming `schedule`, in place of any the payload carried.
-fn with_schedule_header(mut p: Properties, schedule: &str) -> Properties {
+fn schedule_header(mut p: Properties, schedule: &str) -> Properties {
     p.headers
         .retain(|(name, _)| !name.eq_ignore_ascii_case(HEADER_SCHEDULE));
     p.headers
@@ -116,49 +128,6 @@ fn expires_at(cfg: &Trigger, c: &Claimed, properties: Option<&Properties>) -> Op
         .into_iter()
         .flatten()
         .min()
-}
-
-/// AMQP: the message's own routing key (envelope, else the trigger's JSON Pointer), if it
-/// has one the exchange's route allows; `None`: the trigger's fixed key.
-fn routing_key(
-    route: &AmqpRoute,
-    own: Option<&Properties>,
-    body: &[u8],
-) -> Result<Option<String>, PublishError> {
-    let pointer = match &route.routing {
-        AmqpRouting::Pointer(pointer) => Some(pointer.as_str()),
-        AmqpRouting::Key(_) => None,
-    };
-    let key = own_or_at(
-        own.and_then(|p| p.routing_key.clone()),
-        pointer,
-        body,
-        routing_key_at,
-    )?;
-    allowed(key, |k| route.allows(k), PublishError::RouteNotAllowed)
-}
-
-/// HTTP: the message's own URL (envelope, else the trigger's JSON Pointer), if it has one
-/// the route allows; `None`: the trigger's fixed URL.
-fn url(
-    route: &HttpRoute,
-    own: Option<&Properties>,
-    body: &[u8],
-) -> Result<Option<String>, PublishError> {
-    let pointer = match &route.url {
-        HttpTarget::Pointer(pointer) => Some(pointer.as_str()),
-        HttpTarget::Url(_) => None,
-    };
-    let url = own_or_at(own.and_then(|p| p.url.clone()), pointer, body, url_at)?;
-    allowed(url, |u| route.allows(u), PublishError::UrlNotAllowed)
-}
-
-/// Kafka: the record's own topic (envelope), if it has one `allowed_topics` allows; never
-/// produced to a topic the trigger does not allow: not even asked of the broker, which may
-/// create topics it is asked about.
-fn topic(route: &KafkaRoute, own: Option<&Properties>) -> Result<Option<String>, PublishError> {
-    let topic = own.and_then(|p| p.topic.clone());
-    allowed(topic, |t| route.allows(t), PublishError::TopicNotAllowed)
 }
 
 /// The message's own value if the envelope gave one, else the string at the trigger's
