@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use super::route::{routing_key_at, url_at};
+use super::json_pointer::{routing_key_at, url_at};
 use crate::config::{Destination, MessageFormat, Trigger};
 use crate::envelope::{self, HeaderValue, Properties};
 use crate::redis::store::{Body, Claimed};
