@@ -172,10 +172,7 @@ async function refresh() {
     link.type = "button"; link.textContent = t.name; link.dataset.action = "select";
     link.addEventListener("click", () => select(t.name));
     name.appendChild(link);
-    cell(row, s.scheduled, "num", "scheduled");
-    cell(row, s.due, "num", "due");
-    cell(row, s.inflight, "num", "inflight");
-    cell(row, s.dead, "num", "dead");
+    for (const count of ["scheduled", "due", "inflight", "dead"]) cell(row, s[count], "num", count);
     cell(row, age(s.oldest_due_age_seconds), "num", "oldest");
     cell(row, seconds(t.lateness_p99_1m_seconds), "num", "lateness");
     const prev = last[t.name];

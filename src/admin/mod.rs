@@ -15,6 +15,7 @@ use crate::config::{AdminConfig, Trigger};
 use crate::metrics::Metrics;
 use crate::redis::store::StoreError;
 
+mod extract;
 mod history;
 mod json;
 mod reads;

@@ -3,15 +3,14 @@
 
 use std::time::Duration;
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::extract::{cursor, page_limit, Named, Params, Reply};
 use super::json::{from_b64, put_bytes, put_time};
-use super::routes::{cursor, page_limit, query, Named, Reply};
 use super::{Admin, AdminTrigger, ApiError};
 use crate::redis::store::{Lookup, Place, MAX_BUCKETS};
 
@@ -24,11 +23,7 @@ pub(super) struct ScheduledQuery {
     after: Option<String>,
 }
 
-pub(super) async fn scheduled(
-    Named(t): Named,
-    q: Result<Query<ScheduledQuery>, QueryRejection>,
-) -> Reply {
-    let q = query(q)?;
+pub(super) async fn scheduled(Named(t): Named, Params(q): Params<ScheduledQuery>) -> Reply {
     let (limit, after) = (page_limit(q.limit)?, cursor(q.after.as_deref())?);
     let page = t
         .queue
@@ -67,9 +62,9 @@ pub(super) struct MessageQuery {
 pub(super) async fn message(
     Named(t): Named,
     Path((_, given)): Path<(String, String)>,
-    q: Result<Query<MessageQuery>, QueryRejection>,
+    Params(q): Params<MessageQuery>,
 ) -> Reply {
-    let wanted = match query(q)?.encoding.as_deref() {
+    let wanted = match q.encoding.as_deref() {
         None | Some("utf-8") => given.clone().into_bytes(),
         Some("base64") => from_b64(&given)?,
         Some(_) => return Err(ApiError::bad("`encoding` must be \"base64\" or \"utf-8\"")),
@@ -166,11 +161,7 @@ pub(super) struct ForecastQuery {
     buckets: Option<usize>,
 }
 
-pub(super) async fn forecast(
-    Named(t): Named,
-    q: Result<Query<ForecastQuery>, QueryRejection>,
-) -> Reply {
-    let q = query(q)?;
+pub(super) async fn forecast(Named(t): Named, Params(q): Params<ForecastQuery>) -> Reply {
     let buckets = q.buckets.unwrap_or(60);
     let bucket_ms = q.bucket_ms.unwrap_or(60_000);
     if !(1..=MAX_BUCKETS).contains(&buckets) || bucket_ms == 0 {
@@ -192,8 +183,7 @@ pub(super) struct DeadQuery {
     after: Option<String>,
 }
 
-pub(super) async fn dead(Named(t): Named, q: Result<Query<DeadQuery>, QueryRejection>) -> Reply {
-    let q = query(q)?;
+pub(super) async fn dead(Named(t): Named, Params(q): Params<DeadQuery>) -> Reply {
     let (limit, after) = (page_limit(q.limit)?, cursor(q.after.as_deref())?);
     let page = t.queue.list_dead_after(after.as_ref(), limit).await?;
     let items: Vec<Value> = page
@@ -230,11 +220,8 @@ pub(super) struct InflightQuery {
 }
 
 /// Members claimed by a bridge and not yet settled, earliest lease deadline first.
-pub(super) async fn inflight(
-    Named(t): Named,
-    q: Result<Query<InflightQuery>, QueryRejection>,
-) -> Reply {
-    let limit = page_limit(query(q)?.limit)?;
+pub(super) async fn inflight(Named(t): Named, Params(q): Params<InflightQuery>) -> Reply {
+    let limit = page_limit(q.limit)?;
     let now_ms = t.queue.now_ms().await?;
     let items: Vec<Value> = t
         .queue
@@ -262,9 +249,9 @@ pub(super) struct HistoryQuery {
 pub(super) async fn history(
     State(admin): State<Admin>,
     Named(t): Named,
-    q: Result<Query<HistoryQuery>, QueryRejection>,
+    Params(q): Params<HistoryQuery>,
 ) -> Reply {
-    let window = query(q)?.window.unwrap_or_else(|| "15m".into());
+    let window = q.window.unwrap_or_else(|| "15m".into());
     let span = match window.as_str() {
         "15m" => Duration::from_secs(900),
         "1h" => Duration::from_secs(3600),

@@ -2,25 +2,20 @@
 
 use std::net::SocketAddr;
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
-use std::collections::HashMap;
-
-use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
+use axum::extract::{ConnectInfo, State};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::request::Parts;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 
+use super::extract::{Act, JsonBody, Reply};
 use super::json::members_of;
-use super::{reads, Admin, AdminTrigger, ApiError};
-use crate::redis::store::{Cursor, Purge, MAX_PAGE};
+use super::{reads, Admin, ApiError};
+use crate::redis::store::{Purge, MAX_PAGE};
 
 /// Most members one call names.
 const MAX_MEMBERS: usize = 1000;
-
-pub(super) type Reply = Result<Json<Value>, ApiError>;
 
 /// The console: one page, its script and its style, embedded in the binary; the script is
 /// served as its own file so that the Content-Security-Policy allows no inline script.
@@ -86,72 +81,6 @@ pub(super) fn router() -> Router<Admin> {
                 "no such route: see schema/admin.openapi.json".into(),
             )
         })
-}
-
-/// The trigger a route names (`{trigger}` in its path): 404 when there is none, 503 while
-/// the bridge is starting.
-pub(super) struct Named(pub(super) AdminTrigger);
-
-impl FromRequestParts<Admin> for Named {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, admin: &Admin) -> Result<Self, ApiError> {
-        let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, admin)
-            .await
-            .map_err(|e| ApiError::bad(e.body_text()))?;
-        let name = params.get("trigger").map_or("", String::as_str);
-        admin.trigger(name).map(Named)
-    }
-}
-
-/// A call that changes a trigger's queue: the trigger, and who called (for the audit line).
-pub(super) struct Act {
-    pub(super) t: AdminTrigger,
-    peer: SocketAddr,
-}
-
-impl FromRequestParts<Admin> for Act {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, admin: &Admin) -> Result<Self, ApiError> {
-        let ConnectInfo(peer) = ConnectInfo::<SocketAddr>::from_request_parts(parts, admin)
-            .await
-            .map_err(|e| ApiError::bad(e.body_text()))?;
-        let Named(t) = Named::from_request_parts(parts, admin).await?;
-        Ok(Act { t, peer })
-    }
-}
-
-impl Act {
-    /// One audit line per call that changes a queue: who, what, on which trigger, how many;
-    /// never a member or a body.
-    pub(super) fn audit(&self, action: &str, count: u64) {
-        tracing::info!(target: "delay_bridge::audit", peer = %self.peer, action, trigger = %self.t.config.name(), count, "admin call");
-    }
-}
-
-pub(super) fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
-    q.map(|Query(q)| q)
-        .map_err(|e| ApiError::bad(format!("bad query: {}", e.body_text())))
-}
-
-pub(super) fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
-    b.map(|Json(b)| b)
-        .map_err(|e| ApiError::bad(format!("bad JSON body: {}", e.body_text())))
-}
-
-/// A page's `limit`: 100 unless given, 1 to [`MAX_PAGE`].
-pub(super) fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
-    let limit = limit.unwrap_or(100);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::bad(format!("`limit` must be 1 to {MAX_PAGE}")));
-    }
-    Ok(limit)
-}
-
-/// A page's `after`: where the previous page ended.
-pub(super) fn cursor(after: Option<&str>) -> Result<Option<Cursor>, ApiError> {
-    after.map(str::parse).transpose().map_err(ApiError::bad)
 }
 
 /// The members a call names, as text (`members`) or base64 (`members_b64`): 1 to
@@ -221,9 +150,8 @@ struct Members {
     members_b64: Vec<String>,
 }
 
-async fn promote(act: Act, b: Result<Json<Members>, JsonRejection>) -> Reply {
+async fn promote(act: Act, JsonBody(b): JsonBody<Members>) -> Reply {
     let t = &act.t;
-    let b = body(b)?;
     let members = members(b.members, b.members_b64)?;
     let changed = t.queue.reschedule(&members, None, true).await?;
     act.audit("promote", changed);
@@ -240,19 +168,17 @@ struct Reschedule {
     due_ms: i64,
 }
 
-async fn reschedule(act: Act, b: Result<Json<Reschedule>, JsonRejection>) -> Reply {
+async fn reschedule(act: Act, JsonBody(b): JsonBody<Reschedule>) -> Reply {
     let t = &act.t;
-    let b = body(b)?;
     let members = members(b.members, b.members_b64)?;
     let changed = t.queue.reschedule(&members, Some(b.due_ms), false).await?;
     act.audit("reschedule", changed);
     Ok(Json(json!({ "changed": changed })))
 }
 
-async fn cancel(act: Act, b: Result<Json<Members>, JsonRejection>) -> Reply {
+async fn cancel(act: Act, JsonBody(b): JsonBody<Members>) -> Reply {
     let t = &act.t;
     let mut cancelled = 0u64;
-    let b = body(b)?;
     for m in members(b.members, b.members_b64)? {
         cancelled += u64::from(t.queue.cancel(&m).await?);
     }
@@ -275,9 +201,8 @@ struct PurgeBody {
     dry_run: bool,
 }
 
-async fn purge(act: Act, b: Result<Json<PurgeBody>, JsonRejection>) -> Reply {
+async fn purge(act: Act, JsonBody(b): JsonBody<PurgeBody>) -> Reply {
     let t = &act.t;
-    let b = body(b)?;
     if b.reason.is_some() && b.what != "dead" {
         return Err(ApiError::bad("`reason` filters dead letters only"));
     }
@@ -319,9 +244,8 @@ struct Requeue {
     limit: Option<usize>,
 }
 
-async fn requeue(act: Act, b: Result<Json<Requeue>, JsonRejection>) -> Reply {
+async fn requeue(act: Act, JsonBody(b): JsonBody<Requeue>) -> Reply {
     let t = &act.t;
-    let b = body(b)?;
     let limit = b.limit.unwrap_or(MAX_PAGE);
     let members = members_of(b.members, b.members_b64)?;
     if members.len() > MAX_MEMBERS || !(1..=MAX_PAGE).contains(&limit) {

@@ -3,14 +3,13 @@
 
 use std::collections::HashMap;
 
-use axum::extract::rejection::JsonRejection;
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::routing::{delete, get};
 use axum::{Json, Router};
 use serde_json::json;
 
-use super::routes::{body, Act, Named, Reply};
+use super::extract::{Act, JsonBody, Named, Reply};
 use super::{Admin, ApiError};
 use crate::config::ScheduleConfig;
 use crate::schedule::stored::{self, ChangeError};
@@ -41,8 +40,7 @@ async fn list(Named(t): Named) -> Reply {
     Ok(Json(json!({ "schedules": rows })))
 }
 
-async fn add(act: Act, b: Result<Json<ScheduleConfig>, JsonRejection>) -> Reply {
-    let s = body(b)?;
+async fn add(act: Act, JsonBody(s): JsonBody<ScheduleConfig>) -> Reply {
     stored::add(&act.t.queue.shards()[0], &act.t.config, &s).await?;
     act.audit("schedule-add", 1);
     let next = crate::cron::Cron::parse(&s.cron, &s.timezone)

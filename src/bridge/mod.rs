@@ -78,15 +78,10 @@ async fn reload_config(
     }
 }
 
-/// Where the configured Redis is, with the password file and TLS files read.
-pub fn redis_endpoint(config: &Config) -> anyhow::Result<Arc<Endpoint>> {
-    Ok(Arc::new(Endpoint::new(&config.redis)?))
-}
-
 /// Runs the daemon until `shutdown.stop` is cancelled, then drains within `shutdown.timeout`.
 pub async fn run(mut config: Config, metrics: Metrics, shutdown: Shutdown) -> anyhow::Result<()> {
     let stop = shutdown.stop.clone();
-    let endpoint = redis_endpoint(&config)?;
+    let endpoint = Arc::new(Endpoint::new(&config.redis)?);
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
@@ -124,17 +119,7 @@ pub async fn run(mut config: Config, metrics: Metrics, shutdown: Shutdown) -> an
         return outcome();
     };
     health.redis_answered();
-    let found = crate::redis::engine::inspect(&conn, config.redis.settings(), false).await;
-    crate::redis::engine::log_and_judge(&found)?;
-    let notifications =
-        crate::redis::checks::ensure_enabled(&conn, config.redis.settings().enable_keyspace_events)
-            .await;
-    if !notifications {
-        tracing::warn!(
-            "keyspace notifications are off: {}",
-            crate::redis::engine::FALLBACK
-        );
-    }
+    let notifications = check_redis(&conn, &config).await?;
 
     let abort = CancellationToken::new();
     let workers = TaskTracker::new();
@@ -151,20 +136,7 @@ pub async fn run(mut config: Config, metrics: Metrics, shutdown: Shutdown) -> an
         enable_keyspace_events: config.redis.settings().enable_keyspace_events,
         admin: admin_triggers,
     });
-    // Each trigger's settings leave the configuration for its running trigger, held once.
-    let triggers: Vec<Arc<Trigger>> = std::mem::take(&mut config.triggers)
-        .into_iter()
-        .map(Arc::new)
-        .collect();
-    // Every key a trigger stops serving must be empty; a pause holds on every key it serves.
-    let layouts = crate::redis::queue::take_layouts(triggers.iter().map(|t| &**t), &conn).await;
-    if let Err(refused) = layouts {
-        return Err(anyhow::Error::new(refused));
-    }
-    let count = triggers.len();
-    for tc in triggers {
-        running.start(tc).map_err(anyhow::Error::msg)?;
-    }
+    let count = start_triggers(std::mem::take(&mut config.triggers), &mut running).await?;
     running.publish(config.metrics.backlog_interval);
     health.triggers_started();
     tracing::info!(
@@ -180,13 +152,57 @@ pub async fn run(mut config: Config, metrics: Metrics, shutdown: Shutdown) -> an
     sink_stop.cancel();
     tasks.close();
     let _ = tokio::time::timeout(Duration::from_secs(1), tasks.wait()).await;
+    close_listeners(&http_stop, http, admin).await;
+    tracing::info!("stopped");
+    outcome()
+}
+
+/// Learns what the Redis behind `conn` is, refusing one the bridge cannot work with, and
+/// turns keyspace notifications on where the configuration asks; returns whether they are on.
+async fn check_redis(conn: &Conn, config: &Config) -> anyhow::Result<bool> {
+    let settings = config.redis.settings();
+    let found = crate::redis::engine::inspect(conn, settings, false).await;
+    crate::redis::engine::log_and_judge(&found)?;
+    let notifications =
+        crate::redis::checks::ensure_enabled(conn, settings.enable_keyspace_events).await;
+    if !notifications {
+        tracing::warn!(
+            "keyspace notifications are off: {}",
+            crate::redis::engine::FALLBACK
+        );
+    }
+    Ok(notifications)
+}
+
+/// Starts every trigger of the configuration once the keys they serve are taken; returns how
+/// many started.
+async fn start_triggers(triggers: Vec<Trigger>, running: &mut Running) -> anyhow::Result<usize> {
+    // Each trigger's settings leave the configuration for its running trigger, held once.
+    let triggers: Vec<Arc<Trigger>> = triggers.into_iter().map(Arc::new).collect();
+    // Every key a trigger stops serving must be empty; a pause holds on every key it serves.
+    let layouts =
+        crate::redis::queue::take_layouts(triggers.iter().map(|t| &**t), running.conn()).await;
+    if let Err(refused) = layouts {
+        return Err(anyhow::Error::new(refused));
+    }
+    let count = triggers.len();
+    for tc in triggers {
+        running.start(tc).map_err(anyhow::Error::msg)?;
+    }
+    Ok(count)
+}
+
+/// Stops the metrics and health listener and the admin API, waiting a moment for each.
+async fn close_listeners(
+    http_stop: &CancellationToken,
+    http: JoinHandle<()>,
+    admin: Option<JoinHandle<()>>,
+) {
     http_stop.cancel();
     let _ = tokio::time::timeout(Duration::from_millis(500), http).await;
     if let Some(admin) = admin {
         let _ = tokio::time::timeout(Duration::from_millis(500), admin).await;
     }
-    tracing::info!("stopped");
-    outcome()
 }
 
 /// Binds the metrics and health listener and the admin API, before Redis is waited for and

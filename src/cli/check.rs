@@ -6,7 +6,7 @@ use crate::config::{Config, Destination, SinkConfig, Trigger};
 use crate::keys::QueueKeys;
 use crate::secret::redact_url;
 
-use super::{find_and_load, queue, ConfigArg, EXIT_CONFIG};
+use super::{find_and_load, reach, ConfigArg, EXIT_CONFIG};
 
 /// The TLS settings in a `check` line: which files and names are used, never their contents.
 fn tls_summary(tls: Option<&crate::config::TlsConfig>) -> String {
@@ -40,42 +40,21 @@ pub(super) async fn check(arg: &ConfigArg, connect: bool) -> i32 {
     for warning in config.warnings() {
         say!("warning: {warning}");
     }
-    let redis = match config.redis.settings().mode {
-        crate::config::RedisMode::Standalone => redact_url(&config.redis.settings().url),
-        crate::config::RedisMode::Cluster => {
-            let nodes: Vec<String> = config
-                .redis
-                .settings()
-                .nodes
-                .iter()
-                .map(|n| redact_url(n))
-                .collect();
-            format!("cluster via {}", nodes.join(", "))
-        }
-        crate::config::RedisMode::Sentinel => {
-            let nodes: Vec<String> = config
-                .redis
-                .settings()
-                .sentinels
-                .iter()
-                .map(|n| redact_url(n))
-                .collect();
-            format!(
-                "master `{}` via sentinels {}",
-                config
-                    .redis
-                    .settings()
-                    .master_name
-                    .as_deref()
-                    .unwrap_or_default(),
-                nodes.join(", ")
-            )
-        }
+    let settings = config.redis.settings();
+    let listed = |urls: &[String]| {
+        let urls: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
+        urls.join(", ")
     };
-    say!(
-        "redis: {redis}{}",
-        tls_summary(config.redis.settings().tls.as_ref())
-    );
+    let redis = match settings.mode {
+        crate::config::RedisMode::Standalone => redact_url(&settings.url),
+        crate::config::RedisMode::Cluster => format!("cluster via {}", listed(&settings.nodes)),
+        crate::config::RedisMode::Sentinel => format!(
+            "master `{}` via sentinels {}",
+            settings.master_name.as_deref().unwrap_or_default(),
+            listed(&settings.sentinels)
+        ),
+    };
+    say!("redis: {redis}{}", tls_summary(settings.tls.as_ref()));
     say!("metrics: http://{}/metrics", config.metrics.listen);
     for (name, sink) in &config.sinks {
         say!("sink {name}: {}", sink_line(sink.settings()));
@@ -85,7 +64,7 @@ pub(super) async fn check(arg: &ConfigArg, connect: bool) -> i32 {
         super::schedule::schedule_lines(t);
     }
     super::schedule::tzdata_line(&config);
-    if config.redis.settings().mode == crate::config::RedisMode::Cluster {
+    if settings.mode == crate::config::RedisMode::Cluster {
         shard_map(&config).await;
     }
     let code = unserved_keys(&config).await;
@@ -263,7 +242,7 @@ fn ingress_line(t: &Trigger, i: &crate::config::IngressConfig) {
 /// Members on keys of a trigger that this configuration does not serve (an earlier shard
 /// count's): the bridge would refuse to start; `EXIT_CONFIG` if there are some.
 async fn unserved_keys(config: &Config) -> i32 {
-    let conn = match queue::connect(config).await {
+    let conn = match reach::connect(config).await {
         Ok(conn) => conn,
         Err(e) => {
             say!(
@@ -294,7 +273,7 @@ async fn shard_map(config: &Config) {
     if sharded.is_empty() {
         return;
     }
-    let conn = match queue::connect(config).await {
+    let conn = match reach::connect(config).await {
         Ok(conn) => conn,
         Err(e) => return say!("shards: cannot reach the cluster to place them: {e:#}"),
     };

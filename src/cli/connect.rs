@@ -13,7 +13,7 @@ use crate::config::{
 };
 use crate::secret::redact_url;
 
-use super::queue;
+use super::reach;
 
 /// Exit code when `check --connect` found a problem (EX_UNAVAILABLE): the configuration is
 /// valid, but a destination or Redis is not ready for it.
@@ -52,7 +52,7 @@ pub(super) async fn problems(config: &Config) -> Vec<String> {
 /// Redis unreachable, keyspace notifications off and not to be turned on, or an engine the
 /// bridge cannot keep its promise on (scripts refused, an evicting policy).
 async fn redis_problems(config: &Config) -> Vec<String> {
-    match queue::connect(config).await {
+    match reach::connect(config).await {
         Ok(conn) => {
             let mut found = crate::redis::checks::notification_problems(
                 &conn,

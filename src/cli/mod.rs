@@ -26,13 +26,16 @@ mod connect;
 mod health;
 mod operate;
 mod queue;
+mod reach;
 mod schedule;
 mod schedule_runtime;
 mod show;
+mod stats;
 mod text;
 mod when;
 
-use queue::{cancel, consume, dead_list, dead_requeue, enqueue, pause, stats};
+use queue::{cancel, consume, dead_list, dead_requeue, enqueue, pause};
+use stats::stats;
 
 /// delay-bridge: Redis sorted sets in, RabbitMQ / Kafka messages out, on time.
 #[derive(Debug, Parser)]

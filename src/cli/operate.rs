@@ -5,8 +5,8 @@ use std::time::Duration;
 use std::ffi::OsString;
 
 use super::bytes::ByteForms;
-use super::queue::{connect, queue_for};
-use super::text::{due_number, listed, member_json, ms_text};
+use super::reach::{connect, queue_for};
+use super::text::{due_number, listed, member_json, ms_text, say_json};
 use super::when::{self, When};
 use super::*;
 use crate::redis::queue::Queue;
@@ -172,8 +172,7 @@ pub(super) async fn browse(config: Config, a: BrowseArgs) -> anyhow::Result<i32>
             "items": items,
             "next": page.next.as_ref().map(ToString::to_string),
         });
-        say!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(0);
+        return say_json(&v);
     }
     say!("{:<24} {:>14} {:>8}  MEMBER", "DUE", "DUE_MS", "ATTEMPTS");
     for e in &page.items {
@@ -212,8 +211,7 @@ pub(super) async fn forecast(config: Config, a: ForecastArgs) -> anyhow::Result<
     let queue = open(&a.target, &config).await?;
     let f = queue.forecast(a.bucket, a.buckets).await?;
     if a.json {
-        say!("{}", serde_json::to_string_pretty(&f)?);
-        return Ok(0);
+        return say_json(&f);
     }
     say!("{:<24} {:>10}", "FROM", "DUE");
     say!("{:<24} {:>10}", "overdue", f.overdue);

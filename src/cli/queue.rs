@@ -1,154 +1,17 @@
-//! The commands that work on a trigger's queue in Redis: stats, enqueue, cancel, pause and
-//! resume, dead letters, and a test consumer.
+//! The commands that change a trigger's queue in Redis: enqueue, cancel, pause and resume,
+//! dead letters, and a test consumer.
 
 use std::time::Duration;
 
 use std::ffi::OsString;
 
 use super::bytes::{os_bytes, ByteForms};
-use super::text::{due_number, late_text, member_json, pasteable};
+use super::reach::{connect, queue_for};
+use super::text::{due_number, late_text, member_json, pasteable, say_json};
 use super::when::{self, When};
 use super::*;
-use crate::redis::conn::Conn;
 use crate::redis::queue::Queue;
-use crate::redis::store::{score_arg, QueueStats};
-
-pub(super) async fn connect(config: &Config) -> anyhow::Result<Conn> {
-    let endpoint = crate::bridge::redis_endpoint(config)?;
-    endpoint.connect().await.map_err(|e| {
-        // The client's error names the address already, most of the time.
-        let text = e.to_string();
-        let shown = endpoint.to_string();
-        if text.contains(&shown) {
-            anyhow::anyhow!("cannot reach Redis: {text}")
-        } else {
-            anyhow::anyhow!("cannot reach Redis at {shown}: {text}")
-        }
-    })
-}
-
-pub(super) fn queue_for(config: &Config, conn: Conn, trigger: &str) -> anyhow::Result<Queue> {
-    let t = config
-        .triggers
-        .iter()
-        .find(|t| t.name() == trigger)
-        .with_context(|| format!("no trigger named `{trigger}`"))?;
-    Queue::new(t, conn)
-}
-
-/// The backlog of every trigger; with `shards`, one row per shard of each sharded trigger too.
-pub(super) async fn stats(config: Config, json: bool, shards: bool) -> anyhow::Result<i32> {
-    let conn = connect(&config).await?;
-    let mut rows = Vec::new();
-    let mut schedule_rows = Vec::new();
-    for t in &config.triggers {
-        let queue = queue_for(&config, conn.clone(), t.name())?;
-        let each = queue.shard_stats().await?;
-        let keys: Vec<String> = queue
-            .shards()
-            .iter()
-            .map(|s| s.keys().source.clone())
-            .collect();
-        let stranded = queue.stranded().await?;
-        let schedules = super::schedule::schedule_rows(&queue.shards()[0], t).await?;
-        let held = queue.held().await?;
-        rows.push((
-            t.name().to_string(),
-            QueueStats::sum(&each),
-            keys,
-            each,
-            stranded,
-            held,
-        ));
-        schedule_rows.push(schedules);
-    }
-    if json {
-        let v: Vec<_> = rows
-            .iter()
-            .zip(&schedule_rows)
-            .map(|((name, s, keys, each, stranded, held), schedules)| {
-                let mut row = serde_json::json!({
-                    "trigger": name,
-                    "state": state(s, held.as_ref()),
-                    "stats": s,
-                    "held": held,
-                });
-                if !schedules.is_empty() {
-                    row["schedules"] = serde_json::json!(schedules);
-                }
-                if !stranded.is_empty() {
-                    row["unserved_keys"] = serde_json::json!(stranded);
-                }
-                if shards && each.len() > 1 {
-                    row["shards"] = keys
-                        .iter()
-                        .zip(each)
-                        .map(|(key, s)| serde_json::json!({"key": key, "stats": s}))
-                        .collect();
-                }
-                row
-            })
-            .collect();
-        say!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(0);
-    }
-    if let Some(master) = conn.endpoint().sentinel_master() {
-        say!("redis: {master}");
-    }
-    say!(
-        "{:<24} {:>12} {:>10} {:>10} {:>10} {:>16}  STATE",
-        "TRIGGER",
-        "SCHEDULED",
-        "DUE",
-        "INFLIGHT",
-        "DEAD",
-        "OLDEST_DUE_AGE"
-    );
-    let line = |name: &str, s: &QueueStats, state: &str| {
-        say!(
-            "{:<24} {:>12} {:>10} {:>10} {:>10} {:>15.3}s  {}",
-            name,
-            s.scheduled,
-            s.due,
-            s.inflight,
-            s.dead,
-            s.oldest_due_age_seconds,
-            state
-        );
-    };
-    let mut unserved = Vec::new();
-    for ((name, s, keys, each, stranded, held), schedules) in rows.into_iter().zip(&schedule_rows) {
-        line(&name, &s, state(&s, held.as_ref()));
-        if let Some(h) = &held {
-            // Why, on the line under the trigger's.
-            say!(
-                "  held: {} (since {})",
-                h.reason,
-                super::text::ms_text(h.since_ms)
-            );
-        }
-        super::schedule::say_rows(schedules);
-        if shards && each.len() > 1 {
-            for (key, s) in keys.iter().zip(&each) {
-                line(&format!("  {key}"), s, state(s, None));
-            }
-        }
-        unserved.extend(stranded.into_iter().map(|k| (name.clone(), k)));
-    }
-    for (name, k) in &unserved {
-        say!(
-            "warning: trigger {name}: {k}, on a key this configuration does not serve              (add `drain_shards = {}` to deliver them)",
-            k.shards
-        );
-    }
-    Ok(0)
-}
-
-/// A trigger's state: `paused` by an operator, `held` while its destination fails, else
-/// `active`.
-fn state(s: &QueueStats, held: Option<&crate::redis::store::HeldNote>) -> &'static str {
-    crate::trigger::State::of(s.paused, held.is_some()).as_str()
-}
+use crate::redis::store::score_arg;
 
 /// `enqueue --delay` reaches at most this far, so the due time cannot overflow.
 const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 86_400);
@@ -339,11 +202,7 @@ pub(super) async fn dead_list(
                 })
             })
             .collect();
-        say!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "items": items }))?
-        );
-        return Ok(0);
+        return say_json(&serde_json::json!({ "items": items }));
     }
     say!(
         "{:<24} {:>8}  {:<20} MEMBER",

@@ -3,6 +3,7 @@
 
 use clap::Subcommand;
 
+use super::text::rfc3339;
 use crate::config::{Config, Trigger};
 use crate::cron::Cron;
 
@@ -118,20 +119,6 @@ pub(crate) fn next_lines(
     Ok(lines)
 }
 
-/// `ms` in RFC 3339, in `tz` or in UTC (`Z`).
-pub(crate) fn rfc3339(ms: i64, tz: Option<chrono_tz::Tz>) -> String {
-    let Some(at) = chrono::DateTime::from_timestamp_millis(ms) else {
-        return ms.to_string();
-    };
-    match tz {
-        Some(tz) => at
-            .with_timezone(&tz)
-            .format("%Y-%m-%dT%H:%M:%S%:z")
-            .to_string(),
-        None => at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    }
-}
-
 /// What `check` says of a trigger's schedules: each with its next fire.
 pub(super) fn schedule_lines(t: &Trigger) {
     for s in t.schedules() {
@@ -209,49 +196,5 @@ mod tests {
         );
         assert!(next_lines("0 30 2 * * *", "Nowhere/City", None, 1).is_err());
         assert!(next_lines("0 30 2 * * *", "UTC", Some("yesterday"), 1).is_err());
-    }
-}
-
-/// One schedule as `stats` shows it.
-#[derive(Debug, serde::Serialize)]
-pub(super) struct ScheduleRow {
-    /// The schedule's name.
-    pub name: String,
-    /// `config`, or `runtime` for one added at run time.
-    pub source: &'static str,
-    /// The last tick fired (enqueued and due), epoch ms.
-    pub last_fire_ms: Option<i64>,
-    /// The next tick to fire, epoch ms.
-    pub next_fire_ms: Option<i64>,
-}
-
-/// The schedules of `t`, the config's and those added at run time, with their last and next
-/// fire, read from the marks in `store` (the trigger's first shard).
-pub(super) async fn schedule_rows(
-    store: &crate::redis::store::Store,
-    t: &Trigger,
-) -> anyhow::Result<Vec<ScheduleRow>> {
-    Ok(crate::schedule::stored::list(store, t)
-        .await?
-        .into_iter()
-        .map(|l| ScheduleRow {
-            name: l.schedule.name,
-            source: l.source,
-            last_fire_ms: l.last_fire_ms,
-            next_fire_ms: l.next_fire_ms,
-        })
-        .collect())
-}
-
-/// `stats`' lines of a trigger's schedules.
-pub(super) fn say_rows(rows: &[ScheduleRow]) {
-    let at = |ms: Option<i64>| ms.map_or_else(|| "-".to_string(), |ms| rfc3339(ms, None));
-    for r in rows {
-        say!(
-            "  schedule {}: last fire {}, next fire {}",
-            r.name,
-            at(r.last_fire_ms),
-            at(r.next_fire_ms)
-        );
     }
 }

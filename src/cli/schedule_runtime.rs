@@ -5,14 +5,13 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 
 use super::bytes::ByteForms;
-use super::queue::{connect, queue_for};
-use super::schedule::rfc3339;
+use super::reach::{connect, queue_for, trigger};
+use super::text::{fire_text, rfc3339, say_json};
 use super::ConfigArg;
-use crate::config::{Config, Misfire, ScheduleConfig, Trigger};
+use crate::config::{Config, Misfire, ScheduleConfig};
 use crate::schedule::stored::{self, ChangeError};
 
 /// Exit code for a schedule refused (bad field, name taken, none of that name): EX_DATAERR.
@@ -54,15 +53,6 @@ pub struct AddArgs {
 fn misfire(text: &str) -> Result<Misfire, String> {
     serde_json::from_value(serde_json::Value::String(text.to_string()))
         .map_err(|_| format!("`{text}` is not one of skip, once, all"))
-}
-
-/// The trigger named `name` in `config`.
-fn trigger<'a>(config: &'a Config, name: &str) -> anyhow::Result<&'a Trigger> {
-    config
-        .triggers
-        .iter()
-        .find(|t| t.name() == name)
-        .with_context(|| format!("no trigger named `{name}`"))
 }
 
 /// Says why a change was refused (each bad field as its option) and returns its exit code.
@@ -135,10 +125,8 @@ pub(super) async fn list(config: Config, trigger_name: String, json: bool) -> an
     let queue = queue_for(&config, connect(&config).await?, t.name())?;
     let rows = stored::list(&queue.shards()[0], t).await?;
     if json {
-        say!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(0);
+        return say_json(&rows);
     }
-    let at = |ms: Option<i64>| ms.map_or_else(|| "-".to_string(), |ms| rfc3339(ms, None));
     say!("NAME\tSOURCE\tCRON\tTIMEZONE\tMISFIRE\tLAST FIRE\tNEXT FIRE");
     for r in &rows {
         let s = &r.schedule;
@@ -149,8 +137,8 @@ pub(super) async fn list(config: Config, trigger_name: String, json: bool) -> an
             s.cron,
             s.timezone,
             s.misfire.as_str(),
-            at(r.last_fire_ms),
-            at(r.next_fire_ms)
+            fire_text(r.last_fire_ms),
+            fire_text(r.next_fire_ms)
         );
     }
     Ok(0)

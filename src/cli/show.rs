@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::bytes::ByteForms;
 use super::operate::{config_arg, open, Target, Targeted};
-use super::text::{due_number, listed, member_json, ms_text, pasteable};
+use super::text::{due_number, listed, member_json, ms_text, pasteable, say_json};
 use super::*;
 use crate::redis::store::{Place, MAX_PAGE};
 
@@ -53,11 +53,7 @@ pub(super) async fn show(config: Config, a: ShowArgs) -> anyhow::Result<i32> {
     let found = &hit.found;
     let consumer_id = queue.consumer_id(&hit.member, found.body.as_deref());
     if a.json {
-        say!(
-            "{}",
-            serde_json::to_string_pretty(&show_json(&hit, &consumer_id))?
-        );
-        return Ok(0);
+        return say_json(&show_json(&hit, &consumer_id));
     }
     say!("member: {}", pasteable(&hit.member));
     if std::str::from_utf8(&hit.member).is_err() {
@@ -141,11 +137,7 @@ pub(super) async fn in_flight(config: Config, a: InFlightArgs) -> anyhow::Result
                 })
             })
             .collect();
-        say!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "items": items }))?
-        );
-        return Ok(0);
+        return say_json(&serde_json::json!({ "items": items }));
     }
     say!(
         "{:<24} {:>12}  {:<16}  MEMBER",

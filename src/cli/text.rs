@@ -1,5 +1,5 @@
 //! How the commands write members and times: pasteable back into another command, bounded,
-//! and infinite scores in words.
+//! infinite scores in words, and times in RFC 3339.
 
 use std::time::Duration;
 
@@ -69,6 +69,31 @@ pub(super) fn ms_text(ms: i64) -> String {
         _ if ms == i64::MAX => "parked (+inf)".to_string(),
         _ => ms.to_string(),
     }
+}
+
+/// `ms` in RFC 3339, in `tz` or in UTC (`Z`).
+pub(super) fn rfc3339(ms: i64, tz: Option<chrono_tz::Tz>) -> String {
+    let Some(at) = chrono::DateTime::from_timestamp_millis(ms) else {
+        return ms.to_string();
+    };
+    match tz {
+        Some(tz) => at
+            .with_timezone(&tz)
+            .format("%Y-%m-%dT%H:%M:%S%:z")
+            .to_string(),
+        None => at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    }
+}
+
+/// A schedule's fire time in RFC 3339 UTC, `-` when there is none.
+pub(super) fn fire_text(ms: Option<i64>) -> String {
+    ms.map_or_else(|| "-".to_string(), |ms| rfc3339(ms, None))
+}
+
+/// `--json`: `value` pretty-printed on standard output; the command's exit code.
+pub(super) fn say_json(value: &impl serde::Serialize) -> anyhow::Result<i32> {
+    say!("{}", serde_json::to_string_pretty(value)?);
+    Ok(0)
 }
 
 #[cfg(test)]

@@ -53,6 +53,16 @@ pub enum HttpTarget {
     Pointer(String),
 }
 
+impl HttpTarget {
+    /// The JSON Pointer each message's URL is read at, if it is read from the payload.
+    pub fn pointer(&self) -> Option<&str> {
+        match self {
+            Self::Pointer(pointer) => Some(pointer),
+            Self::Url(_) => None,
+        }
+    }
+}
+
 /// An exchange and how each message's routing key is chosen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AmqpRoute {
@@ -82,6 +92,16 @@ pub enum AmqpRouting {
     Key(String),
     /// The string at this JSON Pointer in each payload.
     Pointer(String),
+}
+
+impl AmqpRouting {
+    /// The JSON Pointer each message's routing key is read at, if it is read from the payload.
+    pub fn pointer(&self) -> Option<&str> {
+        match self {
+            Self::Pointer(pointer) => Some(pointer),
+            Self::Key(_) => None,
+        }
+    }
 }
 
 /// A topic, what each record's key is, and the topics a record may choose.

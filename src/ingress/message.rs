@@ -29,6 +29,16 @@ pub(crate) struct Incoming {
     pub topic: Option<String>,
 }
 
+#[cfg(test)]
+impl Incoming {
+    /// The envelope of a message the publisher's check would take, read back as `broker`
+    /// reads it.
+    pub(crate) fn taken(&self, broker: envelope::Broker) -> envelope::Envelope {
+        assert_eq!(self.refused, None);
+        envelope::parse(&self.envelope, broker).unwrap()
+    }
+}
+
 /// The delivery's body, routing key and properties as an envelope, with its id and due time.
 pub(crate) fn incoming(body: &[u8], routing_key: &str, props: &BasicProperties) -> Incoming {
     let empty = FieldTable::default();
@@ -219,8 +229,7 @@ mod tests {
         let i = incoming(b"{\"n\":1}", "orders.eu", &props);
         assert_eq!(i.id, b"order-7");
         assert_eq!(i.due, Ok(Due::In(1500)));
-        assert_eq!(i.refused, None);
-        let e = envelope::parse(&i.envelope, envelope::Broker::Amqp).unwrap();
+        let e = i.taken(envelope::Broker::Amqp);
         assert_eq!(e.body, b"{\"n\":1}");
         let p = &e.properties;
         assert_eq!(p.routing_key.as_deref(), Some("orders.eu"));

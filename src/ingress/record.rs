@@ -112,8 +112,7 @@ mod tests {
         let i = incoming(AT, Some(b"customer-9"), Some(b"\x00\xff"), &headers);
         assert_eq!(i.id, b"orders.delayed/2/41");
         assert_eq!(i.due, Ok(Due::In(1500)));
-        assert_eq!(i.refused, None);
-        let e = envelope::parse(&i.envelope, envelope::Broker::Kafka).unwrap();
+        let e = i.taken(envelope::Broker::Kafka);
         assert_eq!(e.body, b"\x00\xff");
         let p = &e.properties;
         assert_eq!(p.kafka_key.as_deref(), Some(&b"customer-9"[..]));
@@ -141,8 +140,7 @@ mod tests {
         ];
         let i = incoming(AT, Some(b"k"), Some(b"v"), &headers);
         assert_eq!(i.topic.as_deref(), Some("orders.eu"), "the last one");
-        assert_eq!(i.refused, None);
-        let e = envelope::parse(&i.envelope, envelope::Broker::Kafka).unwrap();
+        let e = i.taken(envelope::Broker::Kafka);
         assert_eq!(e.properties.topic.as_deref(), Some("orders.eu"));
         let names: Vec<&str> = e
             .properties

@@ -29,21 +29,11 @@ pub fn with_needed_flags(flags: &str) -> String {
 pub async fn config_get(conn: &Conn, name: &str) -> Vec<(String, Result<String, String>)> {
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg(name);
-    match conn.each_node(cmd).await {
-        Ok(replies) => replies
-            .into_iter()
-            .map(|(node, reply)| {
-                let value = reply
-                    .map_err(|e| e.to_string())
-                    .and_then(|v| {
-                        redis::from_redis_value::<(String, String)>(v).map_err(|e| e.to_string())
-                    })
-                    .map(|(_, value)| value);
-                (node, value)
-            })
-            .collect(),
-        Err(e) => vec![(conn.endpoint().to_string(), Err(e.to_string()))],
-    }
+    let replies = conn.each_node_as::<(String, String)>(cmd).await;
+    replies
+        .into_iter()
+        .map(|(node, reply)| (node, reply.map(|(_, value)| value)))
+        .collect()
 }
 
 /// Checks `notify-keyspace-events` on every server, enabling it where allowed; returns whether

@@ -158,18 +158,7 @@ async fn each_text(conn: &Conn, args: &[&str]) -> Vec<(String, Result<String, St
     for a in &args[1..] {
         cmd.arg(*a);
     }
-    match conn.each_node(cmd).await {
-        Ok(replies) => replies
-            .into_iter()
-            .map(|(node, reply)| {
-                let text = reply
-                    .map_err(|e| e.to_string())
-                    .and_then(|v| redis::from_redis_value::<String>(v).map_err(|e| e.to_string()));
-                (node, text)
-            })
-            .collect(),
-        Err(e) => vec![(conn.endpoint().to_string(), Err(e.to_string()))],
-    }
+    conn.each_node_as(cmd).await
 }
 
 /// Each of the bridge's scripts loads (`SCRIPT LOAD`: it compiles here), and a loaded script

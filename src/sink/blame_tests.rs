@@ -45,6 +45,15 @@ fn refused(code: u16, text: &str, part: Part) -> PublishError {
     }
 }
 
+/// RabbitMQ's 403 for a publish without write access to `what` (the exchange or the topic).
+fn access_refused(what: &str, part: Part) -> PublishError {
+    refused(
+        403,
+        &format!("ACCESS_REFUSED - write access to {what}"),
+        part,
+    )
+}
+
 fn kafka(code: &str, blame: KafkaBlame) -> PublishError {
     PublishError::Kafka {
         code: code.into(),
@@ -77,32 +86,20 @@ fn amqp_exchange_missing_holds_even_with_a_chosen_routing_key() {
 
 #[test]
 fn amqp_access_refused_to_the_exchange_holds() {
-    let e = refused(
-        403,
-        "ACCESS_REFUSED - write access to exchange",
-        Part::Exchange,
-    );
+    let e = access_refused("exchange", Part::Exchange);
     assert_eq!(judge(&e, NONE, false), HOLD);
     assert_eq!(judge(&e, KEY, false), HOLD);
 }
 
 #[test]
 fn amqp_access_refused_to_the_triggers_routing_key_holds() {
-    let e = refused(
-        403,
-        "ACCESS_REFUSED - write access to topic",
-        Part::RoutingKey,
-    );
+    let e = access_refused("topic", Part::RoutingKey);
     assert_eq!(judge(&e, NONE, false), HOLD);
 }
 
 #[test]
 fn amqp_access_refused_to_a_chosen_routing_key_is_an_attempt_unless_held() {
-    let e = refused(
-        403,
-        "ACCESS_REFUSED - write access to topic",
-        Part::RoutingKey,
-    );
+    let e = access_refused("topic", Part::RoutingKey);
     assert_eq!(judge(&e, KEY, false), attempt(DESTINATION_REFUSED));
     assert_eq!(judge(&e, KEY, true), BACK);
 }

@@ -8,9 +8,9 @@ use crate::backoff::Backoff;
 mod batch;
 mod claim;
 mod deliver;
+mod json_pointer;
 mod prepare;
 mod publishing;
-mod route;
 mod settlement;
 // The `Worker` type in a file of its name, as the other folders' main types are.
 #[allow(clippy::module_inception)]

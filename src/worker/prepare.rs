@@ -2,8 +2,8 @@
 
 use std::borrow::Cow;
 
-use super::route::{routing_key_at, url_at};
-use crate::config::{AmqpRouting, Destination, HttpTarget, MessageFormat, Trigger};
+use super::json_pointer::{routing_key_at, url_at};
+use crate::config::{Destination, MessageFormat, Trigger};
 use crate::envelope::{self, HeaderValue, Properties};
 use crate::redis::store::{Body, Claimed};
 use crate::sink::PublishError;
@@ -42,86 +42,36 @@ pub(super) fn prepare<'a>(
         Body::Member => tick.as_ref().and_then(|t| t.body).unwrap_or(&c.member),
         Body::Stored(body) => body.as_slice(),
     };
-    let (body, properties) = match cfg.format() {
-        MessageFormat::Raw => (Cow::Borrowed(payload), None),
-        MessageFormat::Envelope => {
-            let broker = match destination {
-                Destination::Amqp(_) => envelope::Broker::Amqp,
-                Destination::Kafka(_) => envelope::Broker::Kafka,
-                Destination::Http(_) => envelope::Broker::Http,
-            };
-            let e = envelope::parse(payload, broker).map_err(PublishError::BadEnvelope)?;
-            (Cow::Owned(e.body), Some(e.properties))
-        }
-    };
+    let (body, properties) = read_format(cfg.format(), destination, payload)?;
     let properties = match &tick {
-        Some(t) => {
-            let mut p = properties.unwrap_or_default();
-            p.headers
-                .retain(|(name, _)| !name.eq_ignore_ascii_case(HEADER_SCHEDULE));
-            p.headers
-                .push((HEADER_SCHEDULE.into(), HeaderValue::Text(t.schedule.into())));
-            Some(p)
-        }
+        Some(t) => Some(schedule_header(properties.unwrap_or_default(), t.schedule)),
         None => properties,
     };
-    // Lateness is measured from the score; a score of 0 or below (or -inf) means "now" and
-    // has no due time to be late against.
-    let late = cfg.expire_after().filter(|_| c.due_ms > 0).map(|d| {
-        c.due_ms
-            .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-    });
-    let until = [late, properties.as_ref().and_then(|p| p.expires_at_ms)]
-        .into_iter()
-        .flatten()
-        .min();
-    if until.is_some_and(|until| now_ms > until) {
+    if expires_at(cfg, c, properties.as_ref()).is_some_and(|until| now_ms > until) {
         return Err(PublishError::Expired);
     }
-    let routing_key = match destination {
+    // The message's own routing key, URL or topic: from its envelope, else (AMQP, HTTP) at
+    // the trigger's JSON Pointer; never one its route does not allow. A Kafka topic is not
+    // even asked of the broker, which may create topics it is asked about.
+    let own = properties.as_ref();
+    let (routing_key, url, topic) = match destination {
         Destination::Amqp(route) => {
-            let own = properties.as_ref().and_then(|p| p.routing_key.clone());
-            let key = match (own, &route.routing) {
-                (Some(key), _) => Some(key),
-                (None, AmqpRouting::Pointer(pointer)) => Some(routing_key_at(&body, pointer)?),
-                (None, AmqpRouting::Key(_)) => None,
-            };
-            if let Some(key) = &key {
-                if !route.allows(key) {
-                    return Err(PublishError::RouteNotAllowed(key.clone()));
-                }
-            }
-            key
+            let key = own.and_then(|p| p.routing_key.clone());
+            let key = own_or_at(key, route.routing.pointer(), &body, routing_key_at)?;
+            let key = allowed(key, |k| route.allows(k), PublishError::RouteNotAllowed)?;
+            (key, None, None)
         }
-        Destination::Kafka(_) | Destination::Http(_) => None,
-    };
-    let url = match destination {
         Destination::Http(route) => {
-            let own = properties.as_ref().and_then(|p| p.url.clone());
-            let url = match (own, &route.url) {
-                (Some(url), _) => Some(url),
-                (None, HttpTarget::Pointer(pointer)) => Some(url_at(&body, pointer)?),
-                (None, HttpTarget::Url(_)) => None,
-            };
-            if let Some(url) = &url {
-                if !route.allows(url) {
-                    return Err(PublishError::UrlNotAllowed(url.clone()));
-                }
-            }
-            url
+            let url = own.and_then(|p| p.url.clone());
+            let url = own_or_at(url, route.url.pointer(), &body, url_at)?;
+            let url = allowed(url, |u| route.allows(u), PublishError::UrlNotAllowed)?;
+            (None, url, None)
         }
-        _ => None,
-    };
-    let topic = match destination {
-        Destination::Kafka(route) => match properties.as_ref().and_then(|p| p.topic.clone()) {
-            // Never produced to a topic the trigger does not allow: not even asked of the
-            // broker, which may create topics it is asked about.
-            Some(topic) if !route.allows(&topic) => {
-                return Err(PublishError::TopicNotAllowed(topic));
-            }
-            own => own,
-        },
-        _ => None,
+        Destination::Kafka(route) => {
+            let topic = own.and_then(|p| p.topic.clone());
+            let topic = allowed(topic, |t| route.allows(t), PublishError::TopicNotAllowed)?;
+            (None, None, topic)
+        }
     };
     if body.len() > cfg.max_message_bytes() {
         return Err(PublishError::TooLarge);
@@ -134,4 +84,75 @@ pub(super) fn prepare<'a>(
         topic,
         tick_ms: tick.map(|t| t.tick_ms),
     })
+}
+
+/// The body to publish and, for a trigger that reads envelopes, the envelope's properties.
+fn read_format<'a>(
+    format: MessageFormat,
+    destination: &Destination,
+    payload: &'a [u8],
+) -> Result<(Cow<'a, [u8]>, Option<Properties>), PublishError> {
+    match format {
+        MessageFormat::Raw => Ok((Cow::Borrowed(payload), None)),
+        MessageFormat::Envelope => {
+            let broker = match destination {
+                Destination::Amqp(_) => envelope::Broker::Amqp,
+                Destination::Kafka(_) => envelope::Broker::Kafka,
+                Destination::Http(_) => envelope::Broker::Http,
+            };
+            let e = envelope::parse(payload, broker).map_err(PublishError::BadEnvelope)?;
+            Ok((Cow::Owned(e.body), Some(e.properties)))
+        }
+    }
+}
+
+/// `p` with the schedule header naming `schedule`, in place of any the payload carried.
+fn schedule_header(mut p: Properties, schedule: &str) -> Properties {
+    p.headers
+        .retain(|(name, _)| !name.eq_ignore_ascii_case(HEADER_SCHEDULE));
+    p.headers
+        .push((HEADER_SCHEDULE.into(), HeaderValue::Text(schedule.into())));
+    p
+}
+
+/// When `c` expires, in epoch ms: the sooner of the trigger's `expire_after` past its due
+/// time and the envelope's own expiry; `None`: never.
+fn expires_at(cfg: &Trigger, c: &Claimed, properties: Option<&Properties>) -> Option<i64> {
+    // Lateness is measured from the score; a score of 0 or below (or -inf) means "now" and
+    // has no due time to be late against.
+    let late = cfg.expire_after().filter(|_| c.due_ms > 0).map(|d| {
+        c.due_ms
+            .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    });
+    [late, properties.and_then(|p| p.expires_at_ms)]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// The message's own value if the envelope gave one, else the string at the trigger's
+/// JSON Pointer in the body, read by `at`; `None` if neither.
+fn own_or_at(
+    own: Option<String>,
+    pointer: Option<&str>,
+    body: &[u8],
+    at: fn(&[u8], &str) -> Result<String, PublishError>,
+) -> Result<Option<String>, PublishError> {
+    match (own, pointer) {
+        (Some(own), _) => Ok(Some(own)),
+        (None, Some(pointer)) => at(body, pointer).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `value` if the route `allows` it (or there is none), else the refusal `refused` names.
+fn allowed(
+    value: Option<String>,
+    allows: impl Fn(&str) -> bool,
+    refused: fn(String) -> PublishError,
+) -> Result<Option<String>, PublishError> {
+    match value {
+        Some(v) if !allows(&v) => Err(refused(v)),
+        v => Ok(v),
+    }
 }

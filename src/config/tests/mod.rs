@@ -45,6 +45,14 @@ fn rejected_keys(jail: &mut Jail, toml: &str) -> Vec<String> {
     keys_of(load_in_jail(jail, toml).unwrap_err())
 }
 
+/// Asserts that `toml` is refused with a problem under each of `keys` (others too, maybe).
+fn assert_rejected_under(jail: &mut Jail, toml: &str, keys: &[&str]) {
+    let rejected = rejected_keys(jail, toml);
+    for key in keys {
+        assert!(rejected.iter().any(|k| k == key), "{key} in {rejected:?}");
+    }
+}
+
 #[test]
 fn defaults_fill_everything_not_given() {
     Jail::expect_with(|jail| {
@@ -213,16 +221,17 @@ key = "delay:orders"
 sink = "r"
 exchange = "ex"
 "#;
-        let keys = rejected_keys(jail, bad);
-        for key in [
-            "redis.url",
-            "redis.nodes[0]",
-            "redis.nodes[3]",
-            "redis.nodes",
-            "triggers[0].key",
-        ] {
-            assert!(keys.iter().any(|k| k == key), "{key} in {keys:?}");
-        }
+        assert_rejected_under(
+            jail,
+            bad,
+            &[
+                "redis.url",
+                "redis.nodes[0]",
+                "redis.nodes[3]",
+                "redis.nodes",
+                "triggers[0].key",
+            ],
+        );
 
         let empty = MINIMAL.to_string() + "\n[redis]\nmode = \"cluster\"\n";
         assert_eq!(rejected_keys(jail, &empty), ["redis.nodes"]);

@@ -93,37 +93,19 @@ fn cluster_problems(redis: &RedisConfig, push: &mut impl FnMut(String, String)) 
             "standalone only; in cluster mode list seed nodes in redis.nodes".into(),
         );
     }
-    let mut schemes = HashSet::new();
-    for (i, node) in redis.nodes.iter().enumerate() {
-        let key = format!("redis.nodes[{i}]");
-        match url::Url::parse(node) {
-            Ok(u) if !matches!(u.scheme(), "redis" | "rediss") => push(
-                key,
-                format!(
-                    "scheme `{}` is not supported, use redis:// or rediss://",
-                    u.scheme()
-                ),
-            ),
-            Ok(u) if u.host_str().is_none_or(str::is_empty) => push(key, "names no host".into()),
-            Ok(_) if redis_client_refuses(node).is_some() => {
-                push(key, redis_client_refuses(node).unwrap_or_default())
-            }
-            Ok(u) if !matches!(u.path(), "" | "/" | "/0") => push(
-                key,
-                format!("`{}`: a cluster has database 0 only", u.path()),
-            ),
-            Ok(u) => {
-                schemes.insert(u.scheme().to_string());
-            }
-            Err(e) => push(key, format!("not a valid URL: {e}")),
-        }
-    }
-    if schemes.len() > 1 {
-        push(
-            "redis.nodes".into(),
-            "mixes redis:// and rediss://: a cluster is reached with TLS or without".into(),
-        );
-    }
+    let node_problem = |node: &str, u: &url::Url| {
+        redis_client_refuses(node).or_else(|| {
+            (!matches!(u.path(), "" | "/" | "/0"))
+                .then(|| format!("`{}`: a cluster has database 0 only", u.path()))
+        })
+    };
+    server_url_problems(
+        "redis.nodes",
+        &redis.nodes,
+        node_problem,
+        "mixes redis:// and rediss://: a cluster is reached with TLS or without",
+        push,
+    );
     many_servers_tls(
         redis,
         "cluster",
@@ -170,43 +152,66 @@ fn sentinel_problems(redis: &RedisConfig, push: &mut impl FnMut(String, String))
             "standalone only; in sentinel mode the sentinels name the master".into(),
         );
     }
-    let mut schemes = HashSet::new();
-    for (i, node) in redis.sentinels.iter().enumerate() {
-        let key = format!("redis.sentinels[{i}]");
-        match url::Url::parse(node) {
-            Ok(u) if !matches!(u.scheme(), "redis" | "rediss") => push(
-                key,
-                format!(
-                    "scheme `{}` is not supported, use redis:// or rediss://",
-                    u.scheme()
-                ),
-            ),
-            Ok(u) if u.host_str().is_none_or(str::is_empty) => push(key, "names no host".into()),
-            Ok(u) if !matches!(u.path(), "" | "/" | "/0") => {
-                push(key, format!("`{}`: a sentinel has no databases", u.path()))
-            }
-            Ok(u) if !u.username().is_empty() || u.password().is_some() => push(
-                key,
+    let sentinel_problem = |_: &str, u: &url::Url| {
+        if !matches!(u.path(), "" | "/" | "/0") {
+            Some(format!("`{}`: a sentinel has no databases", u.path()))
+        } else if !u.username().is_empty() || u.password().is_some() {
+            Some(
                 "credentials go in redis.sentinel_username and redis.sentinel_password_file".into(),
-            ),
-            Ok(u) => {
-                schemes.insert(u.scheme().to_string());
-            }
-            Err(e) => push(key, format!("not a valid URL: {e}")),
+            )
+        } else {
+            None
         }
-    }
-    if schemes.len() > 1 {
-        push(
-            "redis.sentinels".into(),
-            "mixes redis:// and rediss://: the sentinels are reached with TLS or without".into(),
-        );
-    }
+    };
+    server_url_problems(
+        "redis.sentinels",
+        &redis.sentinels,
+        sentinel_problem,
+        "mixes redis:// and rediss://: the sentinels are reached with TLS or without",
+        push,
+    );
     many_servers_tls(
         redis,
         "sentinel",
         "each server's certificate must carry the address the sentinels give",
         push,
     );
+}
+
+/// The servers listed under `key` (`redis.nodes`, `redis.sentinels`): each a `redis://` or
+/// `rediss://` URL with a host and nothing `problem` finds wrong with it for its mode, all
+/// with the same scheme (`mixed` says why).
+fn server_url_problems(
+    key: &str,
+    urls: &[String],
+    problem: impl Fn(&str, &url::Url) -> Option<String>,
+    mixed: &str,
+    push: &mut impl FnMut(String, String),
+) {
+    let mut schemes = HashSet::new();
+    for (i, url) in urls.iter().enumerate() {
+        let at = format!("{key}[{i}]");
+        match url::Url::parse(url) {
+            Ok(u) if !matches!(u.scheme(), "redis" | "rediss") => push(
+                at,
+                format!(
+                    "scheme `{}` is not supported, use redis:// or rediss://",
+                    u.scheme()
+                ),
+            ),
+            Ok(u) if u.host_str().is_none_or(str::is_empty) => push(at, "names no host".into()),
+            Ok(u) => match problem(url, &u) {
+                Some(why) => push(at, why),
+                None => {
+                    schemes.insert(u.scheme().to_string());
+                }
+            },
+            Err(e) => push(at, format!("not a valid URL: {e}")),
+        }
+    }
+    if schemes.len() > 1 {
+        push(key.into(), mixed.into());
+    }
 }
 
 /// The TLS settings one name for every server cannot serve in `mode`, where the servers are

@@ -61,30 +61,11 @@ impl Cluster {
             Some(file) => Some(crate::secret::read_file(file)?),
             None => None,
         };
-        let certs = match &config.tls {
-            Some(tls) => {
-                let read = |path: &std::path::Path, key: &str| {
-                    std::fs::read(path)
-                        .with_context(|| format!("redis.tls.{key}: reading {}", path.display()))
-                };
-                let root_cert = match &tls.ca_file {
-                    Some(path) => Some(read(path, "ca_file")?),
-                    None => None,
-                };
-                let client_tls = match (&tls.cert_file, &tls.key_file) {
-                    (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-                        client_cert: read(cert, "cert_file")?,
-                        client_key: read(key, "key_file")?,
-                    }),
-                    _ => None,
-                };
-                Some(TlsCertificates {
-                    client_tls,
-                    root_cert,
-                })
-            }
-            None => None,
-        };
+        let certs = config
+            .tls
+            .as_ref()
+            .map(super::client_certificates)
+            .transpose()?;
         let settings = Settings {
             seeds: config.nodes.clone(),
             password,

@@ -12,9 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use anyhow::Context;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{
-    Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+    Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError, RedisFuture, RedisResult,
+    ServerErrorKind, TlsCertificates, Value,
 };
 use tokio::task::AbortHandle;
 
@@ -138,6 +140,27 @@ impl Conn {
         )
         .await;
         Ok(topology.nodes().iter().cloned().zip(replies).collect())
+    }
+
+    /// [`Conn::each_node`] with each reply read as a `T`: each server's address and its
+    /// value, or in words why there is none (when not even the servers could be listed, the
+    /// endpoint stands for them all).
+    pub async fn each_node_as<T: FromRedisValue>(
+        &self,
+        cmd: Cmd,
+    ) -> Vec<(String, Result<T, String>)> {
+        match self.each_node(cmd).await {
+            Ok(replies) => replies
+                .into_iter()
+                .map(|(node, reply)| {
+                    let value = reply
+                        .map_err(|e| e.to_string())
+                        .and_then(|v| T::from_redis_value(v).map_err(|e| e.to_string()));
+                    (node, value)
+                })
+                .collect(),
+            Err(e) => vec![(self.endpoint().to_string(), Err(e.to_string()))],
+        }
     }
 
     /// Sends `cmd` to `node`, an address [`Conn::each_node`] gave (to the one server when
@@ -337,4 +360,27 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         self.db
     }
+}
+
+/// `[redis.tls]`'s files for the Redis client's own TLS (cluster and sentinel mode), read now:
+/// the CA to trust, and the client's certificate and key when both are given.
+fn client_certificates(tls: &crate::config::TlsConfig) -> anyhow::Result<TlsCertificates> {
+    let read = |path: &std::path::Path, key: &str| {
+        std::fs::read(path).with_context(|| format!("redis.tls.{key}: reading {}", path.display()))
+    };
+    let root_cert = match &tls.ca_file {
+        Some(path) => Some(read(path, "ca_file")?),
+        None => None,
+    };
+    let client_tls = match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert, "cert_file")?,
+            client_key: read(key, "key_file")?,
+        }),
+        _ => None,
+    };
+    Ok(TlsCertificates {
+        client_tls,
+        root_cert,
+    })
 }

@@ -6,7 +6,7 @@ use anyhow::Context;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisResult, TlsCertificates, TlsMode};
 
-use crate::config::{Redis, RedisConfig};
+use crate::config::Redis;
 use crate::tls::Tls;
 
 /// The master behind the sentinels, and how to reach it.
@@ -56,7 +56,14 @@ impl SentinelMaster {
         }
         let mut master_tls = None;
         if secure {
-            let certs = certificates(config)?;
+            // Without `[redis.tls]`: the system's CAs, no client certificate.
+            let certs = match &config.tls {
+                Some(tls) => super::client_certificates(tls)?,
+                None => TlsCertificates {
+                    client_tls: None,
+                    root_cert: None,
+                },
+            };
             builder = builder
                 .set_client_to_redis_tls_mode(TlsMode::Secure)
                 .set_client_to_sentinel_tls_mode(TlsMode::Secure)
@@ -129,33 +136,4 @@ fn host_port(host: &str, port: u16) -> String {
     } else {
         format!("{host}:{port}")
     }
-}
-
-/// `[redis.tls]` files for the Redis client's own TLS (to the sentinels, and its check of the
-/// master's role).
-fn certificates(config: &RedisConfig) -> anyhow::Result<TlsCertificates> {
-    let read = |path: &std::path::Path, key: &str| {
-        std::fs::read(path).with_context(|| format!("redis.tls.{key}: reading {}", path.display()))
-    };
-    let Some(tls) = &config.tls else {
-        return Ok(TlsCertificates {
-            client_tls: None,
-            root_cert: None,
-        });
-    };
-    let root_cert = match &tls.ca_file {
-        Some(path) => Some(read(path, "ca_file")?),
-        None => None,
-    };
-    let client_tls = match (&tls.cert_file, &tls.key_file) {
-        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-            client_cert: read(cert, "cert_file")?,
-            client_key: read(key, "key_file")?,
-        }),
-        _ => None,
-    };
-    Ok(TlsCertificates {
-        client_tls,
-        root_cert,
-    })
 }

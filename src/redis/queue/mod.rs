@@ -13,7 +13,7 @@ use crate::redis::store::{
 
 mod layout;
 
-pub(crate) use layout::{take_layouts, take_layouts_dry, LayoutError, LayoutRefused};
+pub(crate) use layout::{take_layouts, take_layouts_dry, LayoutError, LayoutRefused, Stranded};
 
 /// One logical trigger's shard stores: those of `shards` first (where producers write), then
 /// those still drained after a change of the shard count. Clones share one copy.

@@ -134,6 +134,22 @@ mod tests {
 
     const URL: &str = "http://hooks/";
 
+    /// `URL`'s answers, in order: to each member, its status.
+    fn answered(r: &mut Recent, answers: &[(Member, u16)]) {
+        for &(m, status) in answers {
+            r.answered(URL, m, status);
+        }
+    }
+
+    /// `members` retried alone, each answered `status`, until the window holds nothing else.
+    fn retried_alone(r: &mut Recent, members: &[Member], status: u16) {
+        for _ in 0..WINDOW {
+            for &m in members {
+                r.answered(URL, m, status);
+            }
+        }
+    }
+
     #[test]
     fn one_status_to_every_request_of_two_messages_is_the_endpoints() {
         let mut r = Recent::default();
@@ -150,9 +166,7 @@ mod tests {
     #[test]
     fn a_2xx_in_the_window_makes_the_failures_the_messages() {
         let mut r = Recent::default();
-        r.answered(URL, 1, 200);
-        r.answered(URL, 2, 400);
-        r.answered(URL, 3, 400);
+        answered(&mut r, &[(1, 200), (2, 400), (3, 400)]);
         assert!(!r.every_request(URL, 400));
     }
 
@@ -160,16 +174,11 @@ mod tests {
     fn messages_proven_at_fault_stay_at_fault_when_retried_alone() {
         let mut r = Recent::default();
         // Two bad messages, then good ones: the bad ones failed before a 2xx.
-        r.answered(URL, 1, 400);
-        r.answered(URL, 2, 400);
+        answered(&mut r, &[(1, 400), (2, 400)]);
         for good in 10..20 {
             r.answered(URL, good, 200);
         }
-        // Retried alone until the window holds nothing else.
-        for _ in 0..WINDOW {
-            r.answered(URL, 1, 400);
-            r.answered(URL, 2, 400);
-        }
+        retried_alone(&mut r, &[1, 2], 400);
         assert!(!r.every_request(URL, 400), "theirs, not the endpoint's");
         // A message not proven joins them: the endpoint may be failing everything now.
         r.answered(URL, 3, 400);
@@ -179,27 +188,17 @@ mod tests {
     #[test]
     fn a_batch_with_a_2xx_proves_its_failures() {
         let mut r = Recent::default();
-        r.answered(URL, 10, 200);
-        r.answered(URL, 1, 400);
-        r.answered(URL, 2, 400);
+        answered(&mut r, &[(10, 200), (1, 400), (2, 400)]);
         r.others_went_through(URL, &[1, 2]);
-        for _ in 0..WINDOW {
-            r.answered(URL, 1, 400);
-            r.answered(URL, 2, 400);
-        }
+        retried_alone(&mut r, &[1, 2], 400);
         assert!(!r.every_request(URL, 400));
     }
 
     #[test]
     fn a_confirmation_ends_what_a_message_is_remembered_for() {
         let mut r = Recent::default();
-        r.answered(URL, 1, 400);
-        r.answered(URL, 2, 200);
-        r.answered(URL, 1, 200);
-        for _ in 0..WINDOW {
-            r.answered(URL, 1, 400);
-            r.answered(URL, 3, 400);
-        }
+        answered(&mut r, &[(1, 400), (2, 200), (1, 200)]);
+        retried_alone(&mut r, &[1, 3], 400);
         assert!(r.every_request(URL, 400), "1 is no longer proven at fault");
     }
 

@@ -5,8 +5,8 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::ProducerContext;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::context::HealthContext;
 use super::errors::classify;
-use super::health::HealthContext;
 use crate::sink::{Confirmed, Outcome, PublishError};
 
 /// Where one record's delivery report goes: its batch's channel, at its position there.

@@ -1,8 +1,8 @@
 //! Kafka sink: an idempotent `acks=all` producer; a record counts only once its delivery report is in.
 
+mod context;
 mod delivery;
 mod errors;
-mod health;
 mod poller;
 mod publisher;
 mod room;
@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::PublishError;
 use crate::config::{KafkaRoute, KafkaSinkConfig};
 use crate::metrics::Metrics;
-use health::{Health, HealthContext};
+use context::{Health, HealthContext};
 pub use publisher::KafkaPublisher;
 use room::Room;
 

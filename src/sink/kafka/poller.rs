@@ -8,7 +8,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaResult;
 use rdkafka::producer::BaseProducer;
 
-use super::health::HealthContext;
+use super::context::HealthContext;
 
 /// How long one poll of the event queue waits. librdkafka wakes the poll as soon as an event
 /// comes, so this only bounds how long the thread takes to notice the producer was dropped;

@@ -1,4 +1,5 @@
-//! A producer's health as librdkafka reports it: broker connections up, fatal errors.
+//! The producer's librdkafka client context: its health as librdkafka's statistics, error
+//! and log callbacks report it (broker connections up, fatal errors, warnings).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! Per-message routing keys read from a JSON payload.
+//! A message's own routing key or URL, read at a JSON Pointer in its payload.
 
 use crate::sink::PublishError;
 
