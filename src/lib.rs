@@ -24,10 +24,10 @@
 
 pub(crate) mod admin;
 pub(crate) mod backoff;
-pub mod bridge;
+pub(crate) mod bridge;
 pub(crate) mod cli;
-pub mod config;
-pub mod cron;
+pub(crate) mod config;
+pub(crate) mod cron;
 pub(crate) mod envelope;
 pub(crate) mod health;
 #[cfg(feature = "bench-hooks")]
@@ -35,22 +35,25 @@ pub mod hooks;
 pub(crate) mod housekeeping;
 pub(crate) mod ingress;
 pub mod keys;
-pub mod metrics;
-pub mod proof;
-pub mod redis;
+pub(crate) mod metrics;
+pub mod parts;
+pub(crate) mod proof;
+pub(crate) mod redis;
 pub(crate) mod repeat;
-pub mod schedule;
-pub mod secret;
+pub(crate) mod schedule;
+pub(crate) mod secret;
 pub(crate) mod shorten;
-pub mod sink;
+pub(crate) mod sink;
 pub(crate) mod tls;
 pub(crate) mod trigger;
 pub mod wire;
 pub(crate) mod worker;
 
-// What the binary, the benchmark and the integration tests reach: the command line, and the
-// public modules above (configuration, keys, the store and its connection, the sinks, the
-// metrics registry, the daemon's `run`). The rest is the crate's own.
+// What the binary, the benchmark and the integration tests reach: the command line, the key
+// layout producers share (`keys`) and the headers consumers see (`wire`), and the small face
+// of the rest in `parts` (configuration, the store and its connection, the sinks, the metrics
+// registry, the daemon's `run`), with `hooks` for the benchmark alone. The rest is the
+// crate's own.
 /// The command line: parsed by the binary, then run.
 pub use cli::{dispatch, Cli};
 /// The allocator of every binary built on this crate (the daemon, the benchmark, the tests):

@@ -3,7 +3,7 @@
 use anyhow::Context;
 
 /// Reads a secret from a file, without the trailing newline editors add.
-pub fn read_file(path: &str) -> anyhow::Result<String> {
+pub(crate) fn read_file(path: &str) -> anyhow::Result<String> {
     let raw =
         std::fs::read_to_string(path).with_context(|| format!("reading secret file {path}"))?;
     Ok(raw.trim_end_matches(['\n', '\r']).to_string())

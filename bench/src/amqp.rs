@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use delay_bridge::secret::redact_url;
+use delay_bridge::parts::secret::redact_url;
 use delay_bridge::wire::HEADER_DUE_MS;
 use futures_util::StreamExt;
 use lapin::options::{

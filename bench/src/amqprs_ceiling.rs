@@ -21,7 +21,7 @@ use amqprs::{
     ShortStr,
 };
 use anyhow::{anyhow, bail, Context};
-use delay_bridge::redis::store::Store;
+use delay_bridge::parts::redis::store::Store;
 use delay_bridge::wire::{MessageId, HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_TRIGGER};
 use lapin::uri::{AMQPScheme, AMQPUri};
 use tokio::sync::{Notify, Semaphore};
@@ -403,7 +403,7 @@ mod tests {
     use super::*;
     use crate::shape::{FormatArg, PayloadArg, Shape};
     use delay_bridge::keys::QueueKeys;
-    use delay_bridge::redis::conn::Conn;
+    use delay_bridge::parts::redis::conn::Conn;
     use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
     use lapin::types::FieldTable as LapinTable;
 

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use delay_bridge::config::{self, Destination};
-use delay_bridge::metrics::Metrics;
-use delay_bridge::sink::{Batch, OutMessage, Publisher, Sink};
+use delay_bridge::parts::config::{self, Destination};
+use delay_bridge::parts::metrics::Metrics;
+use delay_bridge::parts::sink::{Batch, OutMessage, Publisher, Sink};
 use delay_bridge::wire::MessageId;
 use delay_bridge::MAX_IN_FLIGHT;
 use tokio::task::JoinHandle;

@@ -269,7 +269,7 @@ async fn claim_settle(
     batch: usize,
     n: u64,
 ) -> anyhow::Result<ChildRun> {
-    let conn = delay_bridge::redis::conn::Conn::open(redis_url).await?;
+    let conn = delay_bridge::parts::redis::conn::Conn::open(redis_url).await?;
     let shape = Shape {
         payload: if hash {
             PayloadArg::Hash

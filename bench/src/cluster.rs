@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use delay_bridge::config::{Redis, RedisConfig, RedisMode};
 use delay_bridge::keys::{shard_key, QueueKeys};
-use delay_bridge::redis::conn::{slot, Conn, Endpoint};
+use delay_bridge::parts::config::{Redis, RedisConfig, RedisMode};
+use delay_bridge::parts::redis::conn::{slot, Conn, Endpoint};
 use futures_util::future::try_join_all;
 use tokio::time::Instant;
 

@@ -71,7 +71,7 @@ impl HttpBench {
         due_ms: i64,
     ) -> anyhow::Result<Instant> {
         // The sink's TLS setup (rustls with ring, the system's CAs), though loopback is plain.
-        let tls = (*delay_bridge::config::Tls::system().config()).clone();
+        let tls = (*delay_bridge::parts::config::Tls::system().config()).clone();
         let client = reqwest::Client::builder()
             .use_preconfigured_tls(tls)
             .pool_max_idle_per_host(CONCURRENCY)

@@ -33,8 +33,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use delay_bridge::config::{Config, Destination, Sink, Trigger};
-use delay_bridge::secret::redact_url;
+use delay_bridge::parts::config::{Config, Destination, Sink, Trigger};
+use delay_bridge::parts::secret::redact_url;
 use redis::aio::MultiplexedConnection;
 
 use self::amqp::AmqpBench;
@@ -409,7 +409,7 @@ impl BridgeToml<'_> {
     fn write(&self, dir: &Path, name: &str) -> anyhow::Result<(PathBuf, Config)> {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, self.render())?;
-        let config = delay_bridge::config::load(&path)
+        let config = delay_bridge::parts::config::load(&path)
             .map_err(|e| anyhow::anyhow!("bench bridge config: {e}"))?;
         Ok((path, config))
     }

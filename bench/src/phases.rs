@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use delay_bridge::config::Config;
 use delay_bridge::keys::QueueKeys;
+use delay_bridge::parts::config::Config;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delay_bridge::keys::QueueKeys;
-use delay_bridge::redis::conn::Conn;
-use delay_bridge::redis::store::Store;
+use delay_bridge::parts::redis::conn::Conn;
+use delay_bridge::parts::redis::store::Store;
 use futures_util::StreamExt;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use tokio_util::sync::CancellationToken;

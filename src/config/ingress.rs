@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::{ExchangeType, MessageFormat, PayloadMode, QueueType, SinkConfig, TriggerConfig};
 
 /// Most deliveries the ingress holds unacknowledged at once (`prefetch`): AMQP's limit.
-pub const MAX_PREFETCH: u16 = u16::MAX;
+pub(crate) const MAX_PREFETCH: u16 = u16::MAX;
 
 /// `[triggers.ingress]`: on an AMQP trigger the exchange producers publish to with an
 /// `x-delay` header and the queue the bridge consumes it through; on a Kafka trigger the

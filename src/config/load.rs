@@ -16,7 +16,7 @@ pub(super) const ENV_PREFIX: &str = "DELAY_BRIDGE_";
 
 /// `DELAY_BRIDGE_<SECTION>__<KEY>` variables. Every setting lives in a section, so a name
 /// without `__` (`DELAY_BRIDGE_CONFIG`, where the file is searched) is not an override.
-pub fn env_overrides() -> Env {
+pub(crate) fn env_overrides() -> Env {
     Env::prefixed(ENV_PREFIX)
         .filter(|key| key.as_str().contains("__"))
         .split("__")

@@ -22,38 +22,40 @@ mod trigger_config;
 mod urls;
 mod validate;
 mod warnings;
-pub use validate::MAX_SHARDS;
+pub(crate) use validate::MAX_SHARDS;
 
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
 
-pub use crate::tls::{Tls, TlsConfig};
-pub use http::HttpSinkConfig;
-pub use ingress::{IngressConfig, MAX_PREFETCH};
-pub use load::{env_overrides, load, load_from};
-pub use message::{KafkaKey, MessageFormat, OnExpired, PayloadMode};
-pub use problem::{ConfigError, Invalid, Problem};
+pub use crate::tls::Tls;
+pub(crate) use crate::tls::TlsConfig;
+pub(crate) use http::HttpSinkConfig;
+pub(crate) use ingress::IngressConfig;
+pub(crate) use load::env_overrides;
+pub use load::{load, load_from};
+pub(crate) use message::{KafkaKey, MessageFormat, OnExpired, PayloadMode};
+pub use problem::Problem;
+pub(crate) use problem::{ConfigError, Invalid};
 #[cfg(test)]
 use rate::parse_rate;
-pub use rate::{Rate, MAX_RATE};
 pub use redis::{Redis, RedisConfig, RedisMode};
-pub use route::{AmqpRoute, AmqpRouting, Destination, HttpRoute, HttpTarget, KafkaRoute};
-pub use schedule::{
-    problems as schedule_problems, Misfire, ScheduleConfig, MAX_CATCH_UP, MAX_SCHEDULES,
-};
-pub use search::{find as find_config, NotFound, CONFIG_ENV, LOCAL_CONFIG, SYSTEM_CONFIG};
-pub use service::{
+pub use route::Destination;
+#[cfg(test)]
+pub(crate) use route::HttpTarget;
+pub(crate) use route::{AmqpRoute, AmqpRouting, HttpRoute, KafkaRoute};
+pub(crate) use schedule::{problems as schedule_problems, Misfire, ScheduleConfig, MAX_SCHEDULES};
+pub(crate) use search::find as find_config;
+pub(crate) use service::{
     AdminConfig, LogConfig, LogFormat, MetricsConfig, ShutdownConfig, ADMIN_TOKEN_ENV,
 };
-pub use sinks::{
-    AmqpDeclare, AmqpSinkConfig, ExchangeType, KafkaSinkConfig, QueueType, Sink, SinkConfig,
-};
-pub use topics::TopicPatterns;
+pub(crate) use sinks::{AmqpDeclare, AmqpSinkConfig, ExchangeType, KafkaSinkConfig, QueueType};
+pub use sinks::{Sink, SinkConfig};
+pub(crate) use topics::TopicPatterns;
 pub use trigger::Trigger;
-pub use trigger_config::TriggerConfig;
-pub use urls::url_match;
+pub(crate) use trigger_config::TriggerConfig;
+pub(crate) use urls::url_match;
 
 /// The whole configuration, validated: only [`load`] makes one (tests use [`load_from`]).
 #[derive(Debug, Clone)]

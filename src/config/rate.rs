@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 /// Largest `rate_limit`, per second.
-pub const MAX_RATE: f64 = 1_000_000.0;
+pub(crate) const MAX_RATE: f64 = 1_000_000.0;
 
 /// A trigger's rate limit: messages per second, by every bridge on the trigger together, and
 /// the most sent at once after a quiet spell (the token bucket's size).

@@ -70,11 +70,11 @@ fn default_catch_up_limit() -> u32 {
 }
 
 /// Largest `catch_up_limit`: what one schedule script may enqueue at once.
-pub const MAX_CATCH_UP: u32 = 1000;
+pub(crate) const MAX_CATCH_UP: u32 = 1000;
 /// Longest `misfire_grace`.
 const MAX_GRACE: Duration = Duration::from_secs(7 * 86_400);
 /// Most schedules per trigger.
-pub const MAX_SCHEDULES: usize = 1000;
+pub(crate) const MAX_SCHEDULES: usize = 1000;
 
 /// Problems of one trigger's schedules, keyed `triggers[i].schedules[j].field`.
 pub(super) fn schedule_problems(
@@ -104,7 +104,7 @@ pub(super) fn schedule_problems(
 
 /// The problems of one schedule, each with its field: the checks of the config, also made
 /// of a schedule added at run time.
-pub fn problems(s: &ScheduleConfig) -> Vec<(&'static str, String)> {
+pub(crate) fn problems(s: &ScheduleConfig) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     if !super::rules::valid_name(&s.name) {
         out.push((

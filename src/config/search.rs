@@ -5,17 +5,17 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The environment variable naming the configuration file.
-pub const CONFIG_ENV: &str = "DELAY_BRIDGE_CONFIG";
+pub(crate) const CONFIG_ENV: &str = "DELAY_BRIDGE_CONFIG";
 
 /// The file in the working directory looked for after [`CONFIG_ENV`].
-pub const LOCAL_CONFIG: &str = "delay-bridge.toml";
+pub(crate) const LOCAL_CONFIG: &str = "delay-bridge.toml";
 
 /// The system-wide file, looked for last (the Debian package installs it).
-pub const SYSTEM_CONFIG: &str = "/etc/delay-bridge/config.toml";
+pub(crate) const SYSTEM_CONFIG: &str = "/etc/delay-bridge/config.toml";
 
 /// No configuration file was found; names every path looked at, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotFound {
+pub(crate) struct NotFound {
     /// The paths tried, in the order they were tried.
     pub tried: Vec<PathBuf>,
 }
@@ -53,7 +53,7 @@ pub(super) fn first_existing(candidates: Vec<PathBuf>) -> Result<PathBuf, NotFou
 
 /// The configuration file to load: `explicit` (from `--config FILE`) as given, else the first
 /// existing file of [`candidates`] with the process's [`CONFIG_ENV`].
-pub fn find(explicit: Option<&Path>) -> Result<PathBuf, NotFound> {
+pub(crate) fn find(explicit: Option<&Path>) -> Result<PathBuf, NotFound> {
     match explicit {
         Some(path) => Ok(path.to_path_buf()),
         None => first_existing(candidates(std::env::var_os(CONFIG_ENV))),

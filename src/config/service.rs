@@ -38,7 +38,7 @@ pub struct AdminConfig {
 }
 
 /// The environment variable that may hold the admin API's token.
-pub const ADMIN_TOKEN_ENV: &str = "DELAY_BRIDGE_ADMIN_TOKEN";
+pub(crate) const ADMIN_TOKEN_ENV: &str = "DELAY_BRIDGE_ADMIN_TOKEN";
 
 impl AdminConfig {
     /// The bearer token: from `token_file`, else from [`ADMIN_TOKEN_ENV`]; `None` without.

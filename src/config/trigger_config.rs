@@ -12,7 +12,7 @@ use super::schedule::ScheduleConfig;
 /// `[[triggers]]`: one watched sorted set and its destination.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct TriggerConfig {
+pub(crate) struct TriggerConfig {
     /// Unique name, used in logs, metrics and headers (`[A-Za-z0-9_.-]`).
     pub name: String,
     /// The sorted set producers `ZADD` to (score = due time in epoch milliseconds).

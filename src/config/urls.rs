@@ -28,7 +28,7 @@ pub(super) fn pattern_problem(pattern: &str) -> Option<String> {
 /// itself), the same port (defaults included), no user or password, and a path at or under
 /// the pattern's path (`/orders` and `/orders/` both allow `/orders/7`, neither
 /// `/orders-old`). A URL that does not parse matches nothing.
-pub fn url_match(pattern: &str, url: &str) -> bool {
+pub(crate) fn url_match(pattern: &str, url: &str) -> bool {
     let (wildcard, pattern) = match pattern.split_once("://*.") {
         Some((scheme, rest)) => (true, format!("{scheme}://{rest}")),
         None => (false, pattern.to_string()),

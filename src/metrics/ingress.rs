@@ -5,7 +5,7 @@ use prometheus::{exponential_buckets, HistogramVec, IntCounterVec, IntGaugeVec};
 use super::Make;
 
 /// Reasons an ingress refuses a message (dead-lettered at once), for the counters' labels.
-pub const REFUSALS: [&str; 2] = ["bad_delay", "too_large"];
+pub(crate) const REFUSALS: [&str; 2] = ["bad_delay", "too_large"];
 
 /// Handles to the ingress metrics, labelled by trigger.
 #[derive(Clone)]

@@ -7,10 +7,10 @@ mod schedule;
 mod series;
 mod trigger;
 
-pub use ingress::{IngressMetrics, REFUSALS as INGRESS_REFUSALS};
-pub use schedule::ScheduleMetrics;
-pub use series::{Cells, TriggerSeries};
-pub use trigger::TriggerMetrics;
+pub(crate) use ingress::IngressMetrics;
+pub(crate) use schedule::ScheduleMetrics;
+pub(crate) use series::{Cells, TriggerSeries};
+pub(crate) use trigger::TriggerMetrics;
 
 use make::Make;
 
@@ -63,7 +63,7 @@ pub struct Metrics {
 const PREFIX: &str = "delay_bridge";
 
 /// The source revision the binary was built from, when the build knew it.
-pub const REVISION: &str = match option_env!("DELAY_BRIDGE_REVISION") {
+pub(crate) const REVISION: &str = match option_env!("DELAY_BRIDGE_REVISION") {
     Some(revision) => revision,
     None => "unknown",
 };

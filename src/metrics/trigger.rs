@@ -23,7 +23,7 @@ const REDIS_ERROR_KINDS: [&str; 6] = [
 
 /// Handles to one trigger's series.
 #[derive(Clone)]
-pub struct TriggerMetrics {
+pub(crate) struct TriggerMetrics {
     name: String,
     sink: String,
     cells: Arc<Cells>,
@@ -63,7 +63,13 @@ impl TriggerMetrics {
     /// The series of trigger `name` publishing to `sink`. The counters of every reason in
     /// `reasons` (and of every Redis error kind) start at 0, so that `increase()` and
     /// alerts see their first event.
-    pub fn new(m: &Metrics, name: &str, sink: &str, reasons: &[&str], shards: usize) -> Self {
+    pub(crate) fn new(
+        m: &Metrics,
+        name: &str,
+        sink: &str,
+        reasons: &[&str],
+        shards: usize,
+    ) -> Self {
         let cells = m.triggers.cells(name, sink);
         cells.retried.touch_all(reasons.iter().copied());
         cells.dead_lettered.touch_all(reasons.iter().copied());
@@ -86,7 +92,7 @@ impl TriggerMetrics {
 
     /// A claim script call took `took` and took nothing because the trigger is paused or,
     /// with `rate_limited`, its rate limit is spent.
-    pub fn held(&self, took: Duration, rate_limited: bool) {
+    pub(crate) fn held(&self, took: Duration, rate_limited: bool) {
         self.claim_took(took);
         if rate_limited {
             self.cells.rate_limited_claims.fetch_add(1, Relaxed);
@@ -94,7 +100,7 @@ impl TriggerMetrics {
     }
 
     /// A claim repaired `n` control fields.
-    pub fn control_repaired(&self, n: u64) {
+    pub(crate) fn control_repaired(&self, n: u64) {
         self.cells.control_repairs.fetch_add(n, Relaxed);
     }
 
@@ -107,7 +113,7 @@ impl TriggerMetrics {
 
     /// The trigger forwards its dead letters: its forwarding series start at 0, a failure
     /// series for each of `reasons`.
-    pub fn forwarding_dead_letters(&self, reasons: &[&str]) {
+    pub(crate) fn forwarding_dead_letters(&self, reasons: &[&str]) {
         self.cells.forwards_dead_letters.store(true, Relaxed);
         self.cells
             .dead_letter_forward_failures
@@ -115,18 +121,18 @@ impl TriggerMetrics {
     }
 
     /// `n` dead letters reached the dead-letter destination and left Redis.
-    pub fn dead_letters_forwarded(&self, n: u64) {
+    pub(crate) fn dead_letters_forwarded(&self, n: u64) {
         self.cells.dead_letters_forwarded.fetch_add(n, Relaxed);
     }
 
     /// A dead letter was not forwarded, for `reason`.
-    pub fn dead_letter_not_forwarded(&self, reason: &str) {
+    pub(crate) fn dead_letter_not_forwarded(&self, reason: &str) {
         self.cells.dead_letter_forward_failures.add(reason, 1);
     }
 
     /// A claim script call took `took` and returned `n` members. The claim-duration buckets
     /// are made at the first claim that took something.
-    pub fn claimed(&self, n: usize, took: Duration) {
+    pub(crate) fn claimed(&self, n: usize, took: Duration) {
         if n == 0 {
             self.claim_took(took);
             self.cells.empty_claims.fetch_add(1, Relaxed);
@@ -139,14 +145,14 @@ impl TriggerMetrics {
     }
 
     /// A batch took `took` from its first publish to its last confirmation.
-    pub fn published(&self, took: Duration) {
+    pub(crate) fn published(&self, took: Duration) {
         self.publish_duration
             .get(&[&self.name, &self.sink])
             .observe(took.as_secs_f64());
     }
 
     /// The broker confirmed messages due at `due_ms`, at `confirmed_ms` (both Redis clock).
-    pub fn confirmed(&self, due_ms: &[i64], confirmed_ms: i64) {
+    pub(crate) fn confirmed(&self, due_ms: &[i64], confirmed_ms: i64) {
         self.cells.forwarded.fetch_add(due_ms.len() as u64, Relaxed);
         let lateness = self.lateness.get(&[&self.name]);
         for due in due_ms {
@@ -163,7 +169,7 @@ impl TriggerMetrics {
 
     /// The settle script ran `s` and did `done`; dead letters are also logged, a line per
     /// burst and reason.
-    pub fn settled(&self, s: &Settlement<'_>, done: &Settled) {
+    pub(crate) fn settled(&self, s: &Settlement<'_>, done: &Settled) {
         self.cells.put_back.fetch_add(done.put_back, Relaxed);
         self.cells
             .expired
@@ -186,28 +192,28 @@ impl TriggerMetrics {
     }
 
     /// `n` expired leases went back to the source set.
-    pub fn redelivered(&self, n: u64) {
+    pub(crate) fn redelivered(&self, n: u64) {
         self.cells.redelivered.fetch_add(n, Relaxed);
     }
 
     /// A Redis call failed with an error of this kind.
-    pub fn redis_error(&self, kind: &str) {
+    pub(crate) fn redis_error(&self, kind: &str) {
         self.cells.redis_errors.add(kind, 1);
     }
 
     /// An idle worker was woken by a keyspace notification.
-    pub fn woken(&self) {
+    pub(crate) fn woken(&self) {
         self.cells.notify_wakeups.fetch_add(1, Relaxed);
     }
 
     /// A wake-up read the queue's head before claiming.
-    pub fn head_read(&self) {
+    pub(crate) fn head_read(&self) {
         self.cells.head_reads.fetch_add(1, Relaxed);
     }
 
     /// Shard `shard`'s sizes were read: the gauges show the sums over the shards (the oldest
     /// due age the largest).
-    pub fn backlog(&self, shard: usize, s: &QueueStats) {
+    pub(crate) fn backlog(&self, shard: usize, s: &QueueStats) {
         let total = {
             let mut shards = self.shards.lock().unwrap_or_else(|e| e.into_inner());
             let Some(slot) = shards.get_mut(shard) else {
@@ -231,20 +237,20 @@ impl TriggerMetrics {
     }
 
     /// `members` sit on keys of the trigger that its configuration does not serve.
-    pub fn unserved(&self, members: u64) {
+    pub(crate) fn unserved(&self, members: u64) {
         self.cells
             .unserved
             .store(i64::try_from(members).unwrap_or(i64::MAX), Relaxed);
     }
 
     /// Whether the trigger's destination is held.
-    pub fn destination_held(&self, held: bool) {
+    pub(crate) fn destination_held(&self, held: bool) {
         self.cells.held.store(i64::from(held), Relaxed);
     }
 
     /// Whether an operator has paused shard `shard`, as the last claim or stats call saw it:
     /// the gauge is 1 while any shard is.
-    pub fn paused(&self, shard: usize, paused: bool) {
+    pub(crate) fn paused(&self, shard: usize, paused: bool) {
         let any = {
             let mut shards = self.shards.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(slot) = shards.get_mut(shard) {

@@ -10,10 +10,10 @@ use crate::redis::store::{Store, StoreError};
 
 /// The field of a stored definition that says when it was added (epoch ms), beside the
 /// fields of `[[triggers.schedules]]`.
-pub const ADDED_MS: &str = "added_ms";
+pub(crate) const ADDED_MS: &str = "added_ms";
 
 /// A stored definition as checked: the schedule and when it was added, or why it is left out.
-pub fn parse(name: &str, json: &[u8]) -> Result<(ScheduleConfig, Option<i64>), String> {
+pub(crate) fn parse(name: &str, json: &[u8]) -> Result<(ScheduleConfig, Option<i64>), String> {
     let bad = |e: serde_json::Error| format!("not a schedule definition: {e}");
     let mut v: serde_json::Value = serde_json::from_slice(json).map_err(bad)?;
     let added_ms = v

@@ -14,7 +14,7 @@ const MAX_OFFER: usize = 1000;
 
 /// The ticks to offer the script.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Ticks after the mark, ascending, ending with the first after `now` (if any).
     pub ticks: Vec<i64>,
     /// Missed ticks left out of `ticks` (skipped, or dropped by `once` and `catch_up_limit`).
@@ -23,7 +23,7 @@ pub struct Plan {
 
 /// What a schedule does with missed ticks.
 #[derive(Debug, Clone, Copy)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// The misfire policy.
     pub misfire: Misfire,
     /// A tick is missed once `grace_ms` past it.
@@ -34,7 +34,7 @@ pub struct Policy {
 
 /// The plan from `mark` (the last tick enqueued; `None`: a new schedule, which starts with
 /// its first tick from `now` on) at `now`, with `next(t)` the first tick after `t`.
-pub fn plan(
+pub(crate) fn plan(
     mark: Option<i64>,
     now: i64,
     policy: Policy,

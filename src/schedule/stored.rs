@@ -10,7 +10,7 @@ use crate::redis::store::{Mark, Store, StoreError};
 
 /// Why a schedule was not added or removed.
 #[derive(Debug, thiserror::Error)]
-pub enum ChangeError {
+pub(crate) enum ChangeError {
     /// The schedule fails the config's checks: each field with its problem.
     #[error("{}", .0.iter().map(|(f, why)| format!("{f}: {why}")).collect::<Vec<_>>().join("; "))]
     Invalid(Vec<(String, String)>),
@@ -27,7 +27,7 @@ pub enum ChangeError {
 
 /// Stores `s` as a run-time schedule of `t` (`store`: its first shard); the running bridges
 /// pick it up at once (keyspace notifications) or within seconds.
-pub async fn add(store: &Store, t: &Trigger, s: &ScheduleConfig) -> Result<(), ChangeError> {
+pub(crate) async fn add(store: &Store, t: &Trigger, s: &ScheduleConfig) -> Result<(), ChangeError> {
     let problems = schedule_problems(s);
     if !problems.is_empty() {
         let problems = problems.into_iter().map(|(f, w)| (f.to_string(), w));
@@ -63,7 +63,7 @@ pub async fn add(store: &Store, t: &Trigger, s: &ScheduleConfig) -> Result<(), C
 }
 
 /// Removes run-time schedule `name` of `t`; a tick already enqueued still fires.
-pub async fn remove(store: &Store, t: &Trigger, name: &str) -> Result<(), ChangeError> {
+pub(crate) async fn remove(store: &Store, t: &Trigger, name: &str) -> Result<(), ChangeError> {
     if t.schedules().iter().any(|c| c.name == name) {
         return Err(ChangeError::Conflict(format!(
             "schedule `{name}` of trigger `{}` is in its config: remove it there",
@@ -81,7 +81,7 @@ pub async fn remove(store: &Store, t: &Trigger, name: &str) -> Result<(), Change
 
 /// One schedule as `schedule list` and the admin API show it.
 #[derive(Debug, Clone, Serialize)]
-pub struct Listed {
+pub(crate) struct Listed {
     /// Where it is defined: `config` or `runtime` (stored in Redis).
     pub source: &'static str,
     /// Its definition.
@@ -95,7 +95,7 @@ pub struct Listed {
 
 /// The schedules of `t`, the config's then the stored ones (those the bridges run), each with
 /// its last and next fire.
-pub async fn list(store: &Store, t: &Trigger) -> Result<Vec<Listed>, StoreError> {
+pub(crate) async fn list(store: &Store, t: &Trigger) -> Result<Vec<Listed>, StoreError> {
     let mut all: Vec<(&'static str, ScheduleConfig, Option<i64>)> = t
         .schedules()
         .iter()
@@ -133,7 +133,7 @@ pub async fn list(store: &Store, t: &Trigger) -> Result<Vec<Listed>, StoreError>
 }
 
 /// A schedule's last and next fire from its `mark` at `now` (Redis clock).
-pub fn fires(cron: Option<&Cron>, mark: &Mark, now: i64) -> (Option<i64>, Option<i64>) {
+pub(crate) fn fires(cron: Option<&Cron>, mark: &Mark, now: i64) -> (Option<i64>, Option<i64>) {
     let next = match (mark.tick_ms, cron) {
         (Some(m), _) if m > now || mark.waiting => Some(m),
         (Some(m), Some(c)) => c.next_after(m.max(now)),

@@ -45,7 +45,7 @@ pub enum Fault {
 /// The parts of its destination a message chose itself (an envelope's or a pointer's
 /// routing key, topic or URL).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Chosen {
+pub(crate) struct Chosen {
     routing_key: bool,
     topic: bool,
     url: bool,
@@ -53,7 +53,7 @@ pub struct Chosen {
 
 impl Chosen {
     /// What `m` chose of its destination.
-    pub fn of(m: &OutMessage<'_>) -> Self {
+    pub(crate) fn of(m: &OutMessage<'_>) -> Self {
         Self {
             routing_key: m.routing_key.is_some(),
             topic: m.topic.is_some(),
@@ -62,7 +62,7 @@ impl Chosen {
     }
 
     /// Whether the message chose `part` (the exchange and the sink never are).
-    pub fn chose(self, part: Part) -> bool {
+    pub(crate) fn chose(self, part: Part) -> bool {
         match part {
             Part::RoutingKey => self.routing_key,
             Part::Topic => self.topic,
@@ -74,7 +74,7 @@ impl Chosen {
 
 /// What becomes of a message that was not confirmed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Back with its due time and no attempt counted. `hold`: the trigger's own destination
     /// failed, and is held until a message goes through again.
     PutBack {
@@ -96,11 +96,11 @@ pub enum Verdict {
 
 /// The reason a message is dead-lettered for after its own destination refused it
 /// `max_attempts` times.
-pub const DESTINATION_REFUSED: &str = "destination_refused";
+pub(crate) const DESTINATION_REFUSED: &str = "destination_refused";
 
 /// The rule: what becomes of a message that ended in `e`, given what it chose of its
 /// destination and whether the trigger's own destination failed in the same batch.
-pub fn judge(e: &PublishError, chosen: Chosen, own_held: bool) -> Verdict {
+pub(crate) fn judge(e: &PublishError, chosen: Chosen, own_held: bool) -> Verdict {
     match e.fault() {
         Fault::Nobody => Verdict::PutBack { hold: false },
         Fault::Unfit => Verdict::DeadLetter { reason: e.reason() },
@@ -120,14 +120,14 @@ pub fn judge(e: &PublishError, chosen: Chosen, own_held: bool) -> Verdict {
 
 /// Whether `e`, for a message that chose `chosen`, is a failure of the trigger's own
 /// destination: such a failure holds it.
-pub fn holds_own(e: &PublishError, chosen: Chosen) -> bool {
+pub(crate) fn holds_own(e: &PublishError, chosen: Chosen) -> bool {
     matches!(e.fault(), Fault::Destination(part) if !chosen.chose(part))
 }
 
 /// HTTP statuses that are the endpoint's whatever the request: it is missing, refuses the
 /// bridge, or cannot answer now. A redirect the client does not follow with the same method
 /// and body (301, 302, 303) is one too: the endpoint moved.
-pub fn http_status_of_endpoint(status: u16) -> bool {
+pub(crate) fn http_status_of_endpoint(status: u16) -> bool {
     matches!(
         status,
         301 | 302

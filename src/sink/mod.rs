@@ -1,9 +1,9 @@
 //! Sinks: the brokers messages are forwarded to, and the errors a publish can end in.
 
-pub mod amqp;
-pub mod blame;
+pub(crate) mod amqp;
+pub(crate) mod blame;
 mod error;
-pub mod http;
+pub(crate) mod http;
 pub mod kafka;
 mod window;
 
@@ -14,9 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Destination, SinkConfig};
 use crate::envelope::Properties;
-pub use crate::proof::Confirmed;
+pub(crate) use crate::proof::Confirmed;
 pub use crate::wire::MessageId;
-pub use error::PublishError;
+pub(crate) use error::PublishError;
 
 /// One message to publish: the member and what the headers say about it.
 #[derive(Debug, Clone, Copy)]
@@ -42,12 +42,12 @@ pub struct OutMessage<'a> {
 }
 
 /// What became of one published message.
-pub type Outcome = Result<Confirmed, PublishError>;
+pub(crate) type Outcome = Result<Confirmed, PublishError>;
 
 /// Where a publisher reports each message the broker confirmed, by its position in the
 /// batch and with the proof, the moment the confirmation arrives: the worker can settle it
 /// before the rest of the batch is confirmed, and only with the proof in hand.
-pub type Confirms = tokio::sync::mpsc::UnboundedSender<(usize, Confirmed)>;
+pub(crate) type Confirms = tokio::sync::mpsc::UnboundedSender<(usize, Confirmed)>;
 
 /// One batch to publish: for which trigger (its header), the messages, how long the broker
 /// may take to confirm them, what cuts that wait short, and where each confirmation is

@@ -40,12 +40,12 @@ impl fmt::Debug for Loaded {
     }
 }
 
-/// Writes `toml` into the jail and loads it with `delay_bridge::config::load`, environment
+/// Writes `toml` into the jail and loads it with `delay_bridge::parts::config::load`, environment
 /// overrides included, as `delay-bridge check` does.
 fn load(jail: &Jail, toml: &str) -> Loaded {
     jail.create_file("c.toml", toml).unwrap();
     let loaded = catch_unwind(AssertUnwindSafe(|| {
-        delay_bridge::config::load(Path::new("c.toml"))
+        delay_bridge::parts::config::load(Path::new("c.toml"))
     }));
     match loaded {
         Ok(Ok(_)) => Loaded::Valid,

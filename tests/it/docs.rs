@@ -115,7 +115,7 @@ fn sections() -> Vec<Section> {
 
 /// The problems the library's loader (what `check` runs) reports for `section` with `line` in it;
 /// a line the template already sets replaces the template's.
-fn problems(section: &Section, line: &str) -> Vec<delay_bridge::config::Problem> {
+fn problems(section: &Section, line: &str) -> Vec<delay_bridge::parts::config::Problem> {
     let field = line.split('=').next().unwrap_or("").trim();
     let table: String = section
         .toml
@@ -130,7 +130,7 @@ fn problems(section: &Section, line: &str) -> Vec<delay_bridge::config::Problem>
         table
     };
     let figment = Figment::new().merge(Toml::string(&text));
-    match delay_bridge::config::load_from(figment, Path::new("probe.toml")) {
+    match delay_bridge::parts::config::load_from(figment, Path::new("probe.toml")) {
         Ok(_) => Vec::new(),
         Err(e) => e.problems,
     }

@@ -198,7 +198,7 @@ async fn a_valkey_cluster_loses_nothing_when_a_master_is_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connection_check_names_the_engine_and_what_it_lacks() {
-    use delay_bridge::redis::engine::{connect_check, Severity};
+    use delay_bridge::parts::redis::engine::{connect_check, Severity};
     // CONFIG gone: the policy is read from INFO, notifications cannot be read at all.
     let server = RedisServer::start(&[
         "--maxmemory-policy",
@@ -215,7 +215,7 @@ async fn the_connection_check_names_the_engine_and_what_it_lacks() {
         .to_string()
         + &trigger("check", "delay:{check}", "rabbit", "exchange = \"x\"\n");
     std::fs::write(&path, toml).unwrap();
-    let config = delay_bridge::config::load(&path).unwrap();
+    let config = delay_bridge::parts::config::load(&path).unwrap();
     let found = connect_check(&config).await;
     let with = |severity: Severity, text: &str| {
         found

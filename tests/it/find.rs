@@ -7,7 +7,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use delay_bridge::redis::store::{FoundBy, IdScheme, Place};
+use delay_bridge::parts::redis::store::{FoundBy, IdScheme, Place};
 use delay_bridge::wire::MessageId;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

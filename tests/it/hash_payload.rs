@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use delay_bridge::keys::QueueKeys;
-use delay_bridge::redis::store::{Body, Store};
+use delay_bridge::parts::redis::store::{Body, Store};
 
 const LEASE: Duration = Duration::from_secs(600);
 

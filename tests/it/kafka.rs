@@ -91,7 +91,7 @@ async fn due_members_arrive_once_never_early_with_headers_and_exact_bytes() {
         let id = m.header("x-delay-id").expect("x-delay-id header");
         assert_eq!(
             id,
-            delay_bridge::sink::MessageId::new(&key, &m.body).as_str()
+            delay_bridge::parts::sink::MessageId::new(&key, &m.body).as_str()
         );
         assert_eq!(m.key, None, "kafka_key defaults to none");
     }

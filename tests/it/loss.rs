@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use delay_bridge::keys::QueueKeys;
-use delay_bridge::redis::store::{FailOutcome, Failure, Settlement, Store};
+use delay_bridge::parts::redis::store::{FailOutcome, Failure, Settlement, Store};
 
 const LEASE: Duration = Duration::from_secs(600);
 

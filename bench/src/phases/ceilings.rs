@@ -73,7 +73,7 @@ impl Bench {
         let base = self.next_base();
         let shape = self.args.shape();
         redis_ops::load(&mut conn, &shape, &key, &key, base, n, |_| due).await?;
-        let cm = delay_bridge::redis::conn::Conn::open(&self.args.redis_url).await?;
+        let cm = delay_bridge::parts::redis::conn::Conn::open(&self.args.redis_url).await?;
         let start = Instant::now();
         let claimed = redis_ops::claim_ceiling(
             cm,

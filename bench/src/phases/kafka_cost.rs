@@ -1,8 +1,8 @@
 //! Kafka by cost: the bridge's CPU per 100k forwarded messages next to what a plain rdkafka
 //! producer and the claim/settle client alone spend on the same messages, each in a child process.
 
-use delay_bridge::config::SinkConfig;
-use delay_bridge::sink::kafka::DEFAULT_PROPERTIES;
+use delay_bridge::parts::config::SinkConfig;
+use delay_bridge::parts::sink::kafka::DEFAULT_PROPERTIES;
 
 use super::*;
 use crate::child::{self, ChildRun};

@@ -100,7 +100,7 @@ impl Bench {
     ) -> anyhow::Result<Steady> {
         let mut conn = self.conn.clone();
         let flags = if notifications {
-            delay_bridge::redis::checks::with_needed_flags(&self.original_flags)
+            delay_bridge::parts::redis::checks::with_needed_flags(&self.original_flags)
         } else {
             // Without the keyspace channel the bridge has no notifications, whatever else is set.
             self.original_flags.replace('K', "")

@@ -7,7 +7,7 @@ use crate::amqplib_ceiling::{self, NodePublisher};
 use crate::amqprs_ceiling::{RawPublisher, Unconfirmed};
 use crate::report::{AmqpCeilings, ClientRate};
 use crate::shape::{FormatArg, Shape};
-use delay_bridge::redis::store::Store;
+use delay_bridge::parts::redis::store::Store;
 
 /// A publisher a ceiling is measured with.
 enum Client {
@@ -181,7 +181,7 @@ impl Bench {
         u: Unconfirmed,
     ) -> anyhow::Result<Client> {
         let key = self.new_key("with-scripts");
-        let conn = delay_bridge::redis::conn::Conn::open(&self.args.redis_url).await?;
+        let conn = delay_bridge::parts::redis::conn::Conn::open(&self.args.redis_url).await?;
         let shape = Shape {
             format: FormatArg::Raw,
             ..self.args.shape()

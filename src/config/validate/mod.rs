@@ -19,7 +19,7 @@ use super::{
 /// Largest claim batch: bounds how long one claim script may block Redis.
 pub(super) const MAX_BATCH: usize = 10_000;
 /// Most shards per trigger.
-pub const MAX_SHARDS: u32 = 1024;
+pub(crate) const MAX_SHARDS: u32 = 1024;
 /// Most workers per trigger.
 pub(super) const MAX_WORKERS: usize = 1024;
 /// Largest `max_unconfirmed` of an AMQP sink.

@@ -31,9 +31,9 @@ use crate::tls::Tls;
 use channel::ConfirmChannel;
 use connector::Connector;
 use nodes::{Node, Nodes};
-pub use publisher::AmqpPublisher;
+pub(crate) use publisher::AmqpPublisher;
 use topology::DeclareError;
-pub use topology::TopologyRefused;
+pub(crate) use topology::TopologyRefused;
 
 /// How long connecting to one node and declaring the topology there may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

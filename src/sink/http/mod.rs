@@ -22,10 +22,7 @@ use crate::config::{Destination, HttpRoute, HttpSinkConfig};
 use crate::metrics::Metrics;
 use crate::tls::Tls;
 use down::Endpoints;
-pub use outcome::{retry_after, MAX_BODY, MAX_EXCERPT};
 use recent::{Member, Recent};
-pub use request::HEADER_IDEMPOTENCY_KEY;
-pub use signature::{sign, HEADER_SIGNATURE};
 
 /// How often an endpoint that refused connections is tried again.
 const PROBE_EVERY: Duration = Duration::from_secs(1);

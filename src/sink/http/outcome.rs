@@ -6,9 +6,9 @@ use super::client::Blocked;
 use crate::sink::{Confirmed, Outcome, PublishError};
 
 /// Most bytes of an answer's body read; the rest is not read (and the connection closed).
-pub const MAX_BODY: usize = 64 * 1024;
+pub(crate) const MAX_BODY: usize = 64 * 1024;
 /// Most bytes of the answer's body kept in a dead letter's detail.
-pub const MAX_EXCERPT: usize = 512;
+pub(crate) const MAX_EXCERPT: usize = 512;
 
 /// How a request ended, for the metrics: the status class, `timeout` or `error`.
 pub(super) type Class = &'static str;
@@ -137,7 +137,7 @@ fn truncate(mut s: String, max: usize) -> String {
 }
 
 /// A `Retry-After` value: seconds, or an HTTP date (the wait until then from `now`).
-pub fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+pub(crate) fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if let Ok(seconds) = value.parse::<u64>() {
         return Some(Duration::from_secs(seconds));

@@ -7,7 +7,7 @@ use crate::sink::{OutMessage, PublishError};
 use crate::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_ID, HEADER_TRIGGER};
 
 /// The message id again, for receivers that de-duplicate by the common header.
-pub const HEADER_IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub(crate) const HEADER_IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// Names an envelope cannot set: the bridge's own, and those that belong to the connection.
 const RESERVED: &[&str] = &[

@@ -4,12 +4,12 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 /// The header's name.
-pub const HEADER_SIGNATURE: &str = "x-delay-signature";
+pub(crate) const HEADER_SIGNATURE: &str = "x-delay-signature";
 
 /// The header's value for `body` sent at `t_ms` (epoch ms): `t=<t_ms>,v1=<hex>`, where
 /// `<hex>` is the lower-case hex HMAC-SHA256, keyed by `secret`, of `<t_ms>.` followed by
 /// the body's bytes.
-pub fn sign(secret: &[u8], t_ms: i64, body: &[u8]) -> String {
+pub(crate) fn sign(secret: &[u8], t_ms: i64, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes a key of any length");
     let t = t_ms.to_string();
     mac.update(t.as_bytes());

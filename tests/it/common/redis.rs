@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use delay_bridge::keys::QueueKeys;
-use delay_bridge::redis::store::Store;
+use delay_bridge::parts::redis::store::Store;
 use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, ToRedisArgs};
 
@@ -41,7 +41,7 @@ pub fn shared_redis_addr() -> SocketAddr {
 
 /// The library's store for queue `key` on the shared Redis.
 pub async fn store(key: &str) -> Store {
-    let conn = delay_bridge::redis::conn::Conn::open(&redis_url())
+    let conn = delay_bridge::parts::redis::conn::Conn::open(&redis_url())
         .await
         .unwrap();
     Store::new(conn, QueueKeys::derive(key).unwrap())
@@ -344,11 +344,14 @@ pub async fn dead_letter(r: &mut Conn, key: &str, member: &str, at_ms: i64, reas
 /// A settlement that acks every claimed member, as the settle script sees a batch the
 /// broker confirmed in full (the scripts' tests have no broker to confirm).
 pub fn ack_all(
-    items: &[delay_bridge::redis::store::Claimed],
-) -> delay_bridge::redis::store::Settlement<'_> {
-    let mut s = delay_bridge::redis::store::Settlement::for_batch(items.len());
+    items: &[delay_bridge::parts::redis::store::Claimed],
+) -> delay_bridge::parts::redis::store::Settlement<'_> {
+    let mut s = delay_bridge::parts::redis::store::Settlement::for_batch(items.len());
     for c in items {
-        s.ack(&c.member, delay_bridge::proof::Confirmed::unpublished());
+        s.ack(
+            &c.member,
+            delay_bridge::parts::proof::Confirmed::unpublished(),
+        );
     }
     s
 }

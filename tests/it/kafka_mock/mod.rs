@@ -6,8 +6,8 @@ use crate::common;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use delay_bridge::bridge::Shutdown;
-use delay_bridge::metrics::Metrics;
+use delay_bridge::parts::bridge::Shutdown;
+use delay_bridge::parts::metrics::Metrics;
 use figment::providers::{Format, Toml};
 use figment::Figment;
 use rdkafka::mocking::MockCluster;
@@ -108,11 +108,12 @@ impl InProcess {
         std::fs::write(&path, toml).unwrap();
         // Loaded from the file alone (validated, routes resolved): `config::load` also reads
         // DELAY_BRIDGE_* variables, and the test harness sets some of its own.
-        let config = delay_bridge::config::load_from(Figment::from(Toml::file_exact(&path)), &path)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let config =
+            delay_bridge::parts::config::load_from(Figment::from(Toml::file_exact(&path)), &path)
+                .unwrap_or_else(|e| panic!("{e}"));
         let metrics = Metrics::new();
         let stop = CancellationToken::new();
-        let task = tokio::spawn(delay_bridge::bridge::run(
+        let task = tokio::spawn(delay_bridge::parts::bridge::run(
             config,
             metrics.clone(),
             Shutdown {

@@ -2,7 +2,7 @@
 
 use super::*;
 
-use delay_bridge::redis::store::ClaimBatch;
+use delay_bridge::parts::redis::store::ClaimBatch;
 
 /// This machine's clock, epoch µs.
 fn wall_us() -> i64 {

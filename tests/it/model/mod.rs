@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use delay_bridge::keys::QueueKeys;
-use delay_bridge::proof::Confirmed;
-use delay_bridge::redis::conn::Conn;
-use delay_bridge::redis::store::{
+use delay_bridge::parts::proof::Confirmed;
+use delay_bridge::parts::redis::conn::Conn;
+use delay_bridge::parts::redis::store::{
     Body, Claimed, DeadItem, DeadOutcome, DeadSettled, FailOutcome, Failure, Ingest, Purge,
     Settlement, Store,
 };

@@ -132,8 +132,9 @@ impl Case {
         let n: i64 = if self.m.bodies.is_some() {
             // The producers' script as they run it: unschedules the id, and drops its body
             // unless a copy in flight or dead still needs it.
-            static SCRIPT: std::sync::LazyLock<redis::Script> =
-                std::sync::LazyLock::new(|| redis::Script::new(delay_bridge::redis::store::CANCEL));
+            static SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+                redis::Script::new(delay_bridge::parts::redis::store::CANCEL)
+            });
             SCRIPT
                 .key(&self.keys.source)
                 .key(&self.keys.inflight)

@@ -4,8 +4,8 @@
 
 use super::*;
 
-use delay_bridge::redis::store::{Enqueued, Mark, Offer};
-use delay_bridge::schedule::tick;
+use delay_bridge::parts::redis::store::{Enqueued, Mark, Offer};
+use delay_bridge::parts::schedule::tick;
 
 /// A fresh queue (inline, or hash payload mode) and its store.
 async fn scene(hash: bool) -> (Store, MultiplexedConnection, QueueKeys) {
@@ -43,7 +43,7 @@ async fn offer(
     grace_ms: i64,
     limit: u32,
     ticks: &[i64],
-) -> Result<Enqueued, delay_bridge::redis::store::StoreError> {
+) -> Result<Enqueued, delay_bridge::parts::redis::store::StoreError> {
     let hash = store.hash_bodies();
     let ticks = ticks
         .iter()

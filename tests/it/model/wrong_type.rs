@@ -2,7 +2,7 @@
 
 use super::*;
 
-use delay_bridge::redis::store::StoreError;
+use delay_bridge::parts::redis::store::StoreError;
 
 impl Case {
     pub(super) async fn snapshot(&mut self, skip: &str) -> Snapshot {

@@ -93,12 +93,12 @@ fn tls_files_are_read_once_when_the_configuration_is_loaded() {
     let files = client_files(&pki, &key);
     let path = pki.dir().join("read-once.toml");
     std::fs::write(&path, check_config(&rediss(&files), MINIMAL_SINK)).unwrap();
-    let config = delay_bridge::config::load(&path).unwrap();
+    let config = delay_bridge::parts::config::load(&path).unwrap();
     std::fs::remove_file(&key).unwrap();
     // The connection uses the client built at load, not the files, which are gone now.
-    delay_bridge::redis::conn::Endpoint::new(&config.redis).expect("the client loaded once");
+    delay_bridge::parts::redis::conn::Endpoint::new(&config.redis).expect("the client loaded once");
     // The same settings validated again read the files: the key is missing now.
-    let again = delay_bridge::config::Redis::validate(config.redis.settings().clone());
+    let again = delay_bridge::parts::config::Redis::validate(config.redis.settings().clone());
     let e = again.expect_err("the key file is gone");
     assert!(e.to_string().contains("redis.tls.key_file"), "{e}");
 }
