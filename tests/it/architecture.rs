@@ -164,7 +164,7 @@ fn library_modules() -> Vec<String> {
     let mut out = Vec::new();
     for module in declared("src/lib.rs") {
         if SIDES.contains(&module.as_str()) {
-            let inner = declared(&format!("src/{module}/mod.rs"));
+            let inner = declared(&format!("src/{module}.rs"));
             out.extend(inner.into_iter().map(|m| format!("{module}::{m}")));
         } else {
             out.push(module);
@@ -212,7 +212,7 @@ fn every_row_allows_only_rows_below_it() {
     assert_none_found("docs/architecture.md's table runs back up", &wrong);
 }
 
-/// Modules that ask the running trigger only through its face: the items `src/trigger/mod.rs`
+/// Modules that ask the running trigger only through its face: the items `src/trigger.rs`
 /// re-exports, never one of its files.
 const ASKERS: &[&str] = &["housekeeping", "ingress", "admin"];
 
@@ -278,7 +278,7 @@ fn items_of(module: &str, source: &str) -> BTreeSet<String> {
 
 #[test]
 fn housekeeping_ingress_and_admin_ask_the_running_trigger_through_its_face() {
-    let face = reexports("src/trigger/mod.rs");
+    let face = reexports("src/trigger.rs");
     assert!(face.contains("Shard") && face.contains("State"), "{face:?}");
     let mut wrong = Vec::new();
     for module in ASKERS {
@@ -292,7 +292,7 @@ fn housekeeping_ingress_and_admin_ask_the_running_trigger_through_its_face() {
             }
         }
     }
-    let what = format!("only what src/trigger/mod.rs re-exports ({face:?}) is theirs to use");
+    let what = format!("only what src/trigger.rs re-exports ({face:?}) is theirs to use");
     assert_none_found(&what, &wrong);
 }
 

@@ -5,7 +5,7 @@
 use redis::Script;
 
 /// Helpers every script starts with.
-const PRELUDE: &str = include_str!("prelude.lua");
+const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
 /// Declares the scripts that start with [`PRELUDE`], each by name and file, once: the
 /// [`Scripts`] fields, their texts for [`script_text`], and [`SCRIPTS`].
@@ -32,24 +32,24 @@ macro_rules! scripts {
 }
 
 scripts! {
-    claim: "claim.lua",
-    settle: "settle.lua",
-    recover: "recover.lua",
-    requeue: "requeue.lua",
-    stats: "stats.lua",
-    browse: "browse.lua",
-    reschedule: "reschedule.lua",
-    purge: "purge.lua",
-    dead_claim: "dead_claim.lua",
-    dead_settle: "dead_settle.lua",
-    ingest: "ingest.lua",
-    schedule: "schedule.lua",
-    schedule_read: "schedule_read.lua",
+    claim: "scripts/claim.lua",
+    settle: "scripts/settle.lua",
+    recover: "scripts/recover.lua",
+    requeue: "scripts/requeue.lua",
+    stats: "scripts/stats.lua",
+    browse: "scripts/browse.lua",
+    reschedule: "scripts/reschedule.lua",
+    purge: "scripts/purge.lua",
+    dead_claim: "scripts/dead_claim.lua",
+    dead_settle: "scripts/dead_settle.lua",
+    ingest: "scripts/ingest.lua",
+    schedule: "scripts/schedule.lua",
+    schedule_read: "scripts/schedule_read.lua",
 }
 
 /// The cancel script of hash payload mode, as producers run it (KEYS: source, inflight,
 /// dead, bodies; ARGV: id).
-pub const CANCEL: &str = include_str!("cancel.lua");
+pub const CANCEL: &str = include_str!("scripts/cancel.lua");
 
 fn script(body: &str) -> Script {
     Script::new(&with_prelude(body))
