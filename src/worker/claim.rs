@@ -3,7 +3,7 @@
 
 use tokio::time::Instant;
 
-use super::worker::{Claim, Worker};
+use super::{Claim, Worker};
 use super::{ERROR_BACKOFF, RATE_TICK};
 
 impl Worker {
