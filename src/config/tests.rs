@@ -45,6 +45,13 @@ fn rejected_keys(jail: &mut Jail, toml: &str) -> Vec<String> {
     keys_of(load_in_jail(jail, toml).unwrap_err())
 }
 
+/// Asserts that the minimal configuration with `redis` as its `[redis]` table is refused with
+/// the problems under `keys` exactly, in that order.
+fn assert_redis_rejected(jail: &mut Jail, redis: &str, keys: &[&str]) {
+    let toml = format!("{MINIMAL}\n[redis]\n{redis}");
+    assert_eq!(rejected_keys(jail, &toml), keys, "{redis}");
+}
+
 /// Asserts that `toml` is refused with a problem under each of `keys` (others too, maybe).
 fn assert_rejected_under(jail: &mut Jail, toml: &str, keys: &[&str]) {
     let rejected = rejected_keys(jail, toml);
@@ -233,10 +240,9 @@ exchange = "ex"
             ],
         );
 
-        let empty = MINIMAL.to_string() + "\n[redis]\nmode = \"cluster\"\n";
-        assert_eq!(rejected_keys(jail, &empty), ["redis.nodes"]);
-        let stray = MINIMAL.to_string() + "\n[redis]\nnodes = [\"redis://127.0.0.1:7000\"]\n";
-        assert_eq!(rejected_keys(jail, &stray), ["redis.nodes"]);
+        assert_redis_rejected(jail, "mode = \"cluster\"\n", &["redis.nodes"]);
+        let stray = "nodes = [\"redis://127.0.0.1:7000\"]\n";
+        assert_redis_rejected(jail, stray, &["redis.nodes"]);
         Ok(())
     });
 }

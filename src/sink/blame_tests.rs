@@ -7,21 +7,16 @@ const NONE: Chosen = Chosen {
     topic: false,
     url: false,
 };
+/// The message chose its routing key, its topic or its URL.
 const KEY: Chosen = Chosen {
     routing_key: true,
-    topic: false,
-    url: false,
+    ..NONE
 };
 const TOPIC: Chosen = Chosen {
-    routing_key: false,
     topic: true,
-    url: false,
+    ..NONE
 };
-const URL: Chosen = Chosen {
-    routing_key: false,
-    topic: false,
-    url: true,
-};
+const URL: Chosen = Chosen { url: true, ..NONE };
 const HOLD: Verdict = Verdict::PutBack { hold: true };
 const BACK: Verdict = Verdict::PutBack { hold: false };
 
@@ -71,13 +66,27 @@ fn status(status: u16, every_request: bool) -> PublishError {
     }
 }
 
+/// `e` holds the trigger whether or not the message chose its own part (`chosen`).
+fn holds_whatever_was_chosen(e: &PublishError, chosen: Chosen) {
+    for c in [NONE, chosen] {
+        assert_eq!(judge(e, c, false), HOLD, "{e} with {c:?}");
+    }
+}
+
+/// `e` holds the trigger when the message did not choose the part that failed; when it chose
+/// it (`chosen`), an attempt is counted, unless the batch held the trigger anyway.
+fn holds_unless_chosen(e: &PublishError, chosen: Chosen) {
+    assert_eq!(judge(e, NONE, false), HOLD, "{e}");
+    assert_eq!(judge(e, chosen, false), attempt(DESTINATION_REFUSED), "{e}");
+    assert_eq!(judge(e, chosen, true), BACK, "{e}");
+}
+
 // RabbitMQ.
 
 #[test]
 fn amqp_exchange_missing_holds_even_with_a_chosen_routing_key() {
     let e = refused(404, "NOT_FOUND - no exchange 'orders'", Part::Exchange);
-    assert_eq!(judge(&e, NONE, false), HOLD);
-    assert_eq!(judge(&e, KEY, false), HOLD);
+    holds_whatever_was_chosen(&e, KEY);
     assert_eq!(
         judge(&PublishError::NoExchange("orders".into()), KEY, false),
         HOLD
@@ -86,22 +95,12 @@ fn amqp_exchange_missing_holds_even_with_a_chosen_routing_key() {
 
 #[test]
 fn amqp_access_refused_to_the_exchange_holds() {
-    let e = access_refused("exchange", Part::Exchange);
-    assert_eq!(judge(&e, NONE, false), HOLD);
-    assert_eq!(judge(&e, KEY, false), HOLD);
+    holds_whatever_was_chosen(&access_refused("exchange", Part::Exchange), KEY);
 }
 
 #[test]
-fn amqp_access_refused_to_the_triggers_routing_key_holds() {
-    let e = access_refused("topic", Part::RoutingKey);
-    assert_eq!(judge(&e, NONE, false), HOLD);
-}
-
-#[test]
-fn amqp_access_refused_to_a_chosen_routing_key_is_an_attempt_unless_held() {
-    let e = access_refused("topic", Part::RoutingKey);
-    assert_eq!(judge(&e, KEY, false), attempt(DESTINATION_REFUSED));
-    assert_eq!(judge(&e, KEY, true), BACK);
+fn amqp_access_refused_to_a_routing_key_holds_unless_the_message_chose_it() {
+    holds_unless_chosen(&access_refused("topic", Part::RoutingKey), KEY);
 }
 
 #[test]
@@ -149,18 +148,13 @@ fn amqp_a_header_frame_too_large_is_dead_lettered_at_once() {
 #[test]
 fn kafka_unknown_or_forbidden_topic_holds_unless_chosen() {
     for code in ["unknown_topic_or_partition", "topic_authorization_failed"] {
-        let e = kafka(code, KafkaBlame::Topic);
-        assert_eq!(judge(&e, NONE, false), HOLD);
-        assert_eq!(judge(&e, TOPIC, false), attempt(DESTINATION_REFUSED));
-        assert_eq!(judge(&e, TOPIC, true), BACK);
+        holds_unless_chosen(&kafka(code, KafkaBlame::Topic), TOPIC);
     }
 }
 
 #[test]
 fn kafka_brokers_down_hold() {
-    let e = kafka("all_brokers_down", KafkaBlame::Cluster);
-    assert_eq!(judge(&e, NONE, false), HOLD);
-    assert_eq!(judge(&e, TOPIC, false), HOLD);
+    holds_whatever_was_chosen(&kafka("all_brokers_down", KafkaBlame::Cluster), TOPIC);
 }
 
 #[test]
@@ -180,9 +174,7 @@ fn http_unreachable_or_slow_holds_unless_chosen() {
         PublishError::HttpConnect("connection refused".into()),
         PublishError::HttpTimeout,
     ] {
-        assert_eq!(judge(&e, NONE, false), HOLD, "{e}");
-        assert_eq!(judge(&e, URL, false), attempt(DESTINATION_REFUSED), "{e}");
-        assert_eq!(judge(&e, URL, true), BACK, "{e}");
+        holds_unless_chosen(&e, URL);
     }
 }
 

@@ -3,7 +3,7 @@
 
 use figment::Jail;
 
-use super::{assert_rejected_under, load_in_jail, rejected_keys, MINIMAL};
+use super::{assert_redis_rejected, assert_rejected_under, load_in_jail, MINIMAL};
 use crate::config::RedisMode;
 
 #[test]
@@ -43,14 +43,10 @@ fn every_problem_of_a_sentinel_section_is_reported() {
             ],
         );
 
-        let empty = MINIMAL.to_string() + "\n[redis]\nmode = \"sentinel\"\nmaster_name = \"m\"\n";
-        assert_eq!(rejected_keys(jail, &empty), ["redis.sentinels"]);
-        let stray = MINIMAL.to_string()
-            + "\n[redis]\nsentinels = [\"redis://127.0.0.1:26379\"]\nmaster_name = \"m\"\n";
-        assert_eq!(
-            rejected_keys(jail, &stray),
-            ["redis.sentinels", "redis.master_name"]
-        );
+        let empty = "mode = \"sentinel\"\nmaster_name = \"m\"\n";
+        assert_redis_rejected(jail, empty, &["redis.sentinels"]);
+        let stray = "sentinels = [\"redis://127.0.0.1:26379\"]\nmaster_name = \"m\"\n";
+        assert_redis_rejected(jail, stray, &["redis.sentinels", "redis.master_name"]);
         Ok(())
     });
 }

@@ -130,7 +130,6 @@ impl Store {
         max_attempts: u32,
         s: &Settlement<'_>,
     ) -> Result<Settled, StoreError> {
-        let mut conn = self.conn.clone();
         let mut inv = self.keyed(&SCRIPTS.settle);
         inv.arg(deadline_ms)
             .arg(max_attempts)
@@ -151,7 +150,7 @@ impl Store {
         for c in &s.put_back {
             inv.arg(c.member.as_slice()).arg(c.due_raw.as_slice());
         }
-        let reply: Vec<i64> = inv.invoke_async(&mut conn).await?;
+        let reply: Vec<i64> = inv.invoke_async(&mut self.conn.clone()).await?;
         if reply.len() != 3 + s.fail.len() {
             return Err(StoreError::Reply("settle reply length"));
         }
