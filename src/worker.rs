@@ -36,6 +36,8 @@ pub const MAX_IN_FLIGHT: usize = 4;
 /// per message.
 const RATE_TICK: Duration = Duration::from_millis(10);
 
+/// The wait after a failed Redis call or publisher, growing with the failures from 100 ms
+/// to 5 s (jittered), for the workers and the dead-letter forwarder.
 pub(crate) const ERROR_BACKOFF: Backoff = Backoff {
     initial: Duration::from_millis(100),
     max: Duration::from_secs(5),
