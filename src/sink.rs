@@ -253,7 +253,10 @@ async fn await_confirms<F>(
 {
     use futures_util::StreamExt;
     let deadline = tokio::time::sleep(timeout);
+    // Made once: one made per answer would register with the token again each time.
+    let aborted = abort.cancelled();
     tokio::pin!(deadline);
+    tokio::pin!(aborted);
     tokio::pin!(pending);
     loop {
         tokio::select! {
@@ -262,7 +265,7 @@ async fn await_confirms<F>(
                 None => return,
             },
             _ = &mut deadline => return,
-            _ = abort.cancelled() => {
+            _ = &mut aborted => {
                 for r in results.iter_mut() {
                     if matches!(r, Err(PublishError::Timeout)) {
                         *r = Err(PublishError::Aborted);

@@ -176,6 +176,7 @@ impl HttpSink {
         Ok(HttpPublisher {
             shared: self.shared.clone(),
             route: route.clone(),
+            fixed: endpoint.as_deref().map(url::Url::parse),
             endpoint,
         })
     }
@@ -188,6 +189,8 @@ pub struct HttpPublisher {
     route: HttpRoute,
     /// The route's own URL, if it has one.
     endpoint: Option<String>,
+    /// That URL parsed, once for every request to it.
+    fixed: Option<Result<url::Url, url::ParseError>>,
 }
 
 impl HttpPublisher {
@@ -210,27 +213,33 @@ impl HttpPublisher {
         let mut sent = vec![false; batch.messages.len()];
         let mut unreachable = vec![false; batch.messages.len()];
         // Per message sent: its endpoint's URL and the hash it is known by there.
-        let mut sent_to: Vec<Option<(String, Member)>> = vec![None; batch.messages.len()];
+        let mut sent_to: Vec<Option<(Arc<str>, Member)>> = vec![None; batch.messages.len()];
+        let fixed: Option<Arc<str>> = self.endpoint.as_deref().map(Arc::from);
         let now_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         // Validated with the configuration: one of POST, PUT, PATCH, DELETE.
         let method = reqwest::Method::from_bytes(self.route.method.as_bytes())
             .unwrap_or(reqwest::Method::POST);
+        let turn = self.shared.window.turn(batch.trigger);
+        let turn = &turn;
         let pending = FuturesUnordered::new();
         for (i, m) in batch.messages.iter().enumerate() {
             match self.request(batch.trigger, m, &method, now_ms) {
                 Ok(request) => {
                     sent[i] = true;
-                    let url = m.url.or(self.route.fixed_url()).unwrap_or_default();
-                    let member = self.shared.recent().member(m.member);
-                    sent_to[i] = Some((url.to_string(), member));
-                    let url = url.to_string();
+                    let url: Arc<str> = match (m.url, &fixed) {
+                        (Some(own), _) => Arc::from(own),
+                        (None, Some(fixed)) => fixed.clone(),
+                        (None, None) => Arc::from(""),
+                    };
+                    let member = recent::member(m.member);
+                    sent_to[i] = Some((url.clone(), member));
                     let shared = self.shared.clone();
                     pending.push(async move {
                         // One request of a trigger at a time waits for room: a herd on
                         // another trigger holds this one up by one request, not all of them.
-                        let _room = shared.window.room(batch.trigger, 1).await;
+                        let _room = shared.window.room_in(turn, 1).await;
                         let ended = match shared.client.execute(request).await {
                             Ok(response) => outcome::answered(response).await,
                             Err(e) => outcome::failed(&e),
@@ -271,20 +280,20 @@ impl HttpPublisher {
     /// Marks each status that every recent request to its endpoint got (`every_request`),
     /// unless that endpoint gave a 2xx to another message of the batch: then the messages
     /// it failed are proven at fault.
-    fn every_request(&self, sent_to: &[Option<(String, Member)>], results: &mut [Outcome]) {
+    fn every_request(&self, sent_to: &[Option<(Arc<str>, Member)>], results: &mut [Outcome]) {
         let mut recent = self.shared.recent();
         let went_through: BTreeSet<&str> = sent_to
             .iter()
             .zip(results.iter())
             .filter_map(|(to, r)| to.as_ref().filter(|_| r.is_ok()))
-            .map(|(url, _)| url.as_str())
+            .map(|(url, _)| &**url)
             .collect();
         for url in &went_through {
             let failed: Vec<Member> = sent_to
                 .iter()
                 .zip(results.iter())
                 .filter_map(|(to, r)| to.as_ref().filter(|_| r.is_err()))
-                .filter(|(u, _)| u == url)
+                .filter(|(u, _)| **u == **url)
                 .map(|(_, m)| *m)
                 .collect();
             recent.others_went_through(url, &failed);
@@ -301,8 +310,7 @@ impl HttpPublisher {
             else {
                 continue;
             };
-            *every_request =
-                !went_through.contains(url.as_str()) && recent.every_request(url, *status);
+            *every_request = !went_through.contains(&**url) && recent.every_request(url, *status);
         }
     }
 
@@ -314,24 +322,34 @@ impl HttpPublisher {
         method: &reqwest::Method,
         now_ms: i64,
     ) -> Result<reqwest::Request, PublishError> {
-        let url = match (m.url, self.route.fixed_url()) {
-            (Some(own), _) => own,
-            (None, Some(url)) => url,
-            (None, None) => return Err(PublishError::BadPayload("the message has no URL".into())),
+        let unparsed =
+            |url: &str, e: url::ParseError| PublishError::BadPayload(format!("url `{url}`: {e}"));
+        let url = match (m.url, &self.fixed, &self.endpoint) {
+            (Some(own), _, _) => url::Url::parse(own).map_err(|e| unparsed(own, e))?,
+            (None, Some(Ok(url)), _) => url.clone(),
+            (None, Some(Err(e)), Some(fixed)) => return Err(unparsed(fixed, *e)),
+            _ => return Err(PublishError::BadPayload("the message has no URL".into())),
         };
-        let url = url::Url::parse(url)
-            .map_err(|e| PublishError::BadPayload(format!("url `{url}`: {e}")))?;
         if !self.shared.allow_link_local {
             if let Some(why) = client::literal_blocked(&url) {
                 return Err(PublishError::AddressNotAllowed(why));
             }
         }
         let parts = request::parts(trigger, m, self.shared.secret.as_deref(), now_ms)?;
-        self.shared
-            .client
+        let client = &self.shared.client;
+        let mut request = client
             .request(method.clone(), url)
-            .headers(parts.headers)
             .body(parts.body)
+            .build()
+            .map_err(|e| PublishError::BadPayload(e.to_string()))?;
+        if request.headers().is_empty() {
+            // Nothing to merge with: the message's headers are the request's as they are.
+            *request.headers_mut() = parts.headers;
+            return Ok(request);
+        }
+        // Credentials in the URL gave it an `authorization` the message's own headers replace.
+        reqwest::RequestBuilder::from_parts(client.clone(), request)
+            .headers(parts.headers)
             .build()
             .map_err(|e| PublishError::BadPayload(e.to_string()))
     }

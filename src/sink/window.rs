@@ -5,11 +5,14 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+/// A trigger's turn: held by the one run of the trigger waiting for room.
+pub(super) type Turn = Arc<tokio::sync::Mutex<()>>;
+
 /// One permit per message the sink may have out at once, and a turn per trigger.
 pub(super) struct Window {
     permits: Arc<Semaphore>,
     /// Held by the one run of a trigger waiting for room; its other runs wait here.
-    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    turns: Mutex<HashMap<String, Turn>>,
     /// The permits there are.
     size: usize,
 }
@@ -33,12 +36,17 @@ impl Window {
     /// that asked before this one's turn came got its own; `None` never happens (the
     /// permits are never closed).
     pub(super) async fn room(&self, trigger: &str, want: u32) -> Option<OwnedSemaphorePermit> {
-        let turn = self.turn(trigger);
+        self.room_in(&self.turn(trigger), want).await
+    }
+
+    /// [`room`](Self::room) with the trigger's turn looked up already (see [`turn`](Self::turn)).
+    pub(super) async fn room_in(&self, turn: &Turn, want: u32) -> Option<OwnedSemaphorePermit> {
         let _turn = turn.lock().await;
         self.permits.clone().acquire_many_owned(want).await.ok()
     }
 
-    fn turn(&self, trigger: &str) -> Arc<tokio::sync::Mutex<()>> {
+    /// The turn of `trigger`, for asking room for several runs without looking it up each time.
+    pub(super) fn turn(&self, trigger: &str) -> Turn {
         let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
         match turns.get(trigger) {
             Some(turn) => turn.clone(),

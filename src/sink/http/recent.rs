@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, RandomState};
+use std::sync::OnceLock;
 
 /// Answers kept per endpoint.
 const WINDOW: usize = 8;
@@ -21,11 +22,16 @@ const ENDPOINTS: usize = 1024;
 /// A message, by a hash of its member.
 pub(super) type Member = u64;
 
+/// The hash a message is known by (the same keys for every sink of the process).
+pub(super) fn member(member: &[u8]) -> Member {
+    static HASHER: OnceLock<RandomState> = OnceLock::new();
+    HASHER.get_or_init(RandomState::new).hash_one(member)
+}
+
 /// The recent answers of every endpoint of a sink.
 #[derive(Default)]
 pub(super) struct Recent {
     by_url: HashMap<String, Window>,
-    hasher: RandomState,
     tick: u64,
 }
 
@@ -56,24 +62,22 @@ fn forget(set: &mut VecDeque<Member>, m: Member) {
 }
 
 impl Recent {
-    /// The hash a message is known by.
-    pub(super) fn member(&self, member: &[u8]) -> Member {
-        self.hasher.hash_one(member)
-    }
-
     fn window(&mut self, url: &str) -> &mut Window {
         self.tick += 1;
-        if !self.by_url.contains_key(url) && self.by_url.len() >= ENDPOINTS {
-            let oldest = self
-                .by_url
-                .iter()
-                .min_by_key(|(_, w)| w.used)
-                .map(|(u, _)| u.clone());
-            if let Some(oldest) = oldest {
-                self.by_url.remove(&oldest);
+        if !self.by_url.contains_key(url) {
+            if self.by_url.len() >= ENDPOINTS {
+                let oldest = self
+                    .by_url
+                    .iter()
+                    .min_by_key(|(_, w)| w.used)
+                    .map(|(u, _)| u.clone());
+                if let Some(oldest) = oldest {
+                    self.by_url.remove(&oldest);
+                }
             }
+            self.by_url.insert(url.to_string(), Window::default());
         }
-        let w = self.by_url.entry(url.to_string()).or_default();
+        let w = self.by_url.get_mut(url).expect("inserted above");
         w.used = self.tick;
         w
     }

@@ -66,21 +66,28 @@ pub(super) fn parts(
     let mut due = itoa::Buffer::new();
     let mut attempt = itoa::Buffer::new();
     let id = value_of("id", m.id)?;
-    headers.insert(HEADER_TRIGGER, value_of(HEADER_TRIGGER, trigger)?);
+    // The names are made at compile time: a `&str` name is checked again on every insert.
     headers.insert(
-        HEADER_DUE_MS,
+        const { HeaderName::from_static(HEADER_TRIGGER) },
+        value_of(HEADER_TRIGGER, trigger)?,
+    );
+    headers.insert(
+        const { HeaderName::from_static(HEADER_DUE_MS) },
         HeaderValue::from_str(due.format(m.due_ms)).expect("digits"),
     );
     headers.insert(
-        HEADER_ATTEMPT,
+        const { HeaderName::from_static(HEADER_ATTEMPT) },
         HeaderValue::from_str(attempt.format(m.attempt)).expect("digits"),
     );
-    headers.insert(HEADER_ID, id.clone());
-    headers.insert(HEADER_IDEMPOTENCY_KEY, id);
+    headers.insert(const { HeaderName::from_static(HEADER_ID) }, id.clone());
+    headers.insert(
+        const { HeaderName::from_static(HEADER_IDEMPOTENCY_KEY) },
+        id,
+    );
     if let Some(secret) = secret {
         let signature = sign(secret, now_ms, m.payload);
         headers.insert(
-            HEADER_SIGNATURE,
+            const { HeaderName::from_static(HEADER_SIGNATURE) },
             HeaderValue::from_str(&signature).expect("ascii"),
         );
     }
