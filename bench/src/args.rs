@@ -46,6 +46,8 @@ pub enum Phase {
     Ingress,
     /// Kafka: CPU per 100k of the bridge, of a plain producer and of the claim/settle client.
     KafkaCost,
+    /// HTTP: CPU per 100k of the bridge, of the HTTP client alone and of the claim/settle client.
+    HttpCost,
 }
 
 /// Measure delay-bridge's forwarding rate, lateness and idle cost against the local Redis and a

@@ -1,5 +1,5 @@
-//! The bench's child processes (`delay-bridge-bench __child ...`): a plain rdkafka producer and
-//! the claim/settle client alone, each in a process of its own so that /proc gives its CPU time
+//! The bench's child processes (`delay-bridge-bench __child ...`): a plain rdkafka producer, the
+//! HTTP client alone and the claim/settle client alone, each in a process of its own so that /proc gives its CPU time
 //! without the load generator's, the consumer's or the bridge's.
 
 use std::process::{Command, Stdio};
@@ -54,6 +54,18 @@ enum ChildCommand {
         /// librdkafka properties, `name=value`.
         #[arg(long = "property")]
         properties: Vec<String>,
+    },
+    /// POST `messages` bench payloads to `url` with the HTTP ceiling's client, as many at once
+    /// as the bench sink's `max_concurrency`.
+    HttpClient {
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        messages: u64,
+        #[arg(long)]
+        payload_bytes: usize,
+        #[arg(long)]
+        base: u64,
     },
     /// Drain the loaded queue `key` with the claim and settle scripts alone.
     ClaimSettle {
@@ -116,6 +128,12 @@ pub async fn run_if_child() -> Option<i32> {
             };
             producer.run(base, messages).await
         }
+        ChildCommand::HttpClient {
+            url,
+            messages,
+            payload_bytes,
+            base,
+        } => http_client(&url, messages, payload_bytes, base).await,
         ChildCommand::ClaimSettle {
             redis_url,
             key,
@@ -290,5 +308,27 @@ async fn claim_settle(
         messages: n,
         seconds,
         cpu_seconds,
+    })
+}
+
+/// The HTTP ceiling's client alone: `WARM_UP` requests (connections), then `n` timed.
+async fn http_client(
+    url: &str,
+    n: u64,
+    payload_bytes: usize,
+    base: u64,
+) -> anyhow::Result<ChildRun> {
+    let client = super::http::client()?;
+    let due_ms = super::tally::now_us() / 1000;
+    super::http::post_all(&client, url, base, WARM_UP.min(n), payload_bytes, due_ms).await?;
+    let pid = std::process::id();
+    let cpu = process_cpu_seconds(pid)?;
+    let start = Instant::now();
+    super::http::post_all(&client, url, base + WARM_UP, n, payload_bytes, due_ms).await?;
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(ChildRun {
+        messages: n,
+        seconds,
+        cpu_seconds: process_cpu_seconds(pid)? - cpu,
     })
 }

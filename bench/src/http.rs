@@ -70,43 +70,67 @@ impl HttpBench {
         payload_bytes: usize,
         due_ms: i64,
     ) -> anyhow::Result<Instant> {
-        // The sink's TLS setup (rustls with ring, the system's CAs), though loopback is plain.
-        let tls = (*delay_bridge::parts::config::Tls::system().config()).clone();
-        let client = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
-            .pool_max_idle_per_host(CONCURRENCY)
-            .tcp_nodelay(true)
-            .no_proxy()
-            .timeout(Duration::from_secs(10))
-            .build()?;
+        let client = client()?;
         let started = Instant::now();
-        let ok = Arc::new(AtomicU64::new(0));
-        let due = due_ms.to_string();
-        let mut sent = futures_util::stream::iter(0..count)
-            .map(|i| {
-                let request = client
-                    .post(&self.url)
-                    .header(HEADER_DUE_MS, &due)
-                    .body(payload(base + i, payload_bytes));
-                let ok = ok.clone();
-                async move {
-                    let answer = request.send().await?;
-                    if answer.status().is_success() {
-                        ok.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok::<_, reqwest::Error>(())
-                }
-            })
-            .buffer_unordered(CONCURRENCY);
-        while let Some(r) = sent.next().await {
-            r.context("a ceiling request failed")?;
-        }
-        let ok = ok.load(Ordering::Relaxed);
-        if ok != count {
-            bail!("{ok} of {count} requests answered 2xx");
-        }
+        post_all(&client, &self.url, base, count, payload_bytes, due_ms).await?;
         Ok(started)
     }
+
+    /// The endpoint's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// The ceiling's client: the sink's TLS setup (rustls with ring, the system's CAs, though
+/// loopback is plain), one pool of `CONCURRENCY` connections.
+pub fn client() -> anyhow::Result<reqwest::Client> {
+    let tls = (*delay_bridge::parts::config::Tls::system().config()).clone();
+    Ok(reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .pool_max_idle_per_host(CONCURRENCY)
+        .tcp_nodelay(true)
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()?)
+}
+
+/// POSTs `count` bench payloads from `base` on to `url`, `CONCURRENCY` at a time, each with
+/// its due time; fails unless every one is answered 2xx.
+pub async fn post_all(
+    client: &reqwest::Client,
+    url: &str,
+    base: u64,
+    count: u64,
+    payload_bytes: usize,
+    due_ms: i64,
+) -> anyhow::Result<()> {
+    let ok = Arc::new(AtomicU64::new(0));
+    let due = due_ms.to_string();
+    let mut sent = futures_util::stream::iter(0..count)
+        .map(|i| {
+            let request = client
+                .post(url)
+                .header(HEADER_DUE_MS, &due)
+                .body(payload(base + i, payload_bytes));
+            let ok = ok.clone();
+            async move {
+                let answer = request.send().await?;
+                if answer.status().is_success() {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok::<_, reqwest::Error>(())
+            }
+        })
+        .buffer_unordered(CONCURRENCY);
+    while let Some(r) = sent.next().await {
+        r.context("a request failed")?;
+    }
+    let ok = ok.load(Ordering::Relaxed);
+    if ok != count {
+        bail!("{ok} of {count} requests answered 2xx");
+    }
+    Ok(())
 }
 
 async fn receive(State(tally): State<Arc<Tally>>, headers: HeaderMap, body: Bytes) -> StatusCode {

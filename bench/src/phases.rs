@@ -19,8 +19,8 @@ use super::tally::quantile;
 use super::{Bench, BridgeToml, Phase};
 
 mod ceilings;
+mod cost;
 mod herd;
-mod kafka_cost;
 mod load;
 mod rabbit;
 mod scheduled;
@@ -103,9 +103,15 @@ impl Bench {
         if self.runs(Phase::Forward) {
             report.forward = errors.keep("forward", self.drain(false).await);
         }
-        if let (true, Some(f)) = (self.runs(Phase::KafkaCost), &report.forward) {
-            if matches!(self.broker, super::Broker::Kafka(_)) {
-                report.kafka_cost = errors.keep("kafka cost", self.kafka_cost(f).await);
+        if let Some(f) = &report.forward {
+            match self.broker {
+                super::Broker::Kafka(_) if self.runs(Phase::KafkaCost) => {
+                    report.cost = errors.keep("kafka cost", self.kafka_cost(f).await);
+                }
+                super::Broker::Http(_) if self.runs(Phase::HttpCost) => {
+                    report.cost = errors.keep("http cost", self.http_cost(f).await);
+                }
+                _ => {}
             }
         }
         if self.runs(Phase::Backlog) && self.backlog_destination.is_some() {

@@ -10,7 +10,7 @@ mod row;
 mod rows;
 mod scheduled;
 
-pub use cost::KafkaCost;
+pub use cost::Cost;
 pub use herd::Herd;
 pub use ingress::IngressRun;
 pub use rabbit::{AmqpCeilings, ClientRate};
@@ -44,8 +44,9 @@ pub struct Report {
     pub amqp_backlog_ceilings: Option<AmqpCeilings>,
     /// AMQP: the bridge draining a backlog into a queue nobody consumes.
     pub backlog: Option<Forward>,
-    /// Kafka: the bridge's CPU per message next to a plain producer's and the claim/settle client's.
-    pub kafka_cost: Option<KafkaCost>,
+    /// Kafka and HTTP: the bridge's CPU per message next to an independent publisher's (a plain
+    /// producer, the HTTP client alone) and the claim/settle client's.
+    pub cost: Option<Cost>,
     /// Steady load, with and without keyspace notifications.
     pub lateness: Vec<Lateness>,
     /// `--scheduled`: the steady load beside a large future schedule.

@@ -72,7 +72,7 @@ impl Report {
         if let Some(f) = &self.forward {
             rows.extend(self.forward_rows(f, broker, redis));
         }
-        if let Some(c) = &self.kafka_cost {
+        if let Some(c) = &self.cost {
             rows.extend(c.rows());
         }
         if let Some(f) = &self.backlog {

@@ -1,17 +1,18 @@
-//! Kafka by cost: the bridge's CPU per 100k forwarded messages next to what a plain rdkafka
-//! producer and the claim/settle client alone spend on the same messages, each in a child process.
+//! Cost per message: the bridge's CPU per 100k forwarded messages next to what an independent
+//! publisher (a plain rdkafka producer, the HTTP client alone) and the claim/settle client alone
+//! spend on as many messages, each in a child process.
 
 use delay_bridge::parts::config::SinkConfig;
 use delay_bridge::parts::sink::kafka::DEFAULT_PROPERTIES;
 
 use super::*;
 use crate::child::{self, ChildRun};
-use crate::report::KafkaCost;
+use crate::report::Cost;
 
 impl Bench {
     /// Measures the plain producer and the claim/settle client on `--messages` each; `bridge`
     /// is the forwarding phase of the same run.
-    pub(super) async fn kafka_cost(&self, bridge: &Forward) -> anyhow::Result<KafkaCost> {
+    pub(super) async fn kafka_cost(&self, bridge: &Forward) -> anyhow::Result<Cost> {
         let crate::Broker::Kafka(kafka) = &self.broker else {
             bail!("Kafka only");
         };
@@ -41,7 +42,36 @@ impl Bench {
         let producer = child::spawn(args).await.context("the plain producer")?;
         eprintln!("bench: kafka cost, the claim/settle client, {n} messages");
         let claim_settle = self.claim_settle_child(n).await?;
-        Ok(KafkaCost {
+        Ok(Cost {
+            publisher_name: "plain rdkafka producer",
+            bridge_cpu_per_100k: bridge.cpu_seconds_per_100k,
+            bridge_msg_per_s: bridge.rate.msg_per_s,
+            producer,
+            claim_settle,
+        })
+    }
+
+    /// Measures the HTTP client alone (the ceiling's, in a child process, POSTing to the bench's
+    /// endpoint) and the claim/settle client on `--messages` each; `bridge` is the forwarding
+    /// phase of the same run.
+    pub(super) async fn http_cost(&self, bridge: &Forward) -> anyhow::Result<Cost> {
+        let crate::Broker::Http(http) = &self.broker else {
+            bail!("HTTP only");
+        };
+        let n = self.args.messages;
+        eprintln!("bench: http cost, the HTTP client alone, {n} messages");
+        let args = vec![
+            "http-client".to_string(),
+            format!("--url={}", http.url()),
+            format!("--messages={n}"),
+            format!("--payload-bytes={}", self.args.payload_bytes),
+            format!("--base={}", self.next_base()),
+        ];
+        let producer = child::spawn(args).await.context("the HTTP client alone")?;
+        eprintln!("bench: http cost, the claim/settle client, {n} messages");
+        let claim_settle = self.claim_settle_child(n).await?;
+        Ok(Cost {
+            publisher_name: "HTTP client alone",
             bridge_cpu_per_100k: bridge.cpu_seconds_per_100k,
             bridge_msg_per_s: bridge.rate.msg_per_s,
             producer,
