@@ -34,6 +34,18 @@ struct ChildArgs {
     command: ChildCommand,
 }
 
+/// What a publishing child sends: how many messages, their payload size, and the sequence
+/// number of the first.
+#[derive(Debug, clap::Args)]
+struct Sent {
+    #[arg(long)]
+    messages: u64,
+    #[arg(long)]
+    payload_bytes: usize,
+    #[arg(long)]
+    base: u64,
+}
+
 #[derive(Debug, Subcommand)]
 enum ChildCommand {
     /// Produce `messages` records like the bridge's (payload, its four headers, no key) with a
@@ -43,12 +55,8 @@ enum ChildCommand {
         brokers: String,
         #[arg(long)]
         topic: String,
-        #[arg(long)]
-        messages: u64,
-        #[arg(long)]
-        payload_bytes: usize,
-        #[arg(long)]
-        base: u64,
+        #[command(flatten)]
+        sent: Sent,
         #[arg(long)]
         window: usize,
         /// librdkafka properties, `name=value`.
@@ -60,12 +68,8 @@ enum ChildCommand {
     HttpClient {
         #[arg(long)]
         url: String,
-        #[arg(long)]
-        messages: u64,
-        #[arg(long)]
-        payload_bytes: usize,
-        #[arg(long)]
-        base: u64,
+        #[command(flatten)]
+        sent: Sent,
     },
     /// Drain the loaded queue `key` with the claim and settle scripts alone.
     ClaimSettle {
@@ -113,27 +117,20 @@ pub async fn run_if_child() -> Option<i32> {
         ChildCommand::KafkaProducer {
             brokers,
             topic,
-            messages,
-            payload_bytes,
-            base,
+            sent,
             window,
             properties,
         } => {
             let producer = Plain {
                 brokers,
                 topic,
-                payload_bytes,
+                payload_bytes: sent.payload_bytes,
                 window,
                 properties,
             };
-            producer.run(base, messages).await
+            producer.run(sent.base, sent.messages).await
         }
-        ChildCommand::HttpClient {
-            url,
-            messages,
-            payload_bytes,
-            base,
-        } => http_client(&url, messages, payload_bytes, base).await,
+        ChildCommand::HttpClient { url, sent } => http_client(&url, &sent).await,
         ChildCommand::ClaimSettle {
             redis_url,
             key,
@@ -311,13 +308,9 @@ async fn claim_settle(
     })
 }
 
-/// The HTTP ceiling's client alone: `WARM_UP` requests (connections), then `n` timed.
-async fn http_client(
-    url: &str,
-    n: u64,
-    payload_bytes: usize,
-    base: u64,
-) -> anyhow::Result<ChildRun> {
+/// The HTTP ceiling's client alone: `WARM_UP` requests (connections), then `sent` timed.
+async fn http_client(url: &str, sent: &Sent) -> anyhow::Result<ChildRun> {
+    let (n, payload_bytes, base) = (sent.messages, sent.payload_bytes, sent.base);
     let client = super::http::client()?;
     let due_ms = super::tally::now_us() / 1000;
     super::http::post_all(&client, url, base, WARM_UP.min(n), payload_bytes, due_ms).await?;

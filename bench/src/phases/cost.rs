@@ -39,16 +39,7 @@ impl Bench {
             format!("--window={window}"),
         ];
         args.extend(properties.iter().map(|p| format!("--property={p}")));
-        let producer = child::spawn(args).await.context("the plain producer")?;
-        eprintln!("bench: kafka cost, the claim/settle client, {n} messages");
-        let claim_settle = self.claim_settle_child(n).await?;
-        Ok(Cost {
-            publisher_name: "plain rdkafka producer",
-            bridge_cpu_per_100k: bridge.cpu_seconds_per_100k,
-            bridge_msg_per_s: bridge.rate.msg_per_s,
-            producer,
-            claim_settle,
-        })
+        self.cost("plain rdkafka producer", args, bridge).await
     }
 
     /// Measures the HTTP client alone (the ceiling's, in a child process, POSTing to the bench's
@@ -67,15 +58,26 @@ impl Bench {
             format!("--payload-bytes={}", self.args.payload_bytes),
             format!("--base={}", self.next_base()),
         ];
-        let producer = child::spawn(args).await.context("the HTTP client alone")?;
-        eprintln!("bench: http cost, the claim/settle client, {n} messages");
-        let claim_settle = self.claim_settle_child(n).await?;
+        self.cost("HTTP client alone", args, bridge).await
+    }
+
+    /// Runs the independent publisher `publisher_name` as a child with `args`, then the
+    /// claim/settle client on as many messages, next to the bridge's forwarding phase.
+    async fn cost(
+        &self,
+        publisher_name: &'static str,
+        args: Vec<String>,
+        bridge: &Forward,
+    ) -> anyhow::Result<Cost> {
+        let producer = child::spawn(args).await.context(publisher_name)?;
+        let n = self.args.messages;
+        eprintln!("bench: cost, the claim/settle client, {n} messages");
         Ok(Cost {
-            publisher_name: "HTTP client alone",
+            publisher_name,
             bridge_cpu_per_100k: bridge.cpu_seconds_per_100k,
             bridge_msg_per_s: bridge.rate.msg_per_s,
             producer,
-            claim_settle,
+            claim_settle: self.claim_settle_child(n).await?,
         })
     }
 

@@ -93,7 +93,9 @@ mod tests {
         };
         // 2.2 s and 0.8 s per 100k: 3.0 s together, 4.5 s allowed.
         let within = cost(4.4).rows();
-        assert!(within[0].measurement.starts_with("cost: HTTP client alone CPU per 100k"));
+        assert!(within[0]
+            .measurement
+            .starts_with("cost: HTTP client alone CPU per 100k"));
         assert_eq!(within[0].ceiling, "2.200 s");
         assert_eq!(within[2].ratio, "1.47x");
         assert_eq!(within[2].result, verdict(true));
