@@ -133,6 +133,15 @@ impl Store {
         self.claim_bytes.is_some()
     }
 
+    /// [`hash_bodies`](Self::hash_bodies) as the scripts take it: `1` or `0`.
+    fn hash_flag(&self) -> &'static str {
+        if self.hash_bodies() {
+            "1"
+        } else {
+            "0"
+        }
+    }
+
     /// The keys of this queue.
     pub fn keys(&self) -> &QueueKeys {
         &self.keys
@@ -206,6 +215,11 @@ pub fn pauses(value: &str) -> bool {
         value.to_ascii_lowercase().as_str(),
         "0" | "false" | "no" | ""
     )
+}
+
+/// A duration as a script's milliseconds argument (saturated).
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A due time in epoch ms as a score argument: the ends of i64 (where [`score_ms`] saturates

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{score_ms, Store, StoreError, SCRIPTS};
+use super::{millis, score_ms, Store, StoreError, SCRIPTS};
 
 /// Where a claimed member's message body is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,7 +182,7 @@ impl Store {
         let reply: Value = self
             .keyed(&SCRIPTS.claim)
             .arg(batch)
-            .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+            .arg(millis(lease))
             .arg(self.claim_bytes.unwrap_or(0))
             .arg(self.largest_body)
             .arg(self.rate.map_or(0.0, |(per_ms, _)| per_ms))

@@ -144,7 +144,7 @@ impl Store {
                     .arg(MAX_PAGE)
                     .arg("-inf")
                     .arg("+inf")
-                    .arg(if self.hash_bodies() { "1" } else { "0" })
+                    .arg(self.hash_flag())
                     .arg(reason);
                 for m in matching {
                     inv.arg(m);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{score_ms, Body, Store, StoreError};
+use super::{millis, score_ms, Body, Store, StoreError};
 use crate::redis::scripts::SCRIPTS;
 
 /// Dead letters claimed for forwarding to the trigger's dead-letter destination.
@@ -73,8 +73,8 @@ impl Store {
         let reply: Value = self
             .keyed(&SCRIPTS.dead_claim)
             .arg(limit)
-            .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
-            .arg(if self.hash_bodies() { "1" } else { "0" })
+            .arg(millis(lease))
+            .arg(self.hash_flag())
             .arg(self.largest_body)
             .invoke_async(&mut conn)
             .await?;
@@ -92,7 +92,7 @@ impl Store {
         let mut conn = self.conn.clone();
         let mut inv = self.keyed(&SCRIPTS.dead_settle);
         inv.arg(deadline_ms)
-            .arg(if self.hash_bodies() { "1" } else { "0" })
+            .arg(self.hash_flag())
             .arg(outcome.confirmed.len())
             .arg(outcome.kept.len())
             .arg(outcome.refused.len())

@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::cursor::{Cursor, CURSOR_MEMBER_MAX};
-use super::{score_arg, score_ms, Store, StoreError, SCRIPTS};
+use super::{millis, score_arg, score_ms, Store, StoreError, SCRIPTS};
 
 /// Most entries one page of [`Store::browse`] returns.
 pub const MAX_PAGE: usize = 1000;
@@ -290,7 +290,7 @@ impl Store {
     /// `bucket` from now on: the clock, then one ZCOUNT each in one pipeline.
     pub async fn forecast(&self, bucket: Duration, buckets: usize) -> Result<Forecast, StoreError> {
         let buckets = buckets.clamp(1, MAX_BUCKETS);
-        let bucket_ms = u64::try_from(bucket.as_millis()).unwrap_or(u64::MAX).max(1);
+        let bucket_ms = millis(bucket).max(1);
         let now = self.now_ms().await?;
         let mut conn = self.conn.clone();
         let source = &self.keys().source;
@@ -388,7 +388,7 @@ impl Store {
                 .arg(CHUNK)
                 .arg(&from)
                 .arg(&to)
-                .arg(if self.hash_bodies() { "1" } else { "0" })
+                .arg(self.hash_flag())
                 .invoke_async(&mut conn)
                 .await?;
             deleted += n;

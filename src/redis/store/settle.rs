@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Claimed, Store, StoreError, SCRIPTS};
+use super::{millis, Claimed, Store, StoreError, SCRIPTS};
 use crate::proof::Confirmed;
 
 /// What to do with each member of a settled batch: a description of the settle script's
@@ -136,13 +136,13 @@ impl Store {
             .arg(s.ack.len() + s.drop.len())
             .arg(s.fail.len())
             .arg(s.put_back.len())
-            .arg(if self.hash_bodies() { "1" } else { "0" });
+            .arg(self.hash_flag());
         for m in s.ack.iter().chain(&s.drop) {
             inv.arg(*m);
         }
         for f in &s.fail {
             inv.arg(f.member)
-                .arg(u64::try_from(f.retry_in.as_millis()).unwrap_or(u64::MAX))
+                .arg(millis(f.retry_in))
                 .arg(f.reason.as_ref())
                 .arg(if f.permanent { "1" } else { "0" })
                 .arg(f.detail.as_deref().unwrap_or(""));
