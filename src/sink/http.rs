@@ -159,7 +159,7 @@ impl HttpSink {
     /// A publisher for `route`; fails while the route's endpoint is down or asked the bridge
     /// to wait (`Retry-After`), so that workers do not claim.
     pub fn publisher(&self, route: &HttpRoute) -> Result<HttpPublisher, PublishError> {
-        let endpoint = route.fixed_url().map(str::to_string);
+        let endpoint: Option<Arc<str>> = route.fixed_url().map(Arc::from);
         if let Some(url) = &endpoint {
             if let Some(why) = self.shared.down.why(url) {
                 return Err(PublishError::Connection(format!(
@@ -176,10 +176,17 @@ impl HttpSink {
         Ok(HttpPublisher {
             shared: self.shared.clone(),
             route: route.clone(),
-            fixed: endpoint.as_deref().map(url::Url::parse),
+            fixed: endpoint
+                .as_deref()
+                .map(|url| url::Url::parse(url).map_err(|e| unparsed(url, e))),
             endpoint,
         })
     }
+}
+
+/// Why `url` is no URL, as a message's dead letter says.
+fn unparsed(url: &str, e: url::ParseError) -> String {
+    format!("url `{url}`: {e}")
 }
 
 /// A worker's handle: the sink's client bound to one route.
@@ -188,9 +195,9 @@ pub struct HttpPublisher {
     shared: Arc<Shared>,
     route: HttpRoute,
     /// The route's own URL, if it has one.
-    endpoint: Option<String>,
-    /// That URL parsed, once for every request to it.
-    fixed: Option<Result<url::Url, url::ParseError>>,
+    endpoint: Option<Arc<str>>,
+    /// That URL parsed, once for every request to it (or why it does not parse).
+    fixed: Option<Result<url::Url, String>>,
 }
 
 impl HttpPublisher {
@@ -214,7 +221,6 @@ impl HttpPublisher {
         let mut unreachable = vec![false; batch.messages.len()];
         // Per message sent: its endpoint's URL and the hash it is known by there.
         let mut sent_to: Vec<Option<(Arc<str>, Member)>> = vec![None; batch.messages.len()];
-        let fixed: Option<Arc<str>> = self.endpoint.as_deref().map(Arc::from);
         let now_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -228,7 +234,7 @@ impl HttpPublisher {
             match self.request(batch.trigger, m, &method, now_ms) {
                 Ok(request) => {
                     sent[i] = true;
-                    let url: Arc<str> = match (m.url, &fixed) {
+                    let url: Arc<str> = match (m.url, &self.endpoint) {
                         (Some(own), _) => Arc::from(own),
                         (None, Some(fixed)) => fixed.clone(),
                         (None, None) => Arc::from(""),
@@ -322,13 +328,13 @@ impl HttpPublisher {
         method: &reqwest::Method,
         now_ms: i64,
     ) -> Result<reqwest::Request, PublishError> {
-        let unparsed =
-            |url: &str, e: url::ParseError| PublishError::BadPayload(format!("url `{url}`: {e}"));
-        let url = match (m.url, &self.fixed, &self.endpoint) {
-            (Some(own), _, _) => url::Url::parse(own).map_err(|e| unparsed(own, e))?,
-            (None, Some(Ok(url)), _) => url.clone(),
-            (None, Some(Err(e)), Some(fixed)) => return Err(unparsed(fixed, *e)),
-            _ => return Err(PublishError::BadPayload("the message has no URL".into())),
+        let url = match (m.url, &self.fixed) {
+            (Some(own), _) => {
+                url::Url::parse(own).map_err(|e| PublishError::BadPayload(unparsed(own, e)))?
+            }
+            (None, Some(Ok(url))) => url.clone(),
+            (None, Some(Err(why))) => return Err(PublishError::BadPayload(why.clone())),
+            (None, None) => return Err(PublishError::BadPayload("the message has no URL".into())),
         };
         if !self.shared.allow_link_local {
             if let Some(why) = client::literal_blocked(&url) {
