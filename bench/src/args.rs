@@ -44,10 +44,13 @@ pub enum Phase {
     /// (topic) taken in by the bridge, next to a plain consumer draining the same backlog,
     /// then delivered (intake rate, end-to-end lateness).
     Ingress,
-    /// Kafka: CPU per 100k of the bridge, of a plain producer and of the claim/settle client.
-    KafkaCost,
-    /// HTTP: CPU per 100k of the bridge, of the HTTP client alone and of the claim/settle client.
-    HttpCost,
+    /// CPU per 100k of the bridge, of an independent publisher (RabbitMQ: amqprs; Kafka: a
+    /// plain rdkafka producer; HTTP: the ceiling's client) and of the claim/settle client,
+    /// each in a child process, with the Redis server's beside the bridge's and the scripts'.
+    Cost,
+    /// Instructions per message (callgrind, `--instructions-messages`) of the bridge, the
+    /// same independent publisher and the claim/settle client; needs valgrind.
+    Instructions,
 }
 
 /// Measure delay-bridge's forwarding rate, lateness and idle cost against the local Redis and a
@@ -123,6 +126,14 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "1000000",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub scheduled: Option<u64>,
+    /// Messages of the instructions phase's smaller run (the larger has twice as many; the
+    /// count per message is the difference over this many, so start-up cancels out).
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub instructions_messages: u64,
+    /// Keep the instructions phase's callgrind files in this directory (for
+    /// `callgrind_annotate`), instead of the run's own, which is removed at the end.
+    #[arg(long, value_name = "DIR")]
+    pub callgrind_dir: Option<PathBuf>,
     /// Messages due at once in the crash phase.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub crash_messages: u64,

@@ -1,8 +1,9 @@
-//! The bench's child processes (`delay-bridge-bench __child ...`): a plain rdkafka producer, the
-//! HTTP client alone and the claim/settle client alone, each in a process of its own so that /proc gives its CPU time
-//! without the load generator's, the consumer's or the bridge's.
+//! The bench's child processes (`delay-bridge-bench __child ...`): a plain rdkafka producer, an
+//! amqprs publisher, the HTTP client alone and the claim/settle client alone, each in a process of
+//! its own so that /proc gives its CPU time without the load generator's, the consumer's or the
+//! bridge's.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -17,6 +18,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use super::amqprs_ceiling::{RawPublisher, Unconfirmed};
+use super::ceiling::Window;
 use super::process::process_cpu_seconds;
 use super::redis_ops;
 use super::shape::{FormatArg, PayloadArg, Shape};
@@ -62,6 +65,26 @@ enum ChildCommand {
         /// librdkafka properties, `name=value`.
         #[arg(long = "property")]
         properties: Vec<String>,
+    },
+    /// Publish `messages` messages like the bridge's (persistent, mandatory, its headers and
+    /// message id) with the raw amqprs publisher and publisher confirms, on `channels` channels
+    /// with at most `window` unconfirmed.
+    AmqprsPublisher {
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        exchange: String,
+        #[arg(long)]
+        routing_key: String,
+        #[command(flatten)]
+        sent: Sent,
+        #[arg(long)]
+        channels: usize,
+        #[arg(long)]
+        window: usize,
+        /// The bridge's batch: messages published before their confirms are awaited.
+        #[arg(long)]
+        batch: usize,
     },
     /// POST `messages` bench payloads to `url` with the HTTP ceiling's client, as many at once
     /// as the bench sink's `max_concurrency`.
@@ -130,6 +153,19 @@ pub async fn run_if_child() -> Option<i32> {
             };
             producer.run(sent.base, sent.messages).await
         }
+        ChildCommand::AmqprsPublisher {
+            url,
+            exchange,
+            routing_key,
+            sent,
+            channels,
+            window,
+            batch,
+        } => {
+            let u = Unconfirmed { channels, window };
+            let target = (url.as_str(), exchange.as_str(), routing_key.as_str());
+            amqprs_publisher(target, &sent, u, batch).await
+        }
         ChildCommand::HttpClient { url, sent } => http_client(&url, &sent).await,
         ChildCommand::ClaimSettle {
             redis_url,
@@ -152,17 +188,13 @@ pub async fn run_if_child() -> Option<i32> {
     })
 }
 
-/// Runs this executable as a child with `args`; returns what it measured.
-pub async fn spawn(args: Vec<String>) -> anyhow::Result<ChildRun> {
+/// Runs this executable as a child with `args`, under `wrapper` (nothing, or a profiler's
+/// command line that runs the program after it); returns what it measured.
+pub async fn spawn(wrapper: &[String], args: Vec<String>) -> anyhow::Result<ChildRun> {
     let exe = std::env::current_exe().context("locating delay-bridge-bench")?;
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(exe)
-            .arg(CHILD)
-            .args(&args)
-            .stdin(Stdio::null())
-            .output()
-    })
-    .await??;
+    let mut command = super::process::wrapped(wrapper, &exe);
+    command.arg(CHILD).args(&args).stdin(Stdio::null());
+    let out = tokio::task::spawn_blocking(move || command.output()).await??;
     if !out.status.success() {
         bail!(
             "the child exited with {}: {}",
@@ -323,5 +355,43 @@ async fn http_client(url: &str, sent: &Sent) -> anyhow::Result<ChildRun> {
         messages: n,
         seconds,
         cpu_seconds: process_cpu_seconds(pid)? - cpu,
+    })
+}
+
+/// The amqprs publisher alone: `WARM_UP` messages (connection, channels, the queue's first
+/// writes), then `sent` timed until the broker confirmed every one.
+async fn amqprs_publisher(
+    (url, exchange, routing_key): (&str, &str, &str),
+    sent: &Sent,
+    u: Unconfirmed,
+    batch: usize,
+) -> anyhow::Result<ChildRun> {
+    let n = sent.messages;
+    let window = |base, count| Window {
+        key: "delay-bridge-bench:cost".to_string(),
+        base,
+        count,
+        payload_bytes: sent.payload_bytes,
+        due_ms: super::tally::now_us() / 1000,
+        batch,
+    };
+    let timeout = Duration::from_secs(60) + Duration::from_millis(n);
+    let mut publisher = RawPublisher::connect(url, exchange, routing_key, u).await?;
+    publisher
+        .publish(&window(sent.base, WARM_UP.min(n)), timeout)
+        .await?;
+    let pid = std::process::id();
+    let cpu = process_cpu_seconds(pid)?;
+    let start = Instant::now();
+    publisher
+        .publish(&window(sent.base + WARM_UP, n), timeout)
+        .await?;
+    let seconds = start.elapsed().as_secs_f64();
+    let cpu_seconds = process_cpu_seconds(pid)? - cpu;
+    publisher.close().await;
+    Ok(ChildRun {
+        messages: n,
+        seconds,
+        cpu_seconds,
     })
 }

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use delay_bridge::wire::HEADER_DUE_MS;
+use delay_bridge::wire::{HEADER_ATTEMPT, HEADER_DUE_MS, HEADER_ID, HEADER_TRIGGER};
 use futures_util::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -61,7 +61,7 @@ impl HttpBench {
     }
 
     /// The ceiling: `count` requests from `base` on, `CONCURRENCY` at a time, from one
-    /// pooled reqwest client, each POSTing a bench payload with its due time. Fails unless
+    /// pooled reqwest client, each POSTing a bench payload with the bridge's headers. Fails unless
     /// every one is answered 2xx; returns when sending started.
     pub async fn ceiling(
         &self,
@@ -83,7 +83,8 @@ impl HttpBench {
 }
 
 /// The ceiling's client: the sink's TLS setup (rustls with ring, the system's CAs, though
-/// loopback is plain), one pool of `CONCURRENCY` connections.
+/// loopback is plain), one pool of `CONCURRENCY` connections, a user agent as long as the
+/// bridge's.
 pub fn client() -> anyhow::Result<reqwest::Client> {
     let tls = (*delay_bridge::parts::config::Tls::system().config()).clone();
     Ok(reqwest::Client::builder()
@@ -92,11 +93,14 @@ pub fn client() -> anyhow::Result<reqwest::Client> {
         .tcp_nodelay(true)
         .no_proxy()
         .timeout(Duration::from_secs(10))
+        .user_agent(concat!("delay-bridge-bench/", env!("CARGO_PKG_VERSION")))
         .build()?)
 }
 
 /// POSTs `count` bench payloads from `base` on to `url`, `CONCURRENCY` at a time, each with
-/// its due time; fails unless every one is answered 2xx.
+/// the headers the bridge sends (trigger, due time, attempt, id, idempotency key), so that
+/// the client and the endpoint handle the same requests as through the bridge; fails unless
+/// every one is answered 2xx.
 pub async fn post_all(
     client: &reqwest::Client,
     url: &str,
@@ -109,9 +113,14 @@ pub async fn post_all(
     let due = due_ms.to_string();
     let mut sent = futures_util::stream::iter(0..count)
         .map(|i| {
+            let id = format!("{:016x}", base + i);
             let request = client
                 .post(url)
+                .header(HEADER_TRIGGER, "bench-0")
                 .header(HEADER_DUE_MS, &due)
+                .header(HEADER_ATTEMPT, "1")
+                .header(HEADER_ID, &id)
+                .header("idempotency-key", id)
                 .body(payload(base + i, payload_bytes));
             let ok = ok.clone();
             async move {

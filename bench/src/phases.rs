@@ -21,6 +21,7 @@ use super::{Bench, BridgeToml, Phase};
 mod ceilings;
 mod cost;
 mod herd;
+mod instructions;
 mod load;
 mod rabbit;
 mod scheduled;
@@ -104,15 +105,14 @@ impl Bench {
             report.forward = errors.keep("forward", self.drain(false).await);
         }
         if let Some(f) = &report.forward {
-            match self.broker {
-                super::Broker::Kafka(_) if self.runs(Phase::KafkaCost) => {
-                    report.cost = errors.keep("kafka cost", self.kafka_cost(f).await);
-                }
-                super::Broker::Http(_) if self.runs(Phase::HttpCost) => {
-                    report.cost = errors.keep("http cost", self.http_cost(f).await);
-                }
-                _ => {}
+            if self.runs(Phase::Cost) {
+                report.cost = errors.keep("cost", self.cost(f).await);
             }
+        }
+        if self.runs(Phase::Instructions) {
+            report.instructions = errors
+                .keep("instructions", self.instructions(&mut report.notes).await)
+                .flatten();
         }
         if self.runs(Phase::Backlog) && self.backlog_destination.is_some() {
             let (c, failed) = self.amqp_ceilings(true, &mut report.notes).await;
@@ -231,6 +231,38 @@ impl Bench {
         notifications: bool,
         backlog: bool,
     ) -> anyhow::Result<(BridgeProcess, Config, Duration)> {
+        let (path, config, port) = self.bridge_toml(name, keys, notifications, backlog)?;
+        let log = self.dir.join(format!("{name}.log"));
+        let mut bridge = BridgeProcess::spawn(&self.bridge, &path, port, &log)?;
+        let took = bridge.wait_ready(READY_TIMEOUT).await?;
+        Ok((bridge, config, took))
+    }
+
+    /// [`Self::start_bridge`] under `wrapper` (a profiler's command line), allowed `ready`
+    /// to get ready.
+    async fn start_bridge_under(
+        &self,
+        wrapper: &[String],
+        ready: Duration,
+        name: &str,
+        keys: &[String],
+    ) -> anyhow::Result<(BridgeProcess, Config)> {
+        let (path, config, port) = self.bridge_toml(name, keys, true, false)?;
+        let log = self.dir.join(format!("{name}.log"));
+        let mut bridge = BridgeProcess::spawn_under(wrapper, &self.bridge, &path, port, &log)?;
+        bridge.wait_ready(ready).await?;
+        Ok((bridge, config))
+    }
+
+    /// Writes the config of a bridge with one trigger per key; returns its path, the config
+    /// and the metrics port.
+    fn bridge_toml(
+        &self,
+        name: &str,
+        keys: &[String],
+        notifications: bool,
+        backlog: bool,
+    ) -> anyhow::Result<(std::path::PathBuf, Config, u16)> {
         let port = free_port()?;
         let (path, config) = BridgeToml {
             args: &self.args,
@@ -243,10 +275,7 @@ impl Bench {
             shards: 1,
         }
         .write(&self.dir, name)?;
-        let log = self.dir.join(format!("{name}.log"));
-        let mut bridge = BridgeProcess::spawn(&self.bridge, &path, port, &log)?;
-        let took = bridge.wait_ready(READY_TIMEOUT).await?;
-        Ok((bridge, config, took))
+        Ok((path, config, port))
     }
 
     /// Waits until the consumer holds `expected` distinct messages of the current phase and

@@ -11,6 +11,8 @@ use tokio::time::Instant;
 /// A running `delay-bridge run --config FILE`; killed if dropped while running.
 pub struct BridgeProcess {
     child: Child,
+    /// A profiler's command line the bridge runs under, or nothing.
+    wrapper: Vec<String>,
     exe: PathBuf,
     config: PathBuf,
     port: u16,
@@ -28,6 +30,19 @@ pub struct Memory {
     pub peak_bytes: u64,
 }
 
+/// A command running `exe`, or, with a `wrapper` (a profiler's command line), the wrapper with
+/// `exe` after it.
+pub fn wrapped(wrapper: &[String], exe: &Path) -> Command {
+    match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    }
+}
+
 /// A loopback port that was free a moment ago, for the child's metrics listener.
 pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
@@ -39,7 +54,19 @@ impl BridgeProcess {
     /// Starts the bridge `exe` as `run --config <config>`, logging to `log`; `port` is its
     /// metrics port.
     pub fn spawn(exe: &Path, config: &Path, port: u16, log: &Path) -> anyhow::Result<Self> {
-        let child = Command::new(exe)
+        Self::spawn_under(&[], exe, config, port, log)
+    }
+
+    /// [`Self::spawn`] under `wrapper`, a command line that runs the program after it (a
+    /// profiler); the process id is then the wrapper's, which valgrind keeps for the program.
+    pub fn spawn_under(
+        wrapper: &[String],
+        exe: &Path,
+        config: &Path,
+        port: u16,
+        log: &Path,
+    ) -> anyhow::Result<Self> {
+        let child = wrapped(wrapper, exe)
             .arg("run")
             .arg("--config")
             .arg(config)
@@ -52,6 +79,7 @@ impl BridgeProcess {
             .with_context(|| format!("starting {} run", exe.display()))?;
         Ok(Self {
             child,
+            wrapper: wrapper.to_vec(),
             exe: exe.to_path_buf(),
             config: config.to_path_buf(),
             port,
@@ -164,7 +192,7 @@ impl BridgeProcess {
 
     /// A new process of the same binary and configuration, logging to `log`.
     pub fn respawn(&self, log: &Path) -> anyhow::Result<Self> {
-        Self::spawn(&self.exe, &self.config, self.port, log)
+        Self::spawn_under(&self.wrapper, &self.exe, &self.config, self.port, log)
     }
 
     /// The last lines of the bridge's log, for error messages.

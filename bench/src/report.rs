@@ -5,6 +5,7 @@ use serde::Serialize;
 mod cost;
 mod herd;
 mod ingress;
+mod instructions;
 mod rabbit;
 mod row;
 mod rows;
@@ -13,6 +14,7 @@ mod scheduled;
 pub use cost::Cost;
 pub use herd::Herd;
 pub use ingress::IngressRun;
+pub use instructions::Instructions;
 pub use rabbit::{AmqpCeilings, ClientRate};
 pub use scheduled::{ScheduledRun, ScheduledSide};
 
@@ -44,9 +46,12 @@ pub struct Report {
     pub amqp_backlog_ceilings: Option<AmqpCeilings>,
     /// AMQP: the bridge draining a backlog into a queue nobody consumes.
     pub backlog: Option<Forward>,
-    /// Kafka and HTTP: the bridge's CPU per message next to an independent publisher's (a plain
+    /// The bridge's CPU per message next to an independent publisher's (amqprs, a plain
     /// producer, the HTTP client alone) and the claim/settle client's.
     pub cost: Option<Cost>,
+    /// Instructions per message (callgrind) of the bridge, the same independent publisher and
+    /// the claim/settle client.
+    pub instructions: Option<Instructions>,
     /// Steady load, with and without keyspace notifications.
     pub lateness: Vec<Lateness>,
     /// `--scheduled`: the steady load beside a large future schedule.

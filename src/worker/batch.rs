@@ -1,12 +1,13 @@
-//! Adaptive claim size: grows while a backlog drains, shrinks when a claim gets slow.
+//! Adaptive claim size: grows while a backlog drains, shrinks when a claim script holds Redis too long.
 
 use std::time::Duration;
 
-/// How long one claim script may take before batches shrink: keeps Redis responsive.
+/// How long one claim script may hold Redis (its own running time, by the Redis clock)
+/// before batches shrink: keeps Redis responsive.
 const CLAIM_TARGET: Duration = Duration::from_millis(4);
 
-/// Claim size between 1 and the configured `batch`: doubles while full claims stay under
-/// [`CLAIM_TARGET`] (a backlog is draining), halves when a claim takes more than twice that.
+/// Claim size between 1 and the configured `batch`: doubles while full claims' scripts stay
+/// under [`CLAIM_TARGET`] (a backlog is draining), halves when one runs more than twice that.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct AdaptiveBatch {
     pub(super) size: usize,

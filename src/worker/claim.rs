@@ -66,7 +66,10 @@ impl Worker {
             };
         }
         shard.metrics().claimed(batch.items.len(), took);
-        self.batch.adapt(batch.items.len(), took);
+        // Sized by what the script held Redis for: the wait for the reply also holds this
+        // worker's own wait to be scheduled, which on a busy host (or under a profiler) would
+        // shrink the batches and make the bridge busier still.
+        self.batch.adapt(batch.items.len(), batch.script_time);
         if batch.items.is_empty() {
             return Claim::Nothing;
         }

@@ -2,6 +2,7 @@
 //! from the broker's outcomes, settle in Redis.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
@@ -32,11 +33,11 @@ pub(super) enum Verdict {
 
 /// Publishes a claimed batch and settles every member: ack, retry, dead-letter or put
 /// back. Runs as its own task so the worker can claim again while the broker confirms.
-/// Members the broker confirms while others of the batch are still in flight are acked at
-/// once (up to [`EARLY_CALLS`] settle calls at a time, each taking what was confirmed
-/// meanwhile), and the last confirmations in a call of their own the moment the broker has
-/// answered for every member, so a crash re-sends little more than what the broker had not
-/// confirmed.
+/// Members the broker confirms while others of the batch are still in flight are acked
+/// meanwhile (up to [`EARLY_CALLS`] settle calls at a time, each taking what was confirmed in
+/// the last [`EARLY_WAIT`] or at least [`EARLY_CHUNK`] confirmations), and the last
+/// confirmations in a call of their own the moment the broker has answered for every member,
+/// so a crash re-sends little more than what the broker had not confirmed.
 pub(super) async fn deliver(
     shard: Arc<Shard>,
     mut publisher: Publisher,
@@ -103,6 +104,15 @@ fn redis_now_ms(batch: &ClaimBatch, claimed_at: Instant) -> i64 {
 /// so confirmations arriving while a call is under way are acked a round trip sooner.
 const EARLY_CALLS: usize = 2;
 
+/// How long a confirmation may wait for others to share its early settle call. A sink that
+/// confirms one message at a time (HTTP: one answer per request) would otherwise make a
+/// script call for every message or two; this bounds what a crash re-sends to what the sink
+/// confirms in this long.
+const EARLY_WAIT: Duration = Duration::from_millis(1);
+
+/// Confirmations that start an early settle call at once, without waiting [`EARLY_WAIT`].
+const EARLY_CHUNK: usize = 64;
+
 /// The acks of a batch settled while the rest of it is in flight.
 struct Early<'a> {
     shard: &'a Shard,
@@ -112,6 +122,8 @@ struct Early<'a> {
     acked: Vec<bool>,
     /// Confirmed (with the sink's proof), not yet in a settle call.
     pending: Vec<(usize, Confirmed)>,
+    /// When the oldest of `pending` was confirmed.
+    pending_since: Option<Instant>,
     /// The settle calls under way, each with the members it acks.
     running: FuturesUnordered<EarlySettle<'a>>,
 }
@@ -128,6 +140,7 @@ impl<'a> Early<'a> {
             claimed_at,
             acked: vec![false; batch.items.len()],
             pending: Vec::new(),
+            pending_since: None,
             running: FuturesUnordered::new(),
         }
     }
@@ -135,13 +148,29 @@ impl<'a> Early<'a> {
     /// The broker confirmed the member at position `i` (the proof is what lets it be
     /// acked): acked by the next call that starts.
     fn confirmed(&mut self, i: usize, proof: Confirmed) {
+        self.pending_since.get_or_insert_with(Instant::now);
         self.pending.push((i, proof));
     }
 
-    /// Starts a settle call for the pending confirmations unless [`EARLY_CALLS`] are under
-    /// way (the first to return takes what arrived meanwhile) or none are pending.
+    /// When the pending confirmations are to start a settle call: at once when there are
+    /// [`EARLY_CHUNK`] of them, else [`EARLY_WAIT`] after the oldest; never while
+    /// [`EARLY_CALLS`] are under way (the first to return takes what arrived meanwhile) or
+    /// none are pending.
+    fn start_at(&self) -> Option<Instant> {
+        if self.running.len() >= EARLY_CALLS {
+            return None;
+        }
+        let since = self.pending_since?;
+        Some(if self.pending.len() >= EARLY_CHUNK {
+            since
+        } else {
+            since + EARLY_WAIT
+        })
+    }
+
+    /// Starts a settle call for the pending confirmations if it is time ([`Self::start_at`]).
     fn start(&mut self) {
-        if self.running.len() < EARLY_CALLS {
+        if self.start_at().is_some_and(|at| at <= Instant::now()) {
             self.launch();
         }
     }
@@ -153,6 +182,7 @@ impl<'a> Early<'a> {
         }
         // Only a confirmation acks: each proof goes into the settlement with its member.
         let pending = std::mem::take(&mut self.pending);
+        self.pending_since = None;
         let (shard, batch) = (self.shard, self.batch);
         let members: Vec<usize> = pending.iter().map(|(i, _)| *i).collect();
         let mut settlement = Settlement::for_batch(pending.len());
@@ -276,8 +306,10 @@ async fn publish(
     });
     tokio::pin!(publishing);
     let published = loop {
+        let start_at = early.start_at();
         tokio::select! {
             published = &mut publishing => break published,
+            _ = sleep_until(start_at) => early.start(),
             Some((k, proof)) = confirmed.recv() => {
                 // Confirmations come in bursts (one broker answer covers many messages):
                 // one call for what has arrived, not one per message.
@@ -301,6 +333,14 @@ async fn publish(
         outcomes[slot] = Some(outcome);
     }
     (outcomes, chosen)
+}
+
+/// Sleeps until `at`, or forever when there is no `at`.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Runs the settle script, retrying Redis errors until the lease would expire anyway

@@ -100,7 +100,7 @@ impl Client {
 
 impl Bench {
     /// The raw publishers' window.
-    fn unconfirmed(&self) -> Unconfirmed {
+    pub(super) fn unconfirmed(&self) -> Unconfirmed {
         Unconfirmed {
             channels: self.args.ceiling_channels.into(),
             window: self.args.ceiling_window as usize,

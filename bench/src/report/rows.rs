@@ -75,6 +75,9 @@ impl Report {
         if let Some(c) = &self.cost {
             rows.extend(c.rows());
         }
+        if let Some(i) = &self.instructions {
+            rows.extend(i.rows());
+        }
         if let Some(f) = &self.backlog {
             rows.extend(self.backlog_rows(f));
         }

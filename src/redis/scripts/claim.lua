@@ -23,7 +23,7 @@
 -- ARGV: limit, lease ms, body byte budget (0: inline), largest body to read (0: any),
 --       rate (messages per ms, 0: none), burst (most tokens)
 -- Reply: {now_us, deadline, next_head_score or "", skipped, paused, wait, repaired, scores,
---         member, [body], ...}
+--         took_us, member, [body], ...}
 --   now_us: the Redis clock in epoch microseconds (`now` is its whole milliseconds), so
 --     that the worker times the next head to the microsecond, not up to a millisecond late.
 --   skipped: due members left in place because an earlier copy of them is still in flight.
@@ -34,12 +34,19 @@
 --     string separated by spaces (`due attempt due attempt ...`; "" when nothing was
 --     claimed): one value for the batch instead of two per member, which a client parses
 --     far more cheaply.
+--   took_us: how long this call ran in Redis, in microseconds, by the Redis clock: what it
+--     held the server for, which a worker sizes its next claim by (the time it waited for
+--     the reply also holds its own scheduling, which says nothing of Redis's load).
 --   body (hash mode only): the body; 0 where the id has none; its size where it is too large.
 local now, bad, us = begin()
 if bad then
   return bad
 end
 local now_us = now * 1000 + us
+local function took_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2]) - now_us
+end
 local limit = tonumber(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
 local control = redis.call('HMGET', CONTROL, 'paused', 'tokens', 'at')
@@ -54,7 +61,7 @@ if odd then
   end
 end
 if paused then
-  return {now_us, deadline, '', 0, 1, 0, repaired, ''}
+  return {now_us, deadline, '', 0, 1, 0, repaired, '', took_us()}
 end
 local rate = tonumber(ARGV[5]) or 0
 local tokens
@@ -77,7 +84,7 @@ if rate > 0 then
     tokens = math.min(burst, held + (now - at) * rate)
   end
   if tokens < 1 then
-    return {now_us, deadline, '', 0, 0, math.ceil((1 - tokens) / rate), repaired, ''}
+    return {now_us, deadline, '', 0, 0, math.ceil((1 - tokens) / rate), repaired, '', took_us()}
   end
   limit = math.min(limit, math.floor(tokens))
 end
@@ -150,7 +157,7 @@ if hash then
   end
 end
 
-local out = {now_us, deadline, '', skipped, 0, 0, repaired, ''}
+local out = {now_us, deadline, '', skipped, 0, 0, repaired, '', 0}
 local n = #members
 if n > 0 then
   -- A deadline of its own (another batch may have claimed in this millisecond with the same
@@ -223,4 +230,5 @@ elseif head[1] then
     end
   end
 end
+out[9] = took_us()
 return out

@@ -89,6 +89,9 @@ pub struct ClaimBatch {
     pub rate_wait: Option<Duration>,
     /// Control fields this claim found out of range and repaired (see `claim.lua`).
     pub repaired: u64,
+    /// How long the claim script ran in Redis, by the Redis clock: what it held the server
+    /// for, without the round trip or the worker's own wait to be scheduled.
+    pub script_time: Duration,
     /// The claimed members, earliest first.
     pub items: Vec<Claimed>,
 }
@@ -98,7 +101,7 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         return Err(StoreError::Reply("claim reply is not an array"));
     };
     let width = if hash { 2 } else { 1 };
-    if items.len() < 8 || (items.len() - 8) % width != 0 {
+    if items.len() < 9 || (items.len() - 9) % width != 0 {
         return Err(StoreError::Reply("claim reply length"));
     }
     let mut it = items.into_iter();
@@ -111,7 +114,9 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         Some(Value::Int(wait)),
         Some(Value::Int(repaired)),
         Some(Value::BulkString(scores)),
+        Some(Value::Int(took_us)),
     ) = (
+        it.next(),
         it.next(),
         it.next(),
         it.next(),
@@ -171,6 +176,7 @@ fn parse_claim(reply: Value, hash: bool) -> Result<ClaimBatch, StoreError> {
         paused: paused == 1,
         rate_wait: (wait > 0).then(|| Duration::from_millis(wait as u64)),
         repaired: u64::try_from(repaired).unwrap_or(0),
+        script_time: Duration::from_micros(u64::try_from(took_us).unwrap_or(0)),
         items: out,
     })
 }
@@ -221,6 +227,7 @@ mod tests {
             Value::Int(0),
             Value::Int(0),
             Value::BulkString(scores.as_bytes().to_vec()),
+            Value::Int(250),
         ];
         v.extend(rest);
         Value::Array(v)
@@ -257,8 +264,12 @@ mod tests {
             ]
         );
         assert_eq!(
-            (got.now_ms, got.next_head_ms),
-            (1_700_000_000_000, Some(1_700_000_000_500.0))
+            (got.now_ms, got.next_head_ms, got.script_time),
+            (
+                1_700_000_000_000,
+                Some(1_700_000_000_500.0),
+                Duration::from_micros(250)
+            )
         );
         let hash = parse_claim(reply("5 1", vec![bulk("id"), bulk("body")]), true).unwrap();
         assert_eq!(hash.items[0].body, Body::Stored(b"body".to_vec()));

@@ -393,3 +393,32 @@ async fn a_trickle_is_not_held_behind_a_herd_on_the_same_sink() {
     cleanup_keys(&mut r, &herd_key).await;
     cleanup_keys(&mut r, &trickle_key).await;
 }
+
+/// One request of a batch hangs: the others, answered at once, leave Redis while it is still
+/// in flight (acked early, a few at a time), so a crash then would re-send that one alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answered_messages_are_acked_while_one_of_their_batch_hangs() {
+    let mut r = redis().await;
+    let slow = body(0, 0);
+    let hook = Webhook::start(move |rq, _| {
+        let answer = Answer::status(200);
+        if rq.body == slow {
+            answer.after(Duration::from_secs(8))
+        } else {
+            answer
+        }
+    })
+    .await;
+    let n = 40;
+    let key = scheduled(&mut r, "early", n).await;
+    let bridge = http_bridge(&key, &hook_lines(&hook, ""));
+    let sizes = wait_sizes(&mut r, &key, Duration::from_secs(5), |s| *s == (0, 1, 0)).await;
+    assert_eq!(
+        sizes,
+        (0, 1, 0),
+        "the answered messages still in flight beside the hanging one; {}",
+        bridge.log()
+    );
+    expect_all_delivered(&mut r, &key, n, &hook, &bridge).await;
+    cleanup_keys(&mut r, &key).await;
+}

@@ -16,8 +16,15 @@ impl Case {
     /// The claim's clock is the Redis server's in µs, read during the call (within a second
     /// of this machine's clock around it, whatever host Redis runs on), and `now` is its
     /// whole milliseconds. Claims whose clock falls inside a millisecond are counted: a
-    /// script that gave whole milliseconds in µs would never make one.
+    /// script that gave whole milliseconds in µs would never make one. The script's own
+    /// running time fits in the call around it.
     fn check_clock(&self, got: &ClaimBatch, before: i64, after: i64) -> Step {
+        let ran = i64::try_from(got.script_time.as_micros()).unwrap_or(i64::MAX);
+        check!(
+            ran <= after - before + 1_000,
+            "the claim script ran {ran} µs in a call of {} µs",
+            after - before
+        );
         check!(
             (before - 1_000_000..=after + 1_000_000).contains(&got.now_us),
             "claim clock {} µs read between {before} and {after}",
