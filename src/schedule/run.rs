@@ -71,7 +71,10 @@ pub(crate) async fn run(
     loop {
         if local_ms() >= defs_at {
             let full = local_ms() >= full_at;
-            let read = seen.read(&trigger, &store, &schedules, full).await;
+            // Boxed, as the firing below: the task waits for as long as the bridge runs, for
+            // every trigger, most with no schedule at all; it holds what waiting needs, not
+            // a Redis call's state.
+            let read = Box::pin(seen.read(&trigger, &store, &schedules, full)).await;
             if full {
                 full_at = local_ms() + DEFS_FULL;
             }
@@ -100,7 +103,7 @@ pub(crate) async fn run(
             .filter(|&i| entries[i].wake_ms <= now)
             .collect();
         if !due.is_empty() {
-            match fire(&trigger, &store, &mut entries, &due, &metrics).await {
+            match Box::pin(fire(&trigger, &store, &mut entries, &due, &metrics)).await {
                 Ok(redis_now) => offset = redis_now - local_ms(),
                 Err(e) => {
                     tracing::warn!(trigger = %trigger, error = %e, "schedules: Redis call failed; trying again");
