@@ -107,6 +107,15 @@ impl Store {
         }
     }
 
+    /// A store for the queue `key` on the local test Redis (127.0.0.1:6379).
+    #[cfg(test)]
+    pub(crate) async fn on_local_redis(key: &str) -> Self {
+        let conn = Conn::open("redis://127.0.0.1:6379")
+            .await
+            .expect("the local Redis");
+        Self::new(conn, QueueKeys::derive(key).expect("a queue key"))
+    }
+
     /// Hash payload mode: bodies over `bytes` are not read by the claim, only their size
     /// ([`Body::TooLarge`]), so one oversized body costs Redis nothing but a length.
     pub fn with_largest_body(mut self, bytes: usize) -> Self {

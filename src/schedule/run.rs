@@ -278,16 +278,14 @@ mod tests {
 
     use tokio_util::sync::CancellationToken;
 
-    use crate::keys::QueueKeys;
-    use crate::redis::{conn::Conn, store::Store};
+    use crate::redis::store::Store;
 
     /// Every trigger runs this task for as long as the bridge runs, most with no schedule:
     /// its Redis calls are boxed, so that waiting holds no call's state (10,000 idle
     /// triggers held 8 MiB more before).
     #[tokio::test]
     async fn a_schedule_task_stays_small() {
-        let conn = Conn::open("redis://127.0.0.1:6379").await.unwrap();
-        let store = Store::new(conn, QueueKeys::derive("delay:{size}").unwrap());
+        let store = Store::on_local_redis("delay:{size}").await;
         let changes = Arc::new(super::defs::Changes::new(&store));
         let metrics = crate::metrics::Metrics::new();
         let task = super::run(
