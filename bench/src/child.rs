@@ -123,6 +123,24 @@ pub struct ChildRun {
 }
 
 impl ChildRun {
+    /// Runs `work` (`messages` messages), timed by the clock and by this process's CPU.
+    async fn measure<T>(
+        messages: u64,
+        work: impl std::future::Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<(Self, T)> {
+        let pid = std::process::id();
+        let cpu = process_cpu_seconds(pid)?;
+        let start = Instant::now();
+        let out = work.await?;
+        let seconds = start.elapsed().as_secs_f64();
+        let run = ChildRun {
+            messages,
+            seconds,
+            cpu_seconds: process_cpu_seconds(pid)? - cpu,
+        };
+        Ok((run, out))
+    }
+
     /// CPU seconds per 100,000 messages.
     pub fn cpu_per_100k(&self) -> f64 {
         self.cpu_seconds * 100_000.0 / self.messages.max(1) as f64
@@ -226,18 +244,10 @@ impl Plain {
         cc.set("bootstrap.servers", &self.brokers);
         let producer: FutureProducer = cc.create().context("creating the producer")?;
         self.produce(&producer, base, WARM_UP.min(n)).await?;
-        let pid = std::process::id();
-        let cpu = process_cpu_seconds(pid)?;
-        let start = Instant::now();
-        self.produce(&producer, base + WARM_UP, n).await?;
-        let seconds = start.elapsed().as_secs_f64();
-        let cpu_seconds = process_cpu_seconds(pid)? - cpu;
+        let timed = self.produce(&producer, base + WARM_UP, n);
+        let (run, ()) = ChildRun::measure(n, timed).await?;
         producer.flush(Duration::from_secs(10))?;
-        Ok(ChildRun {
-            messages: n,
-            seconds,
-            cpu_seconds,
-        })
+        Ok(run)
     }
 
     /// Produces `n` records from sequence `base`, each confirmed by its delivery report.
@@ -326,18 +336,10 @@ async fn claim_settle(
         format: FormatArg::Raw,
         payload_bytes: 0,
     };
-    let pid = std::process::id();
-    let cpu = process_cpu_seconds(pid)?;
-    let start = Instant::now();
-    let claimed = redis_ops::claim_ceiling(conn, key, &shape, workers, batch).await?;
-    let seconds = start.elapsed().as_secs_f64();
-    let cpu_seconds = process_cpu_seconds(pid)? - cpu;
+    let timed = redis_ops::claim_ceiling(conn, key, &shape, workers, batch);
+    let (run, claimed) = ChildRun::measure(n, timed).await?;
     anyhow::ensure!(claimed == n, "claimed {claimed} of {n} members");
-    Ok(ChildRun {
-        messages: n,
-        seconds,
-        cpu_seconds,
-    })
+    Ok(run)
 }
 
 /// The HTTP ceiling's client alone: `WARM_UP` requests (connections), then `sent` timed.
@@ -346,16 +348,8 @@ async fn http_client(url: &str, sent: &Sent) -> anyhow::Result<ChildRun> {
     let client = super::http::client()?;
     let due_ms = super::tally::now_us() / 1000;
     super::http::post_all(&client, url, base, WARM_UP.min(n), payload_bytes, due_ms).await?;
-    let pid = std::process::id();
-    let cpu = process_cpu_seconds(pid)?;
-    let start = Instant::now();
-    super::http::post_all(&client, url, base + WARM_UP, n, payload_bytes, due_ms).await?;
-    let seconds = start.elapsed().as_secs_f64();
-    Ok(ChildRun {
-        messages: n,
-        seconds,
-        cpu_seconds: process_cpu_seconds(pid)? - cpu,
-    })
+    let timed = super::http::post_all(&client, url, base + WARM_UP, n, payload_bytes, due_ms);
+    Ok(ChildRun::measure(n, timed).await?.0)
 }
 
 /// The amqprs publisher alone: `WARM_UP` messages (connection, channels, the queue's first
@@ -380,18 +374,9 @@ async fn amqprs_publisher(
     publisher
         .publish(&window(sent.base, WARM_UP.min(n)), timeout)
         .await?;
-    let pid = std::process::id();
-    let cpu = process_cpu_seconds(pid)?;
-    let start = Instant::now();
-    publisher
-        .publish(&window(sent.base + WARM_UP, n), timeout)
-        .await?;
-    let seconds = start.elapsed().as_secs_f64();
-    let cpu_seconds = process_cpu_seconds(pid)? - cpu;
+    let timed_window = window(sent.base + WARM_UP, n);
+    let timed = publisher.publish(&timed_window, timeout);
+    let (run, _) = ChildRun::measure(n, timed).await?;
     publisher.close().await;
-    Ok(ChildRun {
-        messages: n,
-        seconds,
-        cpu_seconds,
-    })
+    Ok(run)
 }
