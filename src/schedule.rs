@@ -6,5 +6,6 @@ mod plan;
 mod run;
 pub(crate) mod stored;
 pub mod tick;
+pub(crate) mod wake;
 
 pub(crate) use run::run;

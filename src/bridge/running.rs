@@ -15,6 +15,7 @@ use crate::metrics::Metrics;
 use crate::redis::conn::Conn;
 use crate::redis::notify;
 use crate::redis::queue::Queue;
+use crate::schedule::wake::{Changes, Checker, Launch};
 use crate::sink::Sink;
 use crate::trigger::{Shard, Startup};
 use crate::worker::{self, First};
@@ -49,7 +50,7 @@ struct Entry {
     abort: CancellationToken,
     workers: TaskTracker,
     /// Hears of changes to the schedules stored at run time.
-    schedule_changes: Arc<crate::schedule::defs::Changes>,
+    schedule_changes: Arc<Changes>,
 }
 
 /// The running triggers by name, the notification listener that wakes them and the
@@ -62,12 +63,15 @@ pub(super) struct Running {
     /// The gate the triggers started until the next [`Self::publish`] wait for, and the
     /// turns of every worker's first claim.
     startup: Startup,
+    /// Reads the change counters of triggers without a schedule task.
+    schedule_checker: Checker,
 }
 
 impl Running {
     pub(super) fn new(shared: Services) -> Self {
         Self {
             startup: Startup::new(shared.notifications),
+            schedule_checker: Checker::start(&shared.tasks, shared.stop.clone()),
             shared,
             entries: BTreeMap::new(),
             notify_stop: CancellationToken::new(),
@@ -142,18 +146,18 @@ impl Running {
             let run = ingress.run(sink.clone(), stop.clone());
             s.workers.spawn(workers.track_future(run));
         }
-        // In the first shard's slot: the marks and the ticks live beside its queue. Every
-        // trigger runs the task: schedules can be added at run time.
-        let schedule_changes = Arc::new(crate::schedule::defs::Changes::new(shards[0].store()));
-        let run = crate::schedule::run(
-            trigger.name().to_string(),
-            shards[0].store().clone(),
-            trigger.schedules().to_vec(),
-            (schedule_changes.clone(), s.notifications),
-            s.metrics.schedules.clone(),
-            stop.clone(),
-        );
-        s.workers.spawn(workers.track_future(run));
+        // In the first shard's slot: the marks and the ticks live beside its queue. Schedules
+        // can be added at run time: a trigger without any gets its task once one is.
+        let schedule_changes = Changes::start(Launch {
+            trigger: trigger.name().to_string(),
+            store: shards[0].store().clone(),
+            schedules: trigger.schedules().to_vec(),
+            notifications: s.notifications,
+            metrics: s.metrics.schedules.clone(),
+            stop: stop.clone(),
+            trackers: [s.workers.clone(), workers.clone()],
+            checker: self.schedule_checker.clone(),
+        });
         workers.close();
         self.entries.insert(
             trigger.name().to_string(),

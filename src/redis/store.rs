@@ -116,6 +116,19 @@ impl Store {
         Self::new(conn, QueueKeys::derive(key).expect("a queue key"))
     }
 
+    /// Deletes the queue's keys and its schedules' (a test's own queue, once it is done).
+    #[cfg(test)]
+    pub(crate) async fn delete_all(&self) {
+        let mut keys: Vec<String> = self.keys.all().iter().map(|k| k.to_string()).collect();
+        keys.extend([
+            self.schedules_key(),
+            self.schedule_defs_key(),
+            self.schedule_rev_key(),
+        ]);
+        let mut conn = self.conn.clone();
+        let _: Result<i64, _> = redis::AsyncCommands::del(&mut conn, keys).await;
+    }
+
     /// Hash payload mode: bodies over `bytes` are not read by the claim, only their size
     /// ([`Body::TooLarge`]), so one oversized body costs Redis nothing but a length.
     pub fn with_largest_body(mut self, bytes: usize) -> Self {

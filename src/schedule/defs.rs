@@ -2,10 +2,9 @@
 //! keyspace notification says that the change counter moved (and every few minutes whatever
 //! it says), checked as the config's are; a config schedule wins over a stored one of its name.
 
-use tokio::sync::Notify;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use crate::config::{schedule_problems, ScheduleConfig};
-use crate::redis::notify;
 use crate::redis::store::{Store, StoreError};
 
 /// The field of a stored definition that says when it was added (epoch ms), beside the
@@ -30,88 +29,41 @@ pub(crate) fn parse(name: &str, json: &[u8]) -> Result<(ScheduleConfig, Option<i
     Ok((s, added_ms))
 }
 
-/// What the task last read of the stored schedules.
-#[derive(Default)]
-pub(super) struct Seen {
-    /// The change counter at the last read.
-    rev: Option<i64>,
-}
-
-impl Seen {
-    /// The stored schedules to run beside `config` (those of the config): `None` when the
-    /// counter has not moved since the last read (unless `full`).
-    pub(super) async fn read(
-        &mut self,
-        trigger: &str,
-        store: &Store,
-        config: &[ScheduleConfig],
-        full: bool,
-    ) -> Result<Option<Vec<ScheduleConfig>>, StoreError> {
-        let rev = store.schedule_rev().await?;
-        let moved = self.rev != Some(rev);
-        if !moved && !full {
-            return Ok(None);
-        }
-        let defs = store.schedule_defs().await?;
-        self.rev = Some(rev);
-        let mut out = Vec::with_capacity(defs.len());
-        for (name, json) in defs {
-            let why = match parse(&name, &json) {
-                Ok(_) if config.iter().any(|c| c.name == name) => {
-                    "the config has a schedule of that name".to_string()
-                }
-                Ok((s, _)) => {
-                    out.push(s);
-                    continue;
-                }
-                Err(why) => why,
-            };
-            if moved {
-                tracing::warn!(trigger, schedule = %name, reason = %why,
-                    "schedules: a stored schedule is left out");
+/// The stored schedules to run beside `config` (those of the config): `None` when the
+/// change counter has not moved since the last read (`seen`, kept across the task's runs;
+/// unless `full`).
+pub(super) async fn read(
+    seen: &AtomicI64,
+    trigger: &str,
+    store: &Store,
+    config: &[ScheduleConfig],
+    full: bool,
+) -> Result<Option<Vec<ScheduleConfig>>, StoreError> {
+    let rev = store.schedule_rev().await?;
+    let moved = seen.load(Ordering::Relaxed) != rev;
+    if !moved && !full {
+        return Ok(None);
+    }
+    let defs = store.schedule_defs().await?;
+    seen.store(rev, Ordering::Relaxed);
+    let mut out = Vec::with_capacity(defs.len());
+    for (name, json) in defs {
+        let why = match parse(&name, &json) {
+            Ok(_) if config.iter().any(|c| c.name == name) => {
+                "the config has a schedule of that name".to_string()
             }
-        }
-        Ok(Some(out))
-    }
-}
-
-/// Hears the keyspace notifications of a trigger's change counter (`K:schedules:rev`) and
-/// wakes its schedule task.
-pub(crate) struct Changes {
-    key: String,
-    pub(super) notify: Notify,
-    /// The stored schedules the task runs now: whoever stops the task removes their series.
-    pub(super) running: std::sync::Mutex<Vec<String>>,
-}
-
-impl Changes {
-    /// The listener of `store`'s change counter.
-    pub(crate) fn new(store: &Store) -> Self {
-        Changes {
-            key: store.schedule_rev_key(),
-            notify: Notify::new(),
-            running: std::sync::Mutex::default(),
+            Ok((s, _)) => {
+                out.push(s);
+                continue;
+            }
+            Err(why) => why,
+        };
+        if moved {
+            tracing::warn!(trigger, schedule = %name, reason = %why,
+                "schedules: a stored schedule is left out");
         }
     }
-
-    /// The stored schedules the task runs now.
-    pub(crate) fn running(&self) -> Vec<String> {
-        self.running.lock().map(|r| r.clone()).unwrap_or_default()
-    }
-}
-
-impl notify::Listener for Changes {
-    fn key(&self) -> &str {
-        &self.key
-    }
-
-    fn written(&self) {
-        self.notify.notify_one();
-    }
-
-    fn added(&self) {
-        self.notify.notify_one();
-    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]

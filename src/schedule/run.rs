@@ -5,11 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
 use super::defs;
 use super::plan::{plan, Policy};
 use super::tick;
+use super::wake::Changes;
 use crate::config::ScheduleConfig;
 use crate::cron::{now_ms as local_ms, Cron};
 use crate::metrics::ScheduleMetrics;
@@ -47,50 +46,62 @@ impl Entry {
     }
 }
 
-/// Fires `schedules` of trigger `trigger` on `store` (the trigger's first shard), and those
-/// stored at run time (read again when `changes` hears of a change, else every
-/// [`DEFS_POLL`] without `notifications`), until `stop`.
-pub(crate) async fn run(
-    trigger: String,
-    store: Store,
-    schedules: Vec<ScheduleConfig>,
-    (changes, notifications): (Arc<defs::Changes>, bool),
-    metrics: ScheduleMetrics,
-    stop: CancellationToken,
-) {
+/// Fires the schedules of `changes`'s trigger: the config's, and those stored at run time
+/// (read again when `changes` hears of a change, else every [`DEFS_POLL`] without
+/// notifications), until the trigger stops; with notifications, ends while there is nothing
+/// to fire (`changes` starts it again).
+pub(crate) async fn run(changes: Arc<Changes>) {
+    let l = &changes.launch;
+    let (trigger, store, metrics) = (l.trigger.as_str(), &l.store, &l.metrics);
     let mut entries: Vec<Entry> = Vec::new();
-    for config in &schedules {
+    for config in &l.schedules {
         if let Some(e) = Entry::new(config.clone(), false) {
-            metrics.start(&trigger, &e.config.name, e.cron.next_after(local_ms()));
+            metrics.start(trigger, &e.config.name, e.cron.next_after(local_ms()));
             entries.push(e);
         }
     }
-    let mut seen = defs::Seen::default();
-    let (mut defs_at, mut full_at) = (i64::MIN, i64::MIN);
+    // The stored definitions are read when the change counter moved since the last read
+    // (0: they never changed), and every [`DEFS_FULL`] whatever it says.
+    let (mut defs_at, mut full_at) = (i64::MIN, local_ms() + DEFS_FULL);
     let mut offset = 0i64;
     loop {
         if local_ms() >= defs_at {
             let full = local_ms() >= full_at;
-            // Boxed, as the firing below: the task waits for as long as the bridge runs, for
-            // every trigger, most with no schedule at all; it holds what waiting needs, not
-            // a Redis call's state.
-            let read = Box::pin(seen.read(&trigger, &store, &schedules, full)).await;
+            // Boxed, as the firing below: the task waits for as long as its trigger has
+            // schedules; it holds what waiting needs, not a Redis call's state.
+            let read = Box::pin(defs::read(
+                &changes.seen,
+                trigger,
+                store,
+                &l.schedules,
+                full,
+            ))
+            .await;
             if full {
                 full_at = local_ms() + DEFS_FULL;
             }
-            defs_at = match notifications {
+            defs_at = match l.notifications {
                 true => full_at,
                 false => local_ms() + DEFS_POLL,
             };
             match read {
-                Ok(Some(stored)) => {
-                    merge(&trigger, &mut entries, stored, &metrics);
-                    if let Ok(mut running) = changes.running.lock() {
-                        let stored = entries.iter().filter(|e| e.stored);
-                        *running = stored.map(|e| e.config.name.clone()).collect();
+                Ok(read) => {
+                    if let Some(stored) = read {
+                        merge(trigger, &mut entries, stored, metrics);
+                        if let Ok(mut running) = changes.running.lock() {
+                            let stored = entries.iter().filter(|e| e.stored);
+                            *running = stored.map(|e| e.config.name.clone()).collect();
+                        }
+                    }
+                    // Nothing to fire: a change notification starts the task again.
+                    if entries.is_empty() && l.notifications {
+                        if changes.idle() {
+                            return;
+                        }
+                        defs_at = i64::MIN;
+                        continue;
                     }
                 }
-                Ok(None) => {}
                 Err(e) => {
                     tracing::debug!(trigger = %trigger, error = %e, "schedules: reading stored schedules failed");
                     defs_at = local_ms() + DEFS_POLL;
@@ -103,7 +114,7 @@ pub(crate) async fn run(
             .filter(|&i| entries[i].wake_ms <= now)
             .collect();
         if !due.is_empty() {
-            match Box::pin(fire(&trigger, &store, &mut entries, &due, &metrics)).await {
+            match Box::pin(fire(trigger, store, &mut entries, &due, metrics)).await {
                 Ok(redis_now) => offset = redis_now - local_ms(),
                 Err(e) => {
                     tracing::warn!(trigger = %trigger, error = %e, "schedules: Redis call failed; trying again");
@@ -122,7 +133,7 @@ pub(crate) async fn run(
         tokio::select! {
             // Whoever stops the task removes the series (`Changes::running`) before a task
             // that replaces it starts them again.
-            _ = stop.cancelled() => return,
+            _ = l.stop.cancelled() => return,
             _ = tokio::time::sleep(sleep) => {}
             _ = changes.notify.notified() => defs_at = i64::MIN,
         }
@@ -274,30 +285,82 @@ fn wake(e: &Entry, done: &Enqueued, now: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
 
     use tokio_util::sync::CancellationToken;
+    use tokio_util::task::TaskTracker;
 
+    use super::super::wake::{Changes, Checker, Launch};
+    use crate::redis::notify::Listener;
     use crate::redis::store::Store;
 
-    /// Every trigger runs this task for as long as the bridge runs, most with no schedule:
-    /// its Redis calls are boxed, so that waiting holds no call's state (10,000 idle
-    /// triggers held 8 MiB more before).
+    /// With notifications, what a trigger without schedules holds is the task's launch, not
+    /// a task: 10,000 idle triggers held 8 MiB more with a task each, and more again with
+    /// its Redis calls inlined.
     #[tokio::test]
     async fn a_schedule_task_stays_small() {
-        let store = Store::on_local_redis("delay:{size}").await;
-        let changes = Arc::new(super::defs::Changes::new(&store));
-        let metrics = crate::metrics::Metrics::new();
-        let task = super::run(
-            "t".into(),
-            store,
-            Vec::new(),
-            (changes, true),
-            metrics.schedules.clone(),
-            CancellationToken::new(),
+        let stop = CancellationToken::new();
+        stop.cancel();
+        let changes = Changes::start(launch("delay:{size}", true, stop).await);
+        let size = std::mem::size_of_val(&super::run(changes));
+        // 720 bytes in a debug build with the Redis calls boxed and the launch in the task.
+        assert!(size <= 768, "a schedule task's future takes {size} bytes");
+    }
+
+    /// A trigger without schedules lets its task end after reading the stored ones; a change
+    /// notification starts it again, and it runs the schedule added meanwhile.
+    #[tokio::test]
+    async fn a_change_starts_the_task_of_a_trigger_without_schedules() {
+        let key = format!("delay:{{wake-{}}}", std::process::id());
+        let l = launch(&key, true, CancellationToken::new()).await;
+        let (store, trackers) = (l.store.clone(), l.trackers.clone());
+        store.delete_all().await;
+        let changes = Changes::start(l);
+        let ended = || async {
+            for _ in 0..500 {
+                if trackers[1].is_empty() && !changes.alive.load(Ordering::Acquire) {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            false
+        };
+        assert!(ended().await, "the task keeps running with nothing to fire");
+        let json = br#"{"name":"every","cron":"* * * * * *","body":"b"}"#;
+        assert!(store.add_schedule_def("every", json).await.unwrap());
+        changes.written();
+        let mut started = false;
+        for _ in 0..500 {
+            if changes.running() == ["every"] {
+                started = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(started, "the change did not start the task");
+        assert_eq!(trackers[1].len(), 1);
+        // Removed: the task ends again at the next change.
+        store.remove_schedule_def("every").await.unwrap();
+        changes.written();
+        assert!(
+            ended().await,
+            "the task keeps running once its schedule is gone"
         );
-        let size = std::mem::size_of_val(&task);
-        // 720 bytes in a debug build when this was written.
-        assert!(size <= 1_024, "a schedule task's future takes {size} bytes");
+        changes.launch.stop.cancel();
+        store.delete_all().await;
+    }
+
+    async fn launch(key: &str, notifications: bool, stop: CancellationToken) -> Launch {
+        Launch {
+            trigger: "t".into(),
+            store: Store::on_local_redis(key).await,
+            schedules: Vec::new(),
+            notifications,
+            metrics: crate::metrics::Metrics::new().schedules.clone(),
+            checker: Checker::start(&TaskTracker::new(), stop.clone()),
+            stop,
+            trackers: [TaskTracker::new(), TaskTracker::new()],
+        }
     }
 }

@@ -368,3 +368,53 @@ async fn a_schedule_added_at_run_time_fires_until_removed() {
     bridge.assert_no_panic();
     done(bridge, &mut r, &key).await;
 }
+
+/// A trigger without schedules has no schedule task while it has nothing to fire: the change
+/// notification of an added schedule starts one, and again after the last one was removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_without_schedules_fires_one_added_at_run_time() {
+    let (mut r, capture, key) = amqp_scene("rtnone", "rtnone", "rtnone").await;
+    clean(&mut r, &key).await;
+    let port = free_port();
+    let conf = config(port, &key, &capture, "");
+    let bridge = Bridge::start(&conf, port)
+        .ready(Duration::from_secs(20))
+        .await;
+    let run = |args: &[&str]| {
+        let out = cli(args, &conf, &[]);
+        assert_eq!(out.code, 0, "{}", out.text());
+    };
+    for round in ["first", "again"] {
+        run(&[
+            "schedule",
+            "add",
+            "-t",
+            "sched",
+            "--name",
+            round,
+            "--cron",
+            "* * * * * *",
+            "--body",
+            round,
+        ]);
+        assert!(
+            wait_until(Duration::from_secs(10), || ticks(&capture, round).len()
+                >= 2)
+            .await,
+            "{round}: no ticks\n{}",
+            bridge.log()
+        );
+        run(&["schedule", "remove", "-t", "sched", "--name", round]);
+        // The last enqueued tick may still fire; then nothing.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let fired = ticks(&capture, round).len();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            ticks(&capture, round).len(),
+            fired,
+            "{round}: ticks after the removal"
+        );
+    }
+    bridge.assert_no_panic();
+    done(bridge, &mut r, &key).await;
+}
