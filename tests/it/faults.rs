@@ -131,11 +131,8 @@ async fn shutdown_during_outage(mode: Mode, fault: &str) {
         // publish_timeout longer than the shutdown: only the abort can end a held batch.
         .lease("20s", "10s")
         .to_string();
-    let mut bridge = Bridge::start(&cfg, port);
-    tally
-        .expect_distinct(n / 10, Duration::from_secs(30), &bridge)
-        .await;
-    proxy.set(mode);
+    // The fault lands once a tenth of the payloads went through the proxy.
+    let mut bridge = start_until_fault(&tally, &cfg, port, &proxy, (mode, n / 10 * BIG)).await;
     match mode {
         Mode::Drop => assert!(bridge.wait_readyz(503, Duration::from_secs(5)).await),
         _ => {
@@ -155,7 +152,8 @@ async fn shutdown_during_outage(mode: Mode, fault: &str) {
                 }
                 assert!(
                     Instant::now() < end,
-                    "the stall never held a batch\n{}",
+                    "the stall never held a batch ({} of {n} delivered, {inflight} in flight)\n{}",
+                    tally.distinct(),
                     bridge.log()
                 );
                 tokio::time::sleep(Duration::from_millis(20)).await;

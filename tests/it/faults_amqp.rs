@@ -121,8 +121,8 @@ async fn lease_shorter_than_a_stalled_publish() {
     let cfg = big_batches_through(&mut r, &tally, &key, n, port, &proxy)
         .await
         .to_string();
-    let bridge = start_draining(&tally, &cfg, port, n / 10).await;
-    proxy.set(Mode::Stall);
+    let stall = (Mode::Stall, n / 10 * BIG);
+    let bridge = start_until_fault(&tally, &cfg, port, &proxy, stall).await;
     let stalled_at = Instant::now();
     // Hold the broker until the stall outlasts the 2 s lease and leases start expiring
     // (or publishes start timing out, whichever the bridge does first: a broker that does

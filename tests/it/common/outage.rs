@@ -4,7 +4,7 @@
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 
-use super::proxy::Proxy;
+use super::proxy::{Mode, Proxy};
 use super::tally::{assert_not_claiming, report, FaultConfig, Tally};
 use super::{
     amqp_url, redis, schedule, unique, wait_drained, wait_sizes, wait_until, Bridge, Conn,
@@ -31,6 +31,29 @@ pub async fn start_draining(tally: &Tally, cfg: &str, port: u16, first: usize) -
     tally
         .expect_distinct(first, Duration::from_secs(30), &bridge)
         .await;
+    bridge
+}
+
+/// Starts a bridge on `cfg` publishing through `proxy`, which turns to `mode` by itself once
+/// `bytes` went through it (see [`Proxy::set_after`]): the fault lands mid-stream even when
+/// the bridge outruns the test's own tasks on a loaded host.
+pub async fn start_until_fault(
+    tally: &Tally,
+    cfg: &str,
+    port: u16,
+    proxy: &Proxy,
+    (mode, bytes): (Mode, usize),
+) -> Bridge {
+    proxy.set_after(mode, bytes);
+    let bridge = Bridge::start(cfg, port);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(30), proxy.reached(mode))
+            .await
+            .is_ok(),
+        "{} delivered, and the fault never came\n{}",
+        tally.distinct(),
+        bridge.log()
+    );
     bridge
 }
 

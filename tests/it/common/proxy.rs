@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -28,7 +28,9 @@ pub enum Mode {
 /// A proxy listening on a loopback port, forwarding to `upstream`.
 pub struct Proxy {
     addr: SocketAddr,
-    mode: watch::Sender<Mode>,
+    mode: Arc<watch::Sender<Mode>>,
+    /// A mode to switch to once so many more bytes went upstream (see [`Proxy::set_after`]).
+    trip: Arc<Mutex<Option<(Mode, usize)>>>,
     accepted: Arc<AtomicUsize>,
     accept_task: tokio::task::JoinHandle<()>,
 }
@@ -47,8 +49,11 @@ impl Proxy {
             .expect("proxy port is free");
         let addr = listener.local_addr().unwrap();
         let (mode, rx) = watch::channel(Mode::Pass);
+        let mode = Arc::new(mode);
+        let trip: Arc<Mutex<Option<(Mode, usize)>>> = Arc::default();
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
+        let (switch, tripped) = (mode.clone(), trip.clone());
         let accept_task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
@@ -59,12 +64,17 @@ impl Proxy {
                     reset(&client);
                     continue;
                 }
-                tokio::spawn(connection(client, upstream, rx.clone()));
+                let trip = Trip {
+                    mode: switch.clone(),
+                    at: tripped.clone(),
+                };
+                tokio::spawn(connection(client, upstream, rx.clone(), trip));
             }
         });
         Self {
             addr,
             mode,
+            trip,
             accepted,
             accept_task,
         }
@@ -87,6 +97,19 @@ impl Proxy {
     /// Switches every connection, open or future, to `mode`.
     pub fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
+    }
+
+    /// Switches to `mode` by itself once `bytes` more went from the clients to the server
+    /// (over every connection): the fault lands mid-stream however fast the client is and
+    /// however late the test runs. The chunk that crosses the mark is held or cut with the rest.
+    pub fn set_after(&self, mode: Mode, bytes: usize) {
+        *self.trip.lock().unwrap() = Some((mode, bytes));
+    }
+
+    /// Resolves once the mode is `mode`.
+    pub async fn reached(&self, mode: Mode) {
+        let mut rx = self.mode.subscribe();
+        let _ = rx.wait_for(|m| *m == mode).await;
     }
 
     /// Connections accepted so far (refused ones included): shows that a client reconnected.
@@ -127,7 +150,34 @@ async fn wait_pass(mode: &mut watch::Receiver<Mode>, upstream: bool) -> bool {
     }
 }
 
-async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>) {
+/// A switch of the mode that a connection's upstream bytes pull (see [`Proxy::set_after`]).
+#[derive(Clone)]
+struct Trip {
+    mode: Arc<watch::Sender<Mode>>,
+    at: Arc<Mutex<Option<(Mode, usize)>>>,
+}
+
+impl Trip {
+    /// Counts `n` bytes going upstream; switches the mode once the mark is passed.
+    fn count(&self, n: usize) {
+        let mut at = self.at.lock().unwrap();
+        if let Some((mode, left)) = *at {
+            if n >= left {
+                *at = None;
+                self.mode.send_replace(mode);
+            } else {
+                *at = Some((mode, left - n));
+            }
+        }
+    }
+}
+
+async fn connection(
+    client: TcpStream,
+    upstream: SocketAddr,
+    mut mode: watch::Receiver<Mode>,
+    trip: Trip,
+) {
     // A connection accepted during a stall is held before it even reaches the upstream.
     if !wait_pass(&mut mode, false).await {
         reset(&client);
@@ -142,8 +192,8 @@ async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Re
     let (client_rd, mut client_wr) = client.into_split();
     let (server_rd, mut server_wr) = server.into_split();
     let dropped = tokio::select! {
-        d = pump(client_rd, &mut server_wr, mode.clone(), true) => d,
-        d = pump(server_rd, &mut client_wr, mode.clone(), false) => d,
+        d = pump(client_rd, &mut server_wr, mode.clone(), Some(&trip)) => d,
+        d = pump(server_rd, &mut client_wr, mode.clone(), None) => d,
     };
     if dropped {
         reset(client_wr.as_ref());
@@ -151,14 +201,15 @@ async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Re
     }
 }
 
-/// Copies `from` into `to` (`upstream`: client to server) while the mode allows; returns
-/// true when cut by `Drop`, false when a side closed by itself.
+/// Copies `from` into `to` (upstream, client to server, when it counts for a `trip`) while the
+/// mode allows; returns true when cut by `Drop`, false when a side closed by itself.
 async fn pump(
     mut from: OwnedReadHalf,
     to: &mut OwnedWriteHalf,
     mut mode: watch::Receiver<Mode>,
-    upstream: bool,
+    trip: Option<&Trip>,
 ) -> bool {
+    let upstream = trip.is_some();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         if !wait_pass(&mut mode, upstream).await {
@@ -176,6 +227,9 @@ async fn pump(
                 continue;
             }
         };
+        if let Some(trip) = trip {
+            trip.count(n);
+        }
         // Bytes read just before a stall are held, not forwarded, until it ends.
         if !wait_pass(&mut mode, upstream).await {
             return true;
