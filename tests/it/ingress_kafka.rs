@@ -248,8 +248,23 @@ async fn a_bridge_sigkilled_mid_ingest_loses_nothing() {
     for (step, from) in (0..n).step_by(500).enumerate() {
         produce(&scene.ingress, records(from, 500, true)).await;
         if step % 2 == 1 {
-            // Killed while it reads: what it stored since the last commit is read again.
-            tokio::time::sleep(Duration::from_millis(150)).await;
+            // Killed while it reads: what it stored since the last commit is read again. It
+            // has read, so the kill lands once the group gave it its partitions, not while it
+            // joins (a member that dies joining can hold the broker's rebalance up for good).
+            let stored = || bridge.trigger_metric("delay_bridge_ingress_messages_total", "kkill");
+            let mut reading = false;
+            for _ in 0..3000 {
+                if stored().await > 0.0 {
+                    reading = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(
+                reading,
+                "the bridge stored nothing in 30 s\n{}",
+                bridge.log()
+            );
             bridge.signal(9);
             assert!(bridge.wait_exit(Duration::from_secs(5)).await.is_some());
             bridge = bridge.restart();
