@@ -67,8 +67,22 @@ pub async fn config_set(r: &mut Conn, name: &str, value: impl ToRedisArgs) {
 /// Deletes a queue's keys (source and derived).
 pub async fn cleanup_keys(conn: &mut Conn, key: &str) {
     let keys = QueueKeys::derive(key).unwrap();
+    // Beside the queue's own: the shard counts every bridge records at start, and the
+    // schedules' keys.
+    let base = keys
+        .control
+        .strip_suffix(":control")
+        .unwrap_or(&keys.control);
+    let beside = [
+        ":shard-counts",
+        ":schedules",
+        ":schedules:defs",
+        ":schedules:rev",
+    ]
+    .map(|suffix| format!("{base}{suffix}"));
     let _: () = redis::cmd("DEL")
         .arg(&keys.all()[..])
+        .arg(&beside[..])
         .query_async(conn)
         .await
         .unwrap();
