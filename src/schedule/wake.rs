@@ -147,10 +147,8 @@ impl notify::Listener for Changes {
         self.check();
     }
 
-    fn added(&self) {
-        self.notify.notify_one();
-        self.check();
-    }
+    /// An addition is a write too: [`Self::written`] heard of it.
+    fn added(&self) {}
 }
 
 /// The bridge's one reader of the change counters of triggers without a schedule task.

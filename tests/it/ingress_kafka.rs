@@ -251,15 +251,12 @@ async fn a_bridge_sigkilled_mid_ingest_loses_nothing() {
             // Killed while it reads: what it stored since the last commit is read again. It
             // has read, so the kill lands once the group gave it its partitions, not while it
             // joins (a member that dies joining can hold the broker's rebalance up for good).
-            let stored = || bridge.trigger_metric("delay_bridge_ingress_messages_total", "kkill");
-            let mut reading = false;
-            for _ in 0..3000 {
-                if stored().await > 0.0 {
-                    reading = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            let label = [("trigger", "kkill")];
+            let (reading, _) = bridge
+                .wait_scrape(Duration::from_secs(30), |body| {
+                    metric_value(body, "delay_bridge_ingress_messages_total", &label) > 0.0
+                })
+                .await;
             assert!(
                 reading,
                 "the bridge stored nothing in 30 s\n{}",

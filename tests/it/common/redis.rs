@@ -64,25 +64,29 @@ pub async fn config_set(r: &mut Conn, name: &str, value: impl ToRedisArgs) {
     query::<()>(r, "CONFIG", ("SET", name, value)).await
 }
 
-/// Deletes a queue's keys (source and derived).
-pub async fn cleanup_keys(conn: &mut Conn, key: &str) {
-    let keys = QueueKeys::derive(key).unwrap();
-    // Beside the queue's own: the shard counts every bridge records at start, and the
-    // schedules' keys.
-    let base = keys
-        .control
+/// The keys beside a queue's own: the shard counts every bridge records at start, then the
+/// schedules' marks (`K:schedules`), definitions and revision.
+fn keys_beside(key: &str) -> [String; 4] {
+    let control = QueueKeys::derive(key).unwrap().control;
+    let base = control
         .strip_suffix(":control")
-        .unwrap_or(&keys.control);
-    let beside = [
+        .unwrap_or(&control)
+        .to_string();
+    [
         ":shard-counts",
         ":schedules",
         ":schedules:defs",
         ":schedules:rev",
     ]
-    .map(|suffix| format!("{base}{suffix}"));
+    .map(|suffix| format!("{base}{suffix}"))
+}
+
+/// Deletes a queue's keys (source and derived) and the keys beside them.
+pub async fn cleanup_keys(conn: &mut Conn, key: &str) {
+    let keys = QueueKeys::derive(key).unwrap();
     let _: () = redis::cmd("DEL")
         .arg(&keys.all()[..])
-        .arg(&beside[..])
+        .arg(&keys_beside(key)[..])
         .query_async(conn)
         .await
         .unwrap();
@@ -90,10 +94,7 @@ pub async fn cleanup_keys(conn: &mut Conn, key: &str) {
 
 /// Deletes a queue's schedule keys (`K:schedules`, its definitions and its revision).
 pub async fn cleanup_schedules(conn: &mut Conn, key: &str) {
-    let control = QueueKeys::derive(key).unwrap().control;
-    let marks = control.replace(":control", ":schedules");
-    let (defs, rev) = (format!("{marks}:defs"), format!("{marks}:rev"));
-    query::<()>(conn, "DEL", (&marks, defs, rev)).await
+    query::<()>(conn, "DEL", &keys_beside(key)[1..]).await
 }
 
 /// `ZADD key score member`; the score may be a number or text such as `"+inf"`.

@@ -231,32 +231,15 @@ impl Tally {
             .collect()
     }
 
-    /// What the broker still holds in the queue, ready and owed an ack, with its consumers:
-    /// tells a consumer that lags from a message that never reached the broker.
+    /// What the broker still holds ready in the queue: tells a consumer that lags from a
+    /// message that never reached the broker.
     pub async fn depth(&self) -> String {
         let conn = match Connection::connect(&self.url, ConnectionProperties::default()).await {
             Ok(conn) => conn,
             Err(e) => return format!("the queue could not be read: {e}"),
         };
-        let read = match conn.create_channel().await {
-            Ok(ch) => ch
-                .queue_declare(
-                    &self.queue,
-                    QueueDeclareOptions {
-                        passive: true,
-                        ..Default::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await
-                .map(|q| {
-                    format!(
-                        "{} ready in the queue, {} consumers",
-                        q.message_count(),
-                        q.consumer_count()
-                    )
-                })
-                .unwrap_or_else(|e| format!("the queue could not be read: {e}")),
+        let read = match super::amqp::queue_depth(&conn, &self.queue).await {
+            Ok(ready) => format!("{ready} ready in the queue"),
             Err(e) => format!("the queue could not be read: {e}"),
         };
         let _ = conn.close(200, "read").await;
