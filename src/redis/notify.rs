@@ -91,6 +91,30 @@ async fn between_subscriptions(
 /// Channels asked for in one SUBSCRIBE: thousands of triggers subscribe in a few round trips.
 const SUBSCRIBE_CHUNK: usize = 1000;
 
+/// Subscribes `pubsub` to `channels`, [`SUBSCRIBE_CHUNK`] at a time, each answered within
+/// `timeout`: a server that hangs (a master mid-`DEBUG SLEEP`, stopped, or partitioned) fails
+/// the subscription, which is made again, instead of holding the listener forever while
+/// idle workers trust notifications that cannot come.
+async fn subscribe_all<C: AsRef<[u8]> + Sync>(
+    pubsub: &mut redis::aio::PubSub,
+    channels: &[C],
+    timeout: Duration,
+) -> redis::RedisResult<()> {
+    for chunk in channels.chunks(SUBSCRIBE_CHUNK) {
+        let chunk: Vec<&[u8]> = chunk.iter().map(AsRef::as_ref).collect();
+        match tokio::time::timeout(timeout, pubsub.subscribe(chunk)).await {
+            Ok(reply) => reply?,
+            Err(_) => {
+                return Err(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("SUBSCRIBE not answered within {timeout:?}"),
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Subscribes to the keyspace channel of every trigger key and wakes the trigger's idle worker
 /// on each sorted-set write. Resubscribes after connection loss. While subscribed, `state`
 /// says so: idle workers then sleep up to their `notified_guard_interval`.
@@ -154,9 +178,7 @@ pub(crate) async fn listen(
             Box::pin(crate::redis::checks::ensure_enabled(conn, true)).await;
         }
         let channels: Vec<&[u8]> = by_channel.keys().map(Vec::as_slice).collect();
-        for chunk in channels.chunks(SUBSCRIBE_CHUNK) {
-            pubsub.subscribe(chunk).await?;
-        }
+        subscribe_all(&mut pubsub, &channels, endpoint.response_timeout()).await?;
         failures.recovered();
         state.live(true);
         // A write may have gone unnoticed while unsubscribed: every trigger looks again.

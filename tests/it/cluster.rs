@@ -145,13 +145,15 @@ async fn every_master_delivers_on_time_woken_by_notifications_with_cancel_and_re
     bridge.assert_no_panic();
 }
 
-/// The scenario both failure tests share: `n` members due now on one queue, `fail` applied to
+/// The scenario the failure tests share: `n` members due now on one queue, `fail` applied to
 /// its master mid-drain, then every member delivered at least once and a later write still
-/// woken by a notification. Returns how many were delivered twice.
+/// woken by a notification. `fail` calls its third argument the moment its failure holds
+/// (before waiting for the cluster to recover): fewer than `n` must be delivered then.
+/// Returns how many were delivered twice.
 pub(crate) async fn drain_through(
     cluster: &mut RedisCluster,
     n: usize,
-    fail: impl AsyncFnOnce(&mut RedisCluster, u16),
+    fail: impl AsyncFnOnce(&mut RedisCluster, u16, &(dyn Fn() + Sync)),
 ) -> usize {
     let mut r = cluster.conn().await;
     let tag = unique("f");
@@ -173,11 +175,15 @@ pub(crate) async fn drain_through(
         .expect_arrivals(n / 10, Duration::from_secs(30), || capture.count())
         .await;
     let master = cluster.master_of(&key).await;
-    fail(cluster, master).await;
+    let held = std::sync::OnceLock::new();
+    fail(cluster, master, &|| {
+        let _ = held.set(capture.count());
+    })
+    .await;
+    let at = *held.get().expect("the drill says when its failure held");
     assert!(
-        capture.count() < n,
-        "the failure must land mid-drain ({} of {n} delivered)",
-        capture.count()
+        at < n,
+        "the failure must land mid-drain ({at} of {n} delivered when it held)"
     );
     let delivered = |tally: &HashMap<Vec<u8>, usize>| {
         members
@@ -255,9 +261,9 @@ pub(crate) async fn drain_through(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_failover_mid_drain_loses_nothing_and_notifications_follow() {
     let mut cluster = RedisCluster::start().await;
-    let duplicates = drain_through(&mut cluster, 20_000, async |cluster, master| {
+    let duplicates = drain_through(&mut cluster, 20_000, async |cluster, master, held| {
         let replica = cluster.replica_of(master).await;
-        cluster.failover(replica).await;
+        cluster.failover(replica, held).await;
     })
     .await;
     println!("manual failover: {duplicates} duplicates of 20000");
@@ -277,11 +283,13 @@ async fn expect_promoted(cluster: &RedisCluster, replica: u16, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_master_mid_drain_loses_nothing_and_notifications_follow() {
     let mut cluster = RedisCluster::start().await;
-    let duplicates = drain_through(&mut cluster, 20_000, async |cluster, master| {
+    let duplicates = drain_through(&mut cluster, 20_000, async |cluster, master, held| {
         // Past the node timeout (2 s): its replica takes over while it sleeps, and it comes
         // back as a replica.
         let replica = cluster.replica_of(master).await;
         let sleeping = cluster.cli_detached(master, &["DEBUG", "SLEEP", "6"]);
+        cluster.wait_unanswering(master).await;
+        held();
         expect_promoted(
             cluster,
             replica,
@@ -400,9 +408,10 @@ async fn two_bridges_drain_a_sharded_trigger_over_every_master_never_delivering_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_mid_drain_loses_nothing_and_notifications_follow() {
     let mut cluster = RedisCluster::start().await;
-    let duplicates = drain_through(&mut cluster, 20_000, async |cluster, master| {
+    let duplicates = drain_through(&mut cluster, 20_000, async |cluster, master, held| {
         let replica = cluster.replica_of(master).await;
         cluster.kill(master);
+        held();
         expect_promoted(cluster, replica, "the replica took over").await;
     })
     .await;

@@ -184,17 +184,19 @@ async fn a_valkey_cluster_loses_nothing_when_a_master_is_killed() {
     // As many as the Redis Cluster drills: with full batches 5,000 drained before the
     // master's kill could land.
     let n = 20_000;
-    let duplicates = crate::cluster::drain_through(&mut cluster, n, async |cluster, master| {
-        let replica = cluster.replica_of(master).await;
-        cluster.kill(master);
-        assert!(
-            cluster
-                .wait_promoted(replica, Duration::from_secs(30))
-                .await,
-            "the replica took over"
-        );
-    })
-    .await;
+    let duplicates =
+        crate::cluster::drain_through(&mut cluster, n, async |cluster, master, held| {
+            let replica = cluster.replica_of(master).await;
+            cluster.kill(master);
+            held();
+            assert!(
+                cluster
+                    .wait_promoted(replica, Duration::from_secs(30))
+                    .await,
+                "the replica took over"
+            );
+        })
+        .await;
     println!("valkey cluster, killed master: {duplicates} duplicates of {n}");
 }
 

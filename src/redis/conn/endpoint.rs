@@ -175,6 +175,11 @@ impl Endpoint {
         }
     }
 
+    /// How long a reply may take before the server counts as not answering.
+    pub fn response_timeout(&self) -> Duration {
+        self.response_timeout
+    }
+
     /// Whether this is a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         self.cluster.is_some()

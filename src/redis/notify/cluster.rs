@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{between_subscriptions, look_again, written, ByChannel, Subscription, SUBSCRIBE_CHUNK};
+use super::{between_subscriptions, look_again, subscribe_all, written, ByChannel, Subscription};
 use crate::redis::checks::{check_eviction_policy, ensure_enabled};
 use crate::redis::conn::{slot, Conn, Topology};
 use crate::repeat::Repeated;
@@ -99,6 +99,9 @@ async fn follow(
         }
         let _ = check_eviction_policy(conn, false).await;
     }
+    // The slot map came from one node, which may not have heard of a failover yet: each
+    // master is asked itself, so no subscription waits on a former master.
+    futures_util::future::try_join_all(assignment.keys().map(|m| confirm_master(conn, m))).await?;
     let mut streams = Vec::new();
     for (master, list) in &assignment {
         let mut pubsub = conn
@@ -106,12 +109,9 @@ async fn follow(
             .node_pubsub(master)
             .await
             .map_err(|e| format!("{master}: {e}"))?;
-        for chunk in list.chunks(SUBSCRIBE_CHUNK) {
-            pubsub
-                .subscribe(chunk)
-                .await
-                .map_err(|e| format!("{master}: {e}"))?;
-        }
+        subscribe_all(&mut pubsub, list, conn.endpoint().response_timeout())
+            .await
+            .map_err(|e| format!("{master}: {e}"))?;
         let master = master.clone();
         // Each stream says when it ends: one master's connection gone is a change.
         streams.push(
@@ -126,6 +126,10 @@ async fn follow(
         );
     }
     failures.recovered();
+    if recheck {
+        let masters: Vec<&str> = assignment.keys().map(String::as_str).collect();
+        tracing::info!(masters = %masters.join(","), "keyspace notifications subscribed again");
+    }
     state.live(true);
     // A write may have gone unnoticed while unsubscribed: every trigger looks again.
     look_again(by_channel);
@@ -133,6 +137,7 @@ async fn follow(
     let mut messages = futures_util::stream::select_all(streams);
     let mut check = tokio::time::interval(TOPOLOGY_CHECK);
     check.reset();
+    let mut unreadable = Repeated::default();
     loop {
         tokio::select! {
             msg = messages.next() => {
@@ -146,15 +151,46 @@ async fn follow(
             }
             _ = check.tick() => {
                 // An unreadable topology changes nothing: the subscribers still work.
-                let Ok(now) = read_topology(conn).await else { continue };
+                let now = match read_topology(conn).await {
+                    Ok(now) => now,
+                    Err(e) => {
+                        if let Some(unlogged) = unreadable.failed() {
+                            tracing::warn!(error = %e, failures = unreadable.count(), unlogged,
+                                "cannot read the cluster's topology: keyspace notifications stay where they are");
+                        }
+                        continue;
+                    }
+                };
+                unreadable.recovered();
                 if assign(&now, channels).as_ref() != Ok(&assignment) {
                     state.topology_changed();
+                    // Until subscribed where the topology says now, idle workers keep their
+                    // short guard.
+                    state.live(false);
                     tracing::info!("a key's master changed: keyspace notifications follow it");
                     return Ok(());
                 }
             }
             _ = stop.cancelled() => return Ok(()),
         }
+    }
+}
+
+/// Ok when the node at `addr` answers `ROLE` as a master, or may not run `ROLE` (an ACL
+/// without it: the slot map is trusted then).
+async fn confirm_master(conn: &Conn, addr: &str) -> Result<(), String> {
+    match conn.set_on(addr, redis::cmd("ROLE")).await {
+        Ok(redis::Value::Array(fields)) => match fields.first() {
+            Some(redis::Value::BulkString(role)) if role.as_slice() == b"master" => Ok(()),
+            Some(redis::Value::BulkString(role)) => Err(format!(
+                "{addr} is a {} now, not the master the slot map named",
+                String::from_utf8_lossy(role)
+            )),
+            other => Err(format!("{addr}: unexpected ROLE reply {other:?}")),
+        },
+        Ok(other) => Err(format!("{addr}: unexpected ROLE reply {other:?}")),
+        Err(e) if e.code() == Some("NOPERM") => Ok(()),
+        Err(e) => Err(format!("{addr}: {e}")),
     }
 }
 

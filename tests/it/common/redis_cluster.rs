@@ -318,6 +318,30 @@ impl RedisCluster {
         })
     }
 
+    /// Waits (up to 5 s) until the node on `port` no longer answers a `PING` within 200 ms:
+    /// a `DEBUG SLEEP` sent to it has begun. Plain TCP: not for a TLS cluster.
+    pub async fn wait_unanswering(&self, port: u16) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let silent = async || {
+            let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+                return true;
+            };
+            let mut buf = [0u8; 64];
+            s.write_all(b"PING\r\n").await.is_err()
+                || tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf))
+                    .await
+                    .is_err()
+        };
+        let (hung, _) = poll(
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            silent,
+            |s| *s,
+        )
+        .await;
+        assert!(hung, "node {port} still answers: {}", self.log(port));
+    }
+
     /// `key`'s slot, as a node answers `CLUSTER KEYSLOT`.
     pub async fn keyslot(&self, key: &str) -> u16 {
         self.any_cli(&["CLUSTER", "KEYSLOT", key])
@@ -433,8 +457,11 @@ impl RedisCluster {
     }
 
     /// `CLUSTER FAILOVER` on `replica`, then waits until it is a master.
-    pub async fn failover(&self, replica: u16) {
+    /// Has `replica` take over from its master (`CLUSTER FAILOVER`), calls `held` once the
+    /// failover has begun, and waits until `replica` is a master.
+    pub async fn failover(&self, replica: u16, held: &(dyn Fn() + Sync)) {
         self.cli(replica, &["CLUSTER", "FAILOVER"]).await.unwrap();
+        held();
         let promoted = poll(
             Duration::from_secs(20),
             Duration::from_millis(50),
