@@ -405,7 +405,8 @@ async fn run(arg: &ConfigArg) -> i32 {
     };
     init_tracing(config.log.format, &config.log.level);
     tracing::info!(config = %path.display(), version = env!("CARGO_PKG_VERSION"),
-        revision = crate::metrics::REVISION, "starting");
+        revision = crate::metrics::REVISION,
+        worker_threads = tokio::runtime::Handle::current().metrics().num_workers(), "starting");
     let reload = crate::bridge::Reload {
         path: path.clone(),
         requested: Default::default(),

@@ -13,7 +13,7 @@
 //! (recurring schedules whose ticks are enqueued once across bridges; `cron`, their
 //! expressions and time zones), `bridge` (the
 //! daemon), `health` (readiness and the endpoint that shows it), `metrics` and `repeat`
-//! (observability), `cli` (commands). See
+//! (observability), `cli` (commands), `runtime` (the async runtime's size). See
 //! ARCHITECTURE.md.
 //!
 //! Delivery guarantee: at-least-once. A member leaves Redis only after its broker
@@ -40,6 +40,7 @@ pub mod parts;
 pub(crate) mod proof;
 pub(crate) mod redis;
 pub(crate) mod repeat;
+pub(crate) mod runtime;
 pub(crate) mod schedule;
 pub(crate) mod secret;
 pub(crate) mod shorten;
@@ -56,6 +57,8 @@ pub(crate) mod worker;
 // crate's own.
 /// The command line: parsed by the binary, then run.
 pub use cli::{dispatch, Cli};
+/// The async runtime the binary builds before it dispatches.
+pub use runtime::new_runtime;
 /// The allocator of every binary built on this crate (the daemon, the benchmark, the tests):
 /// jemalloc, which keeps per-thread caches where glibc's malloc took about a quarter of the
 /// publish path's CPU.

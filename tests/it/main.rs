@@ -48,6 +48,7 @@ mod quick_start;
 mod rabbit_cluster;
 mod refusals;
 mod reload;
+mod runtime;
 mod schedules;
 mod security;
 mod sentinel;
