@@ -230,6 +230,20 @@ impl Publisher {
             Publisher::Http(p) => p.is_usable(),
         }
     }
+
+    /// Takes the publisher out of use after its destination failed batch after batch on a
+    /// connection that stayed up: an AMQP channel is closed (no publisher is given it again,
+    /// and the next gets a fresh one); the other sinks' publishers hold nothing to renew and
+    /// stay in use. True when it was retired.
+    pub async fn retire(&self) -> bool {
+        match self {
+            Publisher::Amqp(p) => {
+                p.retire().await;
+                true
+            }
+            Publisher::Kafka(_) | Publisher::Http(_) => false,
+        }
+    }
 }
 
 /// Records one message's result, reporting a confirmation to `confirms` at once.

@@ -1,6 +1,7 @@
 //! Blame decided by what the message controls, on a real RabbitMQ: permissions revoked while
 //! other channels still cache them, twice in a row; refused messages at the head; returned
-//! messages told apart when their producers gave them the same id.
+//! messages told apart when their producers gave them the same id; a destination that nacks
+//! everything held and tried on fresh channels.
 
 use crate::common;
 use crate::refusals::{
@@ -163,5 +164,132 @@ async fn returns_are_matched_by_publish_not_by_the_producers_id() {
     .await
     .unwrap();
     assert_eq!(reason["reason"], "destination_refused", "{reason}");
+    done(bridge, &mut r, &[&key]).await;
+}
+
+/// Declares `queue` on `channel`, bound to `exchange` with key `k`: with `full`, a queue of
+/// length 0 that rejects publishes (RabbitMQ nacks each one).
+async fn declare_queue(channel: &lapin::Channel, exchange: &str, queue: &str, full: bool) {
+    use lapin::options::{QueueBindOptions, QueueDeclareOptions};
+    use lapin::types::{AMQPValue, FieldTable};
+    let mut args = FieldTable::default();
+    if full {
+        args.insert("x-max-length".into(), AMQPValue::LongInt(0));
+        args.insert(
+            "x-overflow".into(),
+            AMQPValue::LongString("reject-publish".into()),
+        );
+    }
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    channel.queue_declare(queue, durable, args).await.unwrap();
+    channel
+        .queue_bind(
+            queue,
+            exchange,
+            "k",
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+}
+
+/// A destination that nacks every message (a full queue that rejects publishes): the trigger
+/// is held, nothing is dead-lettered, and from the second nacked batch in a row each try goes
+/// out on a fresh channel (RabbitMQ can keep nacking every publish on a channel opened while
+/// a quorum queue's leader moved, where a new channel delivers). Once the queue takes
+/// messages, every one arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_that_nacks_every_message_is_held_and_tried_on_fresh_channels() {
+    use lapin::options::{ExchangeDeclareOptions, QueueDeleteOptions};
+    use lapin::types::FieldTable;
+    let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = conn.create_channel().await.unwrap();
+    let (exchange, queue) = (unique("nacks-ex"), unique("nacks-q"));
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    channel
+        .exchange_declare(
+            &exchange,
+            lapin::ExchangeKind::Direct,
+            durable,
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    declare_queue(&channel, &exchange, &queue, true).await;
+    let mut r = redis().await;
+    let key = refusal_key("nacks");
+    let port = free_port();
+    let to = format!("exchange = \"{exchange}\"\nrouting_key = \"k\"\nworkers = 1");
+    let cfg = ConfigToml::base(port).to_string() + &trigger("nacks", &key, "rabbit", &to);
+    let bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(15))
+        .await;
+    let members = schedule_named(&mut r, &key, "nacked", 20).await;
+    let (held, body) = bridge
+        .wait_held("nacks", true, Duration::from_secs(20))
+        .await;
+    assert!(held, "held\n{body}\n{}", bridge.log());
+    let fresh = |b: &Bridge| {
+        b.log()
+            .matches("a held destination: a fresh channel")
+            .count()
+    };
+    assert!(
+        poll(
+            Duration::from_secs(20),
+            Duration::from_millis(200),
+            async || fresh(&bridge),
+            |n| *n >= 2,
+        )
+        .await
+        .0,
+        "each try on a fresh channel: {}",
+        bridge.log()
+    );
+    assert_none_dead(&mut r, &key, &bridge).await;
+
+    // The queue takes messages again: all arrive, once each.
+    channel
+        .queue_delete(&queue, QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    declare_queue(&channel, &exchange, &queue, false).await;
+    let (released, body) = bridge
+        .wait_held("nacks", false, Duration::from_secs(20))
+        .await;
+    assert!(released, "released\n{body}\n{}", bridge.log());
+    let count = async || {
+        let passive = lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let q = channel
+            .queue_declare(&queue, passive, FieldTable::default())
+            .await
+            .unwrap();
+        q.message_count() as usize
+    };
+    let (all, n) = poll(
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        count,
+        |n| *n >= members.len(),
+    )
+    .await;
+    assert!(all, "{n} of {} arrived: {}", members.len(), bridge.log());
+    assert_eq!(zcard(&mut r, &key).await, 0, "none left in Redis");
+    assert_none_dead(&mut r, &key, &bridge).await;
+    let _ = channel
+        .queue_delete(&queue, QueueDeleteOptions::default())
+        .await;
     done(bridge, &mut r, &[&key]).await;
 }

@@ -65,6 +65,13 @@ impl ConfirmChannel {
         &self.channel
     }
 
+    /// Closes the channel with `reason` (waiting a second at most for the broker's answer):
+    /// it is no longer [`Self::usable`], so the pool opens another in its place.
+    pub(crate) async fn close(&self, reason: &str) {
+        let closing = self.channel.close(200, reason);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), closing).await;
+    }
+
     /// Open, and no publish on it was abandoned half-way (see [`Shared`]): a publisher may
     /// still be given it.
     pub(crate) fn usable(&self) -> bool {

@@ -61,6 +61,16 @@ impl AmqpPublisher {
         self.channel.usable() && !self.conn.status().blocked()
     }
 
+    /// Closes the channel: RabbitMQ can keep nacking every publish on a channel that was
+    /// opened while a quorum queue's leader was moving, long after the queue has a new
+    /// leader, where a fresh channel delivers. Publishes still on it fail as on any closed
+    /// channel (back to Redis, no attempt counted).
+    pub(crate) async fn retire(&self) {
+        self.channel
+            .close("the broker nacked every message on it")
+            .await;
+    }
+
     /// False once the channel was closed by the broker or the connection dropped, whatever
     /// an alarm says: what a closed channel means for the messages on it.
     pub(super) fn channel_open(&self) -> bool {
