@@ -132,7 +132,8 @@ impl Forwarder {
             self.settle(&claim, &sorted).await;
             match &sorted.held {
                 Some(why) => self.shard.hold(Route::DeadLetters, why).await,
-                None if !sorted.outcome.confirmed.is_empty() => {
+                // A letter kept (its body missing) was confirmed by the broker too.
+                None if !sorted.outcome.confirmed.is_empty() || !sorted.outcome.kept.is_empty() => {
                     self.shard.release(Route::DeadLetters).await
                 }
                 None => {}
@@ -149,7 +150,21 @@ impl Forwarder {
                 self.pause(ERROR_BACKOFF.delay(self.broken_forwards)).await;
             } else {
                 self.broken_forwards = 0;
-                if sorted.outcome.confirmed.is_empty() && !sorted.unconfirmed.is_empty() {
+                let through =
+                    !sorted.outcome.confirmed.is_empty() || !sorted.outcome.kept.is_empty();
+                if !through && !sorted.unconfirmed.is_empty() {
+                    // As a worker does: from the second forward the destination failed in
+                    // full on a connection that stayed up, a fresh channel (a broker can
+                    // keep nacking on one, see `Publisher::retire`).
+                    if sorted.held.is_some() && self.unforwarded.count() > 1 {
+                        if let Some(p) = self.publishing.current.as_ref() {
+                            if p.retire().await {
+                                tracing::debug!(sink = %self.shard.sink().name(),
+                                    forwards = self.unforwarded.count(), "a held destination: a fresh channel");
+                                self.publishing.current = None;
+                            }
+                        }
+                    }
                     // Nothing got through (unroutable, nacked): those wait for their lease;
                     // the next claim waits a little too, longer while it goes on.
                     self.pause(ERROR_BACKOFF.delay(self.unforwarded.count()))

@@ -204,27 +204,8 @@ async fn declare_queue(channel: &lapin::Channel, exchange: &str, queue: &str, fu
 /// messages, every one arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_destination_that_nacks_every_message_is_held_and_tried_on_fresh_channels() {
-    use lapin::options::{ExchangeDeclareOptions, QueueDeleteOptions};
-    use lapin::types::FieldTable;
-    let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
-        .await
-        .unwrap();
-    let channel = conn.create_channel().await.unwrap();
-    let (exchange, queue) = (unique("nacks-ex"), unique("nacks-q"));
-    let durable = ExchangeDeclareOptions {
-        durable: true,
-        ..Default::default()
-    };
-    channel
-        .exchange_declare(
-            &exchange,
-            lapin::ExchangeKind::Direct,
-            durable,
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    declare_queue(&channel, &exchange, &queue, true).await;
+    let nacking = Nacking::declare().await;
+    let exchange = &nacking.exchange;
     let mut r = redis().await;
     let key = refusal_key("nacks");
     let port = free_port();
@@ -238,6 +219,60 @@ async fn a_destination_that_nacks_every_message_is_held_and_tried_on_fresh_chann
         .wait_held("nacks", true, Duration::from_secs(20))
         .await;
     assert!(held, "held\n{body}\n{}", bridge.log());
+    expect_fresh_channels(&bridge).await;
+    assert_none_dead(&mut r, &key, &bridge).await;
+
+    // The queue takes messages again: all arrive, once each.
+    nacking.take_messages().await;
+    let (released, body) = bridge
+        .wait_held("nacks", false, Duration::from_secs(20))
+        .await;
+    assert!(released, "released\n{body}\n{}", bridge.log());
+    nacking.expect(members.len(), &bridge).await;
+    assert_eq!(zcard(&mut r, &key).await, 0, "none left in Redis");
+    assert_none_dead(&mut r, &key, &bridge).await;
+    nacking.delete().await;
+    done(bridge, &mut r, &[&key]).await;
+}
+
+/// The same for the dead-letter destination: dead letters nacked in full are held, tried on
+/// fresh channels, and forwarded once the queue takes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_destination_that_nacks_everything_is_tried_on_fresh_channels() {
+    let nacking = Nacking::declare().await;
+    let mut r = redis().await;
+    let key = refusal_key("dead-nacks");
+    let capture = AmqpCapture::start("dead-nacks").await;
+    let port = free_port();
+    // Ids without bodies: each dead-lettered at its first try (`missing_body`). Letters the
+    // broker did not confirm are forwarded again after their lease: a short one.
+    let lines = format!(
+        "payload = \"hash\"\nmax_attempts = 1\nworkers = 1\nlease = \"2s\"\npublish_timeout = \"1s\"\n\
+         dead_letter_exchange = \"{}\"\ndead_letter_routing_key = \"k\"\n",
+        nacking.exchange
+    );
+    let cfg = base_config(port) + &amqp_trigger("dead-nacks", &key, &capture, &lines);
+    let bridge = Bridge::start(&cfg, port)
+        .ready(Duration::from_secs(15))
+        .await;
+    let members = schedule_named(&mut r, &key, "bodiless", 10).await;
+    let (held, body) = bridge
+        .wait_held("dead-nacks", true, Duration::from_secs(20))
+        .await;
+    assert!(held, "held\n{body}\n{}", bridge.log());
+    expect_fresh_channels(&bridge).await;
+    nacking.take_messages().await;
+    nacking.expect(members.len(), &bridge).await;
+    let (released, body) = bridge
+        .wait_held("dead-nacks", false, Duration::from_secs(20))
+        .await;
+    assert!(released, "released\n{body}\n{}", bridge.log());
+    nacking.delete().await;
+    done(bridge, &mut r, &[&key]).await;
+}
+
+/// Waits (up to 20 s) until the bridge has tried a held destination on a fresh channel twice.
+async fn expect_fresh_channels(bridge: &Bridge) {
     let fresh = |b: &Bridge| {
         b.log()
             .matches("a held destination: a fresh channel")
@@ -247,7 +282,7 @@ async fn a_destination_that_nacks_every_message_is_held_and_tried_on_fresh_chann
         poll(
             Duration::from_secs(20),
             Duration::from_millis(200),
-            async || fresh(&bridge),
+            async || fresh(bridge),
             |n| *n >= 2,
         )
         .await
@@ -255,41 +290,82 @@ async fn a_destination_that_nacks_every_message_is_held_and_tried_on_fresh_chann
         "each try on a fresh channel: {}",
         bridge.log()
     );
-    assert_none_dead(&mut r, &key, &bridge).await;
+}
 
-    // The queue takes messages again: all arrive, once each.
-    channel
-        .queue_delete(&queue, QueueDeleteOptions::default())
-        .await
-        .unwrap();
-    declare_queue(&channel, &exchange, &queue, false).await;
-    let (released, body) = bridge
-        .wait_held("nacks", false, Duration::from_secs(20))
-        .await;
-    assert!(released, "released\n{body}\n{}", bridge.log());
-    let count = async || {
-        let passive = lapin::options::QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        let q = channel
-            .queue_declare(&queue, passive, FieldTable::default())
+/// An exchange bound (key `k`) to a queue that rejects every publish, on the shared broker;
+/// [`Nacking::take_messages`] puts an ordinary queue in its place.
+struct Nacking {
+    exchange: String,
+    queue: String,
+    channel: lapin::Channel,
+    _conn: lapin::Connection,
+}
+
+impl Nacking {
+    async fn declare() -> Self {
+        use lapin::options::ExchangeDeclareOptions;
+        use lapin::types::FieldTable;
+        let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
             .await
             .unwrap();
-        q.message_count() as usize
-    };
-    let (all, n) = poll(
-        Duration::from_secs(20),
-        Duration::from_millis(200),
-        count,
-        |n| *n >= members.len(),
-    )
-    .await;
-    assert!(all, "{n} of {} arrived: {}", members.len(), bridge.log());
-    assert_eq!(zcard(&mut r, &key).await, 0, "none left in Redis");
-    assert_none_dead(&mut r, &key, &bridge).await;
-    let _ = channel
-        .queue_delete(&queue, QueueDeleteOptions::default())
+        let channel = conn.create_channel().await.unwrap();
+        let (exchange, queue) = (unique("nacks-ex"), unique("nacks-q"));
+        let durable = ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        channel
+            .exchange_declare(
+                &exchange,
+                lapin::ExchangeKind::Direct,
+                durable,
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        declare_queue(&channel, &exchange, &queue, true).await;
+        Self {
+            exchange,
+            queue,
+            channel,
+            _conn: conn,
+        }
+    }
+
+    /// Replaces the full queue with one that takes messages.
+    async fn take_messages(&self) {
+        self.delete().await;
+        declare_queue(&self.channel, &self.exchange, &self.queue, false).await;
+    }
+
+    /// Waits (up to 20 s) until the queue holds `n` messages.
+    async fn expect(&self, n: usize, bridge: &Bridge) {
+        let count = async || {
+            let passive = lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            };
+            let q = self
+                .channel
+                .queue_declare(&self.queue, passive, lapin::types::FieldTable::default())
+                .await
+                .unwrap();
+            q.message_count() as usize
+        };
+        let (all, got) = poll(
+            Duration::from_secs(20),
+            Duration::from_millis(200),
+            count,
+            |got| *got >= n,
+        )
         .await;
-    done(bridge, &mut r, &[&key]).await;
+        assert!(all, "{got} of {n} arrived: {}", bridge.log());
+    }
+
+    async fn delete(&self) {
+        let _ = self
+            .channel
+            .queue_delete(&self.queue, lapin::options::QueueDeleteOptions::default())
+            .await;
+    }
 }
