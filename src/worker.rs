@@ -367,13 +367,9 @@ impl Worker {
                     // The sink took the batch and failed it all again (RabbitMQ's nacks) on
                     // a connection that stays up: the next batch goes out on a fresh
                     // publisher (see `Publisher::retire`).
-                    let current = self.publishing.current.as_ref();
-                    if let Some(p) = current {
-                        if p.retire().await {
-                            tracing::debug!(sink = %self.shard().sink().name(),
-                                batches = self.broken_batches, "a held destination: a fresh channel");
-                            self.publishing.current = None;
-                        }
+                    if self.publishing.retire().await {
+                        tracing::debug!(sink = %self.shard().sink().name(),
+                            batches = self.broken_batches, "a held destination: a fresh channel");
                     }
                 }
                 // Capped: a held destination is tried again every few seconds at most, and

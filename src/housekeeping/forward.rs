@@ -130,12 +130,11 @@ impl Forwarder {
             }
             let sorted = self.forward(publisher, &claim).await;
             self.settle(&claim, &sorted).await;
+            // A letter kept (its body missing) was confirmed by the broker too.
+            let through = !sorted.outcome.confirmed.is_empty() || !sorted.outcome.kept.is_empty();
             match &sorted.held {
                 Some(why) => self.shard.hold(Route::DeadLetters, why).await,
-                // A letter kept (its body missing) was confirmed by the broker too.
-                None if !sorted.outcome.confirmed.is_empty() || !sorted.outcome.kept.is_empty() => {
-                    self.shard.release(Route::DeadLetters).await
-                }
+                None if through => self.shard.release(Route::DeadLetters).await,
                 None => {}
             }
             if sorted.sink_broken {
@@ -150,20 +149,16 @@ impl Forwarder {
                 self.pause(ERROR_BACKOFF.delay(self.broken_forwards)).await;
             } else {
                 self.broken_forwards = 0;
-                let through =
-                    !sorted.outcome.confirmed.is_empty() || !sorted.outcome.kept.is_empty();
                 if !through && !sorted.unconfirmed.is_empty() {
                     // As a worker does: from the second forward the destination failed in
                     // full on a connection that stayed up, a fresh channel (a broker can
                     // keep nacking on one, see `Publisher::retire`).
-                    if sorted.held.is_some() && self.unforwarded.count() > 1 {
-                        if let Some(p) = self.publishing.current.as_ref() {
-                            if p.retire().await {
-                                tracing::debug!(sink = %self.shard.sink().name(),
-                                    forwards = self.unforwarded.count(), "a held destination: a fresh channel");
-                                self.publishing.current = None;
-                            }
-                        }
+                    if sorted.held.is_some()
+                        && self.unforwarded.count() > 1
+                        && self.publishing.retire().await
+                    {
+                        tracing::debug!(sink = %self.shard.sink().name(),
+                            forwards = self.unforwarded.count(), "a held destination: a fresh channel");
                     }
                     // Nothing got through (unroutable, nacked): those wait for their lease;
                     // the next claim waits a little too, longer while it goes on.

@@ -36,4 +36,18 @@ impl Publishing {
         self.current = Some(p.clone());
         Ok(Some(p))
     }
+
+    /// Retires the current publisher after its destination failed in full again on a
+    /// connection that stayed up (see [`Publisher::retire`]), so that the next one is fresh;
+    /// true when there was one to renew.
+    pub(crate) async fn retire(&mut self) -> bool {
+        let Some(p) = &self.current else {
+            return false;
+        };
+        let renewed = p.retire().await;
+        if renewed {
+            self.current = None;
+        }
+        renewed
+    }
 }

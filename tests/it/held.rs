@@ -215,19 +215,13 @@ async fn a_destination_that_nacks_every_message_is_held_and_tried_on_fresh_chann
         .ready(Duration::from_secs(15))
         .await;
     let members = schedule_named(&mut r, &key, "nacked", 20).await;
-    let (held, body) = bridge
-        .wait_held("nacks", true, Duration::from_secs(20))
-        .await;
-    assert!(held, "held\n{body}\n{}", bridge.log());
+    expect_held(&bridge, "nacks", true).await;
     expect_fresh_channels(&bridge).await;
     assert_none_dead(&mut r, &key, &bridge).await;
 
     // The queue takes messages again: all arrive, once each.
     nacking.take_messages().await;
-    let (released, body) = bridge
-        .wait_held("nacks", false, Duration::from_secs(20))
-        .await;
-    assert!(released, "released\n{body}\n{}", bridge.log());
+    expect_held(&bridge, "nacks", false).await;
     nacking.expect(members.len(), &bridge).await;
     assert_eq!(zcard(&mut r, &key).await, 0, "none left in Redis");
     assert_none_dead(&mut r, &key, &bridge).await;
@@ -256,19 +250,22 @@ async fn a_dead_letter_destination_that_nacks_everything_is_tried_on_fresh_chann
         .ready(Duration::from_secs(15))
         .await;
     let members = schedule_named(&mut r, &key, "bodiless", 10).await;
-    let (held, body) = bridge
-        .wait_held("dead-nacks", true, Duration::from_secs(20))
-        .await;
-    assert!(held, "held\n{body}\n{}", bridge.log());
+    expect_held(&bridge, "dead-nacks", true).await;
     expect_fresh_channels(&bridge).await;
     nacking.take_messages().await;
     nacking.expect(members.len(), &bridge).await;
-    let (released, body) = bridge
-        .wait_held("dead-nacks", false, Duration::from_secs(20))
-        .await;
-    assert!(released, "released\n{body}\n{}", bridge.log());
+    expect_held(&bridge, "dead-nacks", false).await;
     nacking.delete().await;
     done(bridge, &mut r, &[&key]).await;
+}
+
+/// Asserts that `trigger` is held (`held`), or released, within 20 s.
+async fn expect_held(bridge: &Bridge, trigger: &str, held: bool) {
+    let (seen, body) = bridge
+        .wait_held(trigger, held, Duration::from_secs(20))
+        .await;
+    let what = if held { "held" } else { "released" };
+    assert!(seen, "{what}\n{body}\n{}", bridge.log());
 }
 
 /// Waits (up to 20 s) until the bridge has tried a held destination on a fresh channel twice.
