@@ -315,7 +315,7 @@ fn rabbit_bin(name: &str) -> PathBuf {
 }
 
 impl RabbitServer {
-    /// Starts a detached node and waits for its AMQP listener (a few seconds).
+    /// Starts a detached node and waits until it takes AMQP clients (a few seconds).
     pub async fn start() -> Self {
         Self::start_with("").await
     }
@@ -429,6 +429,25 @@ impl RabbitServer {
         assert!(
             wait_port(self.port, true, Duration::from_secs(90)).await,
             "private RabbitMQ did not open its port:\n{}",
+            self.log()
+        );
+        // The port opens before the node is done booting; a connection made in between can be
+        // aborted. Ready is when a client gets through the handshake.
+        let url = self.url();
+        let (ready, last) = poll(
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            async || {
+                let conn = lapin::Connection::connect(&url, Default::default()).await?;
+                let _ = conn.close(200, "ready").await;
+                Ok::<(), lapin::Error>(())
+            },
+            Result::is_ok,
+        )
+        .await;
+        assert!(
+            ready,
+            "private RabbitMQ opened its port but refuses clients: {last:?}\n{}",
             self.log()
         );
         if let Some(tls_port) = self.tls_port {
