@@ -1,4 +1,4 @@
-//! The Kafka ingress against a real Kafka-protocol broker: delayed records arrive once each, none early, with their key and headers; no-delay ones at once; a bad `x-delay` is dead-lettered; a consumer-group rebalance mid-stream loses nothing and delivers nothing twice; a bridge SIGKILLed mid-ingest loses nothing; with Redis stopped it stops reading and resumes after; while Redis answers reads but refuses writes it does not read again until a write succeeds.
+//! The Kafka ingress against a real Kafka-protocol broker: delayed records arrive once each, none early, with their key and headers; no-delay ones at once; a bad `x-delay` is dead-lettered; a consumer-group rebalance mid-stream loses nothing and delivers nothing twice, and waits for the stores under way; a bridge SIGKILLed mid-ingest loses nothing; with Redis stopped it stops reading and resumes after; while Redis answers reads but refuses writes it does not read again until a write succeeds.
 
 use crate::common;
 
@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::kafka::*;
+use common::proxy::{Mode, Proxy};
 use common::*;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -107,16 +108,18 @@ fn records(from: usize, n: usize, delayed: bool) -> Vec<Out> {
 /// A bridge config on the shared Redis with sink `kafka` (a short session and poll interval,
 /// so that a member that dies is replaced quickly) and `trigger`.
 fn config(port: u16, trigger: &str) -> String {
+    // A rebalance waits this long at most for a member that died while joining.
+    settings(port, "10000").to_string() + trigger
+}
+
+/// The settings of [`config`], with `max.poll.interval.ms` at `max_poll_ms`.
+fn settings(port: u16, max_poll_ms: &str) -> ConfigToml {
     let props = [
         ("session.timeout.ms", "6000"),
         ("heartbeat.interval.ms", "500"),
-        // A rebalance waits this long at most for a member that died while joining.
-        ("max.poll.interval.ms", "10000"),
+        ("max.poll.interval.ms", max_poll_ms),
     ];
-    ConfigToml::base(port)
-        .kafka_sink("kafka", &kafka_brokers(), &props)
-        .to_string()
-        + trigger
+    ConfigToml::base(port).kafka_sink("kafka", &kafka_brokers(), &props)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,6 +240,75 @@ async fn a_rebalance_mid_stream_loses_nothing_and_delivers_nothing_twice() {
     let twice = tally.values().filter(|&&c| c > 1).count();
     assert_eq!(twice, 0, "records delivered twice");
     println!("kafka ingress rebalance: {n} records, lost 0, delivered twice 0");
+    scene.finish(None).await;
+}
+
+/// A member joins while another's stores are under way (Redis took them, its answers are
+/// held): the group's rebalance waits until they are answered and their offsets committed,
+/// so the partitions' next owner does not read those records again (the first copies went
+/// out meanwhile: read again, they would go out twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebalance_while_stores_are_unanswered_reads_nothing_again() {
+    let scene = Scene::new("kmute", "ingress-kafka-mute").await;
+    let capture = &scene.capture;
+    let proxy = Proxy::start(shared_redis_addr()).await;
+    // Polls may be minutes apart here, and a store may wait that long for its answer: no
+    // member is dropped, no store given up, while the answers are held.
+    let start = async |redis: &str| {
+        let port = free_port();
+        let cfg = settings(port, "60000")
+            .set_str("redis", "url", redis)
+            .set_str("redis", "response_timeout", "60s")
+            .to_string()
+            + &scene.trigger;
+        Bridge::start(&cfg, port)
+            .ready(Duration::from_secs(30))
+            .await
+    };
+    let mut a = start(&proxy.url(&redis_url(), "")).await;
+    produce(&scene.ingress, records(0, 10, false)).await;
+    a.expect_arrivals(10, Duration::from_secs(30), || capture.tally().len())
+        .await;
+
+    proxy.set(Mode::Mute);
+    produce(&scene.ingress, records(10, 30, false)).await;
+    let mut r = redis().await;
+    let source = delay_bridge::keys::QueueKeys::derive(&scene.key)
+        .unwrap()
+        .source;
+    let (stored, _) = poll(
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        async || zcard(&mut r, &source).await,
+        |n| *n > 0,
+    )
+    .await;
+    assert!(stored, "no store reached Redis\n{}", a.log());
+    // The other stores fetched meanwhile are sent too.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The second member delivers what the first stored, and asks for partitions.
+    let mut b = start(&redis_url()).await;
+    let label = [("trigger", "kmute")];
+    let (read, _) = b
+        .wait_scrape(Duration::from_secs(5), |body| {
+            metric_value(body, "delay_bridge_ingress_messages_total", &label) > 0.0
+        })
+        .await;
+    assert!(
+        !read,
+        "the second member read while the first had stores under way"
+    );
+    proxy.set(Mode::Pass);
+
+    b.expect_arrivals(40, Duration::from_secs(60), || capture.tally().len())
+        .await;
+    a.terminate(Duration::from_secs(30)).await;
+    b.terminate(Duration::from_secs(30)).await;
+    capture.fence().await;
+    let tally = capture.tally();
+    assert_none_lost(&tally, 40);
+    let twice: Vec<_> = tally.iter().filter(|(_, c)| **c > 1).collect();
+    assert!(twice.is_empty(), "records delivered twice: {twice:?}");
     scene.finish(None).await;
 }
 
