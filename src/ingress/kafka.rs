@@ -1,29 +1,33 @@
 //! The Kafka ingress: reads the ingress topic in a consumer group, stores each record, and lets the group commit an offset only once Redis has every record before it; stops reading while Redis does not take writes.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::stream::FuturesOrdered;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol, StreamConsumer,
 };
 use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::TopicPartitionList;
 use tokio_util::sync::CancellationToken;
 
 use super::record::{self, At};
 use super::{wait_unless_stopped, Ended, Ingress};
 use crate::config::IngressConfig;
+use crate::redis::store::StoreError;
 use crate::repeat::Repeated;
 use crate::sink::kafka::KafkaSink;
 
-/// Records read and stored as one batch (each one Redis call, all at once).
+/// Records being stored at once (each one Redis call).
 const STORES_AT_ONCE: usize = 64;
 
-/// The ingress's consumer, with its [`Revocations`].
-type IngressConsumer = StreamConsumer<Revocations>;
+/// The ingress's consumer, with its [`Rebalances`].
+type IngressConsumer = StreamConsumer<Rebalances>;
 /// How often the consumer lag is read.
 const LAG_EVERY: Duration = Duration::from_secs(5);
 /// How often the offsets of stored records are committed unless the sink's properties say
@@ -58,7 +62,7 @@ pub(super) async fn run(
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set_log_level(RDKafkaLogLevel::Warning);
-        let consumer: IngressConsumer = match cc.create_with_context(Revocations::default()) {
+        let consumer: IngressConsumer = match cc.create_with_context(Rebalances::default()) {
             Ok(c) => c,
             Err(e) => {
                 if let Some(unlogged) = failures.failed() {
@@ -76,6 +80,9 @@ pub(super) async fn run(
         ctx.consuming(false);
         // What was stored is committed now, not at the next auto-commit tick.
         let _ = consumer.commit_consumer_state(CommitMode::Sync);
+        // A revocation that waited for stores a Redis failure cut short is carried out now.
+        consumer.context().storing(0);
+        consumer.context().give_up(&*consumer);
         consumer.unsubscribe();
         let again = ctx.session_ended(ended, stop, |e| {
             tracing::warn!(trigger = name, error = %e, "ingress: Kafka consumer failed, starting again");
@@ -88,15 +95,15 @@ pub(super) async fn run(
     }
 }
 
-/// One consumer's life: subscribes, then reads and stores records a batch at a time until
-/// `stop` or a Redis failure (see [`store_batch`]).
+/// One consumer's life: subscribes, then stores each record and marks its offset for the
+/// next commit, in the order they were read (so an offset is committed only after every
+/// record before it in its partition was stored), until `stop` (what is being stored is
+/// stored first) or a Redis failure.
 ///
-/// A rebalance is handled while the consumer is polled, so reading only between batches
-/// means that one never lands while records are being stored: every record read before it
-/// is in Redis and has its offset marked, and the group commits those offsets as it takes
-/// the partitions away. Records read in the same poll as a revocation are left to the
-/// partition's next reader, which reads them from the committed offset. A record stored by
-/// two members would be delivered twice once the first copy had gone out.
+/// A rebalance that takes partitions while records are being stored waits for them (see
+/// [`Rebalances`]): the group commits their offsets as the partitions leave, so the next
+/// owner does not read them again. Read again, a record whose first copy had gone out
+/// meanwhile would go out twice.
 async fn session(
     ctx: &Ingress,
     consumer: &Arc<IngressConsumer>,
@@ -111,107 +118,132 @@ async fn session(
     tracing::info!(trigger = name, topic, "ingress: reading");
     let mut errors = Repeated::default();
     let mut lag = tokio::time::interval(LAG_EVERY);
+    // Records being stored, in the order they were read: an offset is stored only once every
+    // record read before it is in Redis too.
+    let mut storing = FuturesOrdered::new();
+    let mut stopping = false;
+    let rebalances = consumer.context();
     loop {
-        let first = tokio::select! {
-            _ = stop.cancelled() => return Ok(()),
-            _ = lag.tick() => {
-                read_lag(ctx, consumer).await;
-                continue;
+        rebalances.storing(storing.len());
+        if storing.is_empty() {
+            rebalances.give_up(&**consumer);
+            if stopping {
+                return Ok(());
             }
-            m = consumer.recv() => m,
-        };
-        // A rebalance handled while waiting for the first record came before it: that record,
-        // and those fetched after it, are of the partitions this member has now. One handled
-        // while taking those ends the batch (a poll that handles an event yields no record).
-        consumer.context().forget();
-        // The first record, and those already fetched after it.
-        let mut batch = Vec::with_capacity(STORES_AT_ONCE);
-        let mut next = Some(first);
-        while let Some(m) = next {
-            match m {
+        }
+        let reading = !stopping && !rebalances.revoking() && storing.len() < STORES_AT_ONCE;
+        tokio::select! {
+            _ = stop.cancelled(), if !stopping => stopping = true,
+            Some(stored) = storing.next(), if !storing.is_empty() => {
+                let stored: Result<BorrowedMessage<'_>, StoreError> = stored;
+                let m = stored.map_err(Ended::Redis)?;
+                if let Err(e) = consumer.store_offset_from_message(&m) {
+                    tracing::debug!(trigger = name, error = %e, "ingress: offset not stored");
+                }
+            }
+            _ = lag.tick() => read_lag(ctx, consumer).await,
+            m = consumer.recv(), if reading => match m {
+                // Read after its partition was revoked: the next owner reads it.
+                Ok(m) if rebalances.revoked(&m) => {}
                 Ok(m) => {
                     errors.recovered();
-                    batch.push(m);
+                    storing.push_back(async move {
+                        ctx.store(&incoming(&m)).await.map(|()| m)
+                    });
                 }
                 Err(e) => {
                     if let Some(unlogged) = errors.failed() {
                         tracing::warn!(trigger = name, error = %e, unlogged, "ingress: Kafka consumer error");
                     }
                 }
-            }
-            next = if batch.len() < STORES_AT_ONCE {
-                consumer.recv().now_or_never()
-            } else {
-                None
-            };
+            },
         }
-        consumer.context().leave_revoked(&mut batch);
-        store_batch(ctx, consumer, batch).await?;
     }
 }
 
-/// Stores a batch's records at once, and marks each one's offset for the next commit in the
-/// order they were read, once it and every record before it are in Redis. Runs to its end
-/// whatever `stop` says (each store is one Redis call, bounded by its timeout): what was read
-/// is stored and marked before the session ends.
-async fn store_batch(
-    ctx: &Ingress,
-    consumer: &IngressConsumer,
-    batch: Vec<BorrowedMessage<'_>>,
-) -> Result<(), Ended> {
-    let mut storing: FuturesOrdered<_> = batch
-        .into_iter()
-        .map(|m| async move { ctx.store(&incoming(&m)).await.map(|()| m) })
-        .collect();
-    while let Some(stored) = storing.next().await {
-        let m = stored.map_err(Ended::Redis)?;
-        if let Err(e) = consumer.store_offset_from_message(&m) {
-            tracing::debug!(trigger = ctx.config.name(), error = %e, "ingress: offset not stored");
-        }
-    }
-    Ok(())
-}
-
-/// The consumer's context: remembers the partitions a rebalance took from this member since
-/// the last [`Revocations::forget`], so that the records of theirs read before it are left to
-/// their next reader (see [`session`]).
+/// The consumer's context. A revocation that comes while records are being stored is kept,
+/// not carried out, and the session gives the partitions up once those records are stored
+/// and their offsets marked ([`Rebalances::give_up`]); librdkafka lets the application do so
+/// after its callback, and the group waits for it (at most `max.poll.interval.ms`).
 #[derive(Default)]
-struct Revocations(Mutex<Vec<(String, i32)>>);
+struct Rebalances {
+    /// Records being stored, as the session last said.
+    storing: AtomicUsize,
+    /// Partitions revoked while records were being stored, not given up yet.
+    pending: Mutex<Option<TopicPartitionList>>,
+}
 
-impl Revocations {
-    /// Starts a batch at its first record: no partition revoked since.
-    fn forget(&self) {
-        self.revoked().clear();
+impl Rebalances {
+    /// The session's count of records being stored.
+    fn storing(&self, n: usize) {
+        self.storing.store(n, Ordering::Relaxed);
     }
 
-    /// Drops from `batch` the records of the partitions revoked since [`Revocations::forget`].
-    fn leave_revoked(&self, batch: &mut Vec<BorrowedMessage<'_>>) {
-        let revoked = self.revoked();
-        if !revoked.is_empty() {
-            batch.retain(|m| {
-                !revoked
-                    .iter()
-                    .any(|(t, p)| t == m.topic() && *p == m.partition())
-            });
+    /// Whether a revocation waits for the records being stored.
+    fn revoking(&self) -> bool {
+        self.pending().is_some()
+    }
+
+    /// Whether `m` is of a partition whose revocation waits.
+    fn revoked(&self, m: &BorrowedMessage<'_>) -> bool {
+        self.pending()
+            .as_ref()
+            .is_some_and(|revoked| revoked.find_partition(m.topic(), m.partition()).is_some())
+    }
+
+    /// Gives up the partitions of a revocation that waited, if one did.
+    fn give_up(&self, consumer: &impl Consumer<Self>) {
+        if let Some(revoked) = self.pending().take() {
+            unassign(consumer, &revoked);
         }
     }
 
-    fn revoked(&self) -> std::sync::MutexGuard<'_, Vec<(String, i32)>> {
-        self.0
+    fn pending(&self) -> std::sync::MutexGuard<'_, Option<TopicPartitionList>> {
+        self.pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
-impl ClientContext for Revocations {}
+impl ClientContext for Rebalances {}
 
-impl ConsumerContext for Revocations {
-    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(partitions) = rebalance {
-            let gone = partitions.elements();
-            let gone = gone.iter().map(|e| (e.topic().to_owned(), e.partition()));
-            self.revoked().extend(gone);
+impl ConsumerContext for Rebalances {
+    /// librdkafka's own handling, except that a revocation waits while records are being
+    /// stored.
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        partitions: &mut TopicPartitionList,
+    ) {
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let assigned = match consumer.rebalance_protocol() {
+                    RebalanceProtocol::Cooperative => consumer.incremental_assign(partitions),
+                    _ => consumer.assign(partitions),
+                };
+                if let Err(e) = assigned {
+                    tracing::warn!(error = %e, "ingress: partitions not taken");
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS
+                if self.storing.load(Ordering::Relaxed) > 0 =>
+            {
+                *self.pending() = Some(partitions.clone());
+            }
+            _ => unassign(consumer, partitions),
         }
+    }
+}
+
+/// Gives up `revoked` (all partitions, unless the group rebalances cooperatively).
+fn unassign(consumer: &impl Consumer<Rebalances>, revoked: &TopicPartitionList) {
+    let given_up = match consumer.rebalance_protocol() {
+        RebalanceProtocol::Cooperative => consumer.incremental_unassign(revoked),
+        _ => consumer.unassign(),
+    };
+    if let Err(e) = given_up {
+        tracing::warn!(error = %e, "ingress: partitions not given up");
     }
 }
 
